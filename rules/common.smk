@@ -1,0 +1,203 @@
+# Configuration, paths and the input functions every stage shares. No rules here.
+
+import sys
+from pathlib import Path
+
+from snakemake.utils import validate
+
+from ringflow import timekeeper
+from ringflow.config import coerce_config
+from ringflow.final import choose, trained_finalists
+from ringflow.jsonio import read_json
+from ringflow.layout import NODE_PATTERN, VARIANT_PATTERN, VIEW_PATTERN, RingLayout
+from ringflow.ring import check_existing_lock
+
+
+coerce_config(config, workflow.source_path("../config/config.schema.yaml"))
+validate(config, "../config/config.schema.yaml")
+
+RING = RingLayout(Path(config["runs_dir"]) / config["ring_id"])
+# Rules call the package with the interpreter Snakemake runs under, whatever PATH says.
+RINGFLOW = f"{sys.executable} -m ringflow"
+
+check_existing_lock(config)
+
+
+wildcard_constraints:
+    node=NODE_PATTERN,
+    view=VIEW_PATTERN,
+    variant=VARIANT_PATTERN,
+    key="[0-9a-f]{64}",
+    rank=r"\d+",
+
+
+def path(p):
+    return str(p)
+
+
+def log_for(rule, name):
+    return str(RING.root / "logs" / rule / f"{name}.log")
+
+
+def start_timekeeper():
+    timekeeper.start_in_background(RING.root)
+
+
+# ---- the ring and its nodes -------------------------------------------------------------
+
+
+def ring_lock():
+    """RING.json; input functions that need it wait for the import checkpoint."""
+    checkpoints.import_nodes.get()
+    return read_json(RING.ring_json)
+
+
+def nodes_index():
+    """The imported nodes; waits for the import checkpoint."""
+    return read_json(checkpoints.import_nodes.get().output.index)
+
+
+def node_record(node):
+    nodes_index()
+    return read_json(RING.node_json(node))
+
+
+def ready_nodes(role=None):
+    return [
+        n["id"]
+        for n in nodes_index()["nodes"]
+        if n["status"] == "ready" and (role is None or n["role"] == role)
+    ]
+
+
+def baseline_node():
+    from ringflow.final import usable_baseline
+
+    return usable_baseline(nodes_index())
+
+
+def score_files(nodes, variants, views=None):
+    views = views or ring_lock()["search_views"]
+    return [
+        path(RING.score(node, view, variant))
+        for node in nodes
+        for view in views
+        for variant in variants
+    ]
+
+
+# ---- executions -------------------------------------------------------------------------
+
+
+def execution_inputs(wildcards):
+    """A replayer takes its key's target as input, so weight reuse is target existence.
+
+    Both inputs are `ancient`: re-running a trainer (say, after its result.json was
+    deleted) re-creates the key target without re-running every replay of the key.
+    """
+    node = node_record(wildcards.node)
+    spec = node["executions"][wildcards.view][wildcards.variant]
+    inputs = {"node": ancient(path(RING.node_json(wildcards.node)))}
+    key = spec.get("key")
+    if key:
+        owner = nodes_index()["keys"][key]
+        me = [wildcards.node, wildcards.view, wildcards.variant]
+        if owner["in_store"] or owner["trainer"] != me:
+            inputs["key"] = ancient(path(RING.key_target(key)))
+    return inputs
+
+
+def key_target_inputs(wildcards):
+    owner = nodes_index()["keys"][wildcards.key]
+    if owner["in_store"]:
+        return {}
+    return {"trainer": path(RING.result(*owner["trainer"]))}
+
+
+def execution_priority(wildcards):
+    """Seed 0 on the first search view first, so every node gets a first score early."""
+    lock = ring_lock()
+    if wildcards.variant == "s0" and wildcards.view == lock["search_views"][0]:
+        return 100
+    if wildcards.variant == "s0":
+        return 50
+    return 10
+
+
+def execution_threads(wildcards):
+    return ring_lock()["config"]["limits"]["threads"]
+
+
+# ---- search, promotion and final selection ------------------------------------------------
+
+
+def search_inputs(wildcards):
+    candidates = ready_nodes("candidate")
+    baseline = [b for b in [baseline_node()] if b]
+    return score_files(candidates, ["s0", "s0-ablate"]) + score_files(baseline, ["s0"])
+
+
+def promoted_inputs(wildcards):
+    promoted = read_json(checkpoints.promote.get().output.promotion)["promoted"]
+    return score_files(promoted, ["s1", "s2"])
+
+
+def finalists():
+    return read_json(checkpoints.rank.get().output.ranking)["finalists"]
+
+
+def review_inputs(wildcards):
+    node = node_record(wildcards.node)
+    view = ring_lock()["search_views"][0]
+    variants = ["s0", "blind-s0"]
+    if node["solution"]["per_view_paths"]:
+        variants.append("fresh-s0")
+    return [path(RING.seated)] + score_files([wildcards.node], variants, [view])
+
+
+def guard_variants():
+    return [f"g{seed}" for seed in ring_lock()["guard_seeds"]]
+
+
+def verdict_inputs(wildcards):
+    node = finalists()[int(wildcards.rank) - 1]
+    review = read_json(checkpoints.review.get(node=node).output.review)
+    inputs = [path(RING.review(node))]
+    if review["passed"]:
+        inputs += score_files([node, baseline_node()], guard_variants())
+    return inputs
+
+
+def verdict_ranks():
+    """Finalists in rank order until one replaces the baseline (SPEC 10)."""
+    lock = ring_lock()
+    if not lock["config"]["guard"]["enabled"] or baseline_node() is None:
+        return []
+    ranks = []
+    for rank in range(1, len(finalists()) + 1):
+        ranks.append(rank)
+        if read_json(checkpoints.verdict.get(rank=rank).output.verdict)["replace"]:
+            break
+    return ranks
+
+
+def decision_inputs(wildcards):
+    seated = read_json(checkpoints.seat_baseline.get().output.seated)
+    if seated["refused"]:
+        return [path(RING.seated)]
+    ranks = verdict_ranks()
+    verdicts = [read_json(RING.verdict(rank)) for rank in ranks]
+    chosen, _, _ = choose(ring_lock(), seated, read_json(RING.ranking), verdicts)
+    sides = sorted({node for node in (chosen, seated["baseline"]) if node})
+    inputs = [path(RING.seated), path(RING.ranking)] + [path(RING.verdict(r)) for r in ranks]
+    return inputs + score_files(sides, ["s0"], [ring_lock()["final_view"]])
+
+
+def repro_inputs(wildcards):
+    nodes = trained_finalists(RING.root, finalists())
+    view = [ring_lock()["search_views"][0]]
+    return [path(RING.decision)] + score_files(nodes, ["s0", "fresh-s0"], view)
+
+
+def ring_outputs():
+    return [path(RING.decision), path(RING.repro_record), path(RING.summary), path(RING.report)]

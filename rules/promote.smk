@@ -1,0 +1,25 @@
+# Promote: the top promote_top_k nodes by seed-0 score get seeds 1 and 2; finalists are
+# ranked by the 3-seed mean.
+
+
+checkpoint promote:
+    input:
+        search=path(RING.search),
+    output:
+        promotion=path(RING.promotion),
+    log:
+        log_for("promote", "promote"),
+    shell:
+        "{RINGFLOW} promote {RING.root} > {log} 2>&1"
+
+
+checkpoint rank:
+    input:
+        promotion=path(RING.promotion),
+        scores=promoted_inputs,
+    output:
+        ranking=path(RING.ranking),
+    log:
+        log_for("rank", "rank"),
+    shell:
+        "{RINGFLOW} rank {RING.root} > {log} 2>&1"

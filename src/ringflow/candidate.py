@@ -1,0 +1,163 @@
+"""The candidate contract (SPEC 3): what a `solution/` folder must hold, checked up front."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from .errors import CandidateError, InputError
+from .jsonio import read_json
+
+PROGRESS_FILE = "progress.json"
+CACHE_NAMES = {"__pycache__", ".ipynb_checkpoints", ".git", ".pytest_cache"}
+
+
+@dataclass(frozen=True)
+class Solution:
+    dir: Path
+    command: tuple[str, ...]
+    seed_affects_training: bool
+    train_seed: int
+    per_view_paths: tuple[str, ...]
+    fixed_artifacts: tuple[str, ...] = field(default=())
+
+    @property
+    def has_weights(self) -> bool:
+        return bool(self.per_view_paths)
+
+    def training_seed(self, program_seed: int) -> int:
+        return program_seed if self.seed_affects_training else self.train_seed
+
+    def to_dict(self) -> dict:
+        return {
+            "command": list(self.command),
+            "seed_affects_training": self.seed_affects_training,
+            "train_seed": self.train_seed,
+            "per_view_paths": list(self.per_view_paths),
+            "fixed_artifacts": list(self.fixed_artifacts),
+        }
+
+
+def weights_dirs(per_view_paths) -> list[str]:
+    """The subfolders that hold per-view files (writable only while training)."""
+    return sorted({str(PurePosixPath(p).parent) for p in per_view_paths})
+
+
+def is_cache(relpath: str) -> bool:
+    parts = PurePosixPath(relpath).parts
+    return any(p in CACHE_NAMES for p in parts) or relpath.endswith(".pyc")
+
+
+def _check_symlinks(root: Path) -> None:
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            if not path.is_symlink():
+                continue
+            target = (path.parent / os.readlink(path)).resolve()
+            rel = path.relative_to(root)
+            if not target.is_relative_to(root.resolve()):
+                raise CandidateError(
+                    f"{root}: symlink {rel} leaves the solution tree (points to {target})"
+                )
+            if target.is_dir():
+                raise CandidateError(f"{root}: symlink {rel} points to a folder; link files only")
+
+
+def _artifact_path(root: Path, raw: object, index: int) -> str:
+    where = f"{root / 'ARTIFACTS.json'}: entry {index}"
+    if not isinstance(raw, str) or not raw:
+        raise CandidateError(f"{where}: 'path' must be a non-empty string")
+    path = PurePosixPath(raw)
+    if path.is_absolute():
+        raise CandidateError(f"{where}: path {raw!r} is absolute; it must lie inside solution/")
+    if ".." in path.parts:
+        raise CandidateError(f"{where}: path {raw!r} contains '..'")
+    if len(path.parts) < 2:
+        raise CandidateError(
+            f"{where}: path {raw!r} is a top-level file; per-view files must lie in a subfolder"
+        )
+    probe = root
+    for part in path.parts:
+        probe = probe / part
+        if probe.is_symlink():
+            raise CandidateError(f"{where}: path {raw!r} goes through the symlink {part!r}")
+    return str(path)
+
+
+def load_solution(solution_dir: str | Path, max_weights_bytes: int) -> Solution:
+    """Check a solution folder; raise CandidateError with a specific message on bad input."""
+    root = Path(solution_dir)
+    if not root.is_dir():
+        raise CandidateError(f"{root}: not a folder")
+    _check_symlinks(root)
+    try:
+        execution = read_json(root / "EXECUTION.json") if (root / "EXECUTION.json").exists() else {}
+        artifacts = read_json(root / "ARTIFACTS.json") if (root / "ARTIFACTS.json").exists() else []
+    except InputError as exc:
+        raise CandidateError(str(exc)) from None
+    if not isinstance(execution, dict):
+        raise CandidateError(f"{root / 'EXECUTION.json'}: expected a JSON object")
+    command = execution.get("command")
+    if command is None:
+        if not (root / "run.py").is_file():
+            raise CandidateError(
+                f"{root}: missing program: no run.py and no 'command' in EXECUTION.json"
+            )
+        command = ["python", "run.py"]
+    elif isinstance(command, str):
+        command = command.split()
+    if not isinstance(command, list) or not command or not all(isinstance(c, str) for c in command):
+        raise CandidateError(
+            f"{root / 'EXECUTION.json'}: 'command' must be a non-empty list of strings"
+        )
+    seed_affects = execution.get("seed_affects_training", False)
+    if not isinstance(seed_affects, bool):
+        raise CandidateError(f"{root / 'EXECUTION.json'}: 'seed_affects_training' must be a bool")
+    train_seed = execution.get("train_seed", 0)
+    if not isinstance(train_seed, int) or isinstance(train_seed, bool):
+        raise CandidateError(f"{root / 'EXECUTION.json'}: 'train_seed' must be an integer")
+    if not isinstance(artifacts, list):
+        raise CandidateError(f"{root / 'ARTIFACTS.json'}: expected a JSON list")
+    per_view, fixed = [], []
+    for index, entry in enumerate(artifacts):
+        if not isinstance(entry, dict):
+            raise CandidateError(f"{root / 'ARTIFACTS.json'}: entry {index} must be an object")
+        path = _artifact_path(root, entry.get("path"), index)
+        present = root / path
+        if present.is_file() and present.stat().st_size > max_weights_bytes:
+            raise CandidateError(
+                f"{root}: weights file {path} is {present.stat().st_size} bytes, "
+                f"over the limit of {max_weights_bytes} bytes"
+            )
+        # A declared file absent at submission becomes per-view (SPEC 3).
+        if entry.get("per_view", False) or not present.exists():
+            per_view.append(path)
+        else:
+            fixed.append(path)
+    return Solution(
+        dir=root,
+        command=tuple(command),
+        seed_affects_training=seed_affects,
+        train_seed=train_seed,
+        per_view_paths=tuple(sorted(set(per_view))),
+        fixed_artifacts=tuple(sorted(fixed)),
+    )
+
+
+def copy_submission(solution: Solution, dest: Path) -> None:
+    """Copy a solution as the node's submission: no per-view files, caches or progress.json."""
+    skip = set(solution.per_view_paths) | {PROGRESS_FILE}
+    for dirpath, dirnames, filenames in os.walk(solution.dir):
+        rel_dir = Path(dirpath).relative_to(solution.dir)
+        dirnames[:] = [d for d in dirnames if d not in CACHE_NAMES]
+        for name in filenames:
+            rel = (rel_dir / name).as_posix()
+            if rel in skip or is_cache(rel):
+                continue
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            # In-tree file links become plain copies: a submission is a plain tree.
+            shutil.copy2(Path(dirpath) / name, target, follow_symlinks=True)

@@ -1,0 +1,51 @@
+"""Disguised copies of search views for the view-blind check (SPEC 10)."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import shutil
+from pathlib import Path
+
+from filelock import FileLock
+
+from .jsonio import atomic_write_bytes
+from .layout import RingLayout
+
+
+def alias(ring: dict, view: str) -> str:
+    """Another name for the view, stable within the ring, that does not reveal it."""
+    return "view-" + hashlib.sha256(f"{ring['ring_id']}/{view}".encode()).hexdigest()[:8]
+
+
+def _reorder_csv(data: bytes, seed: int) -> bytes:
+    lines = data.splitlines(keepends=True)
+    if len(lines) < 3:
+        return data
+    header, rows = lines[0], lines[1:]
+    if not rows[-1].endswith(b"\n"):
+        rows[-1] += b"\n"
+    random.Random(seed).shuffle(rows)
+    return header + b"".join(rows)
+
+
+def disguised_inputs(ring: dict, view: str) -> Path:
+    """Same content under another name and path, rows reordered where the task allows it."""
+    layout = RingLayout(Path(ring["ring_dir"]))
+    dest = layout.disguised_view(view) / alias(ring, view) / "inputs"
+    layout.locks.mkdir(exist_ok=True)
+    with FileLock(str(layout.locks / f"disguise-{view}.lock")):
+        if dest.is_dir():
+            return dest
+        source = Path(ring["views"][view]["dir"]) / "inputs"
+        staging = dest.with_name("inputs.tmp")
+        if staging.exists():
+            shutil.rmtree(staging)
+        shutil.copytree(source, staging)
+        seed = int(hashlib.sha256(alias(ring, view).encode()).hexdigest()[:8], 16)
+        for name in ring["task"]["reorder_rows"]:
+            path = staging / name
+            if path.is_file():
+                atomic_write_bytes(path, _reorder_csv(path.read_bytes(), seed))
+        staging.rename(dest)
+    return dest

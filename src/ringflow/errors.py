@@ -1,0 +1,38 @@
+"""Errors that ringflow reports to people: each says what is wrong and where."""
+
+
+class RingflowError(Exception):
+    """Base class: the message is shown to the user as it is."""
+
+
+class InputError(RingflowError):
+    """Bad user input (a task, a candidate, a configuration): nothing was changed."""
+
+
+class CandidateError(InputError):
+    """A candidate's `solution/` breaks the contract of SPEC section 3."""
+
+
+class StoreError(RingflowError):
+    """The weights store refused an operation."""
+
+
+class ReplayCheckFailed(StoreError):
+    """A registered weights file is missing or no longer matches its hash."""
+
+    def __init__(self, path: str, reason: str):
+        super().__init__(f"registered weights file {path!r} {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class DeadlineReached(RingflowError):
+    """A wait gave up because the ring's (possibly moved) deadline passed."""
+
+
+class AcceptanceError(StoreError):
+    """Weights written by a training run break the declaration: missing, a link, or too large."""
+
+
+class SandboxError(RingflowError):
+    """The program cannot be run confined as required (SPEC 7.6): says what and where."""

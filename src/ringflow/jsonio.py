@@ -1,0 +1,91 @@
+"""JSON on disk without half-written files: temporary path, fsync, rename."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+
+
+def canonical_json(obj: Any) -> bytes:
+    """The byte form that every hash in ringflow is taken over."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def sha256_json(obj: Any) -> str:
+    return hashlib.sha256(canonical_json(obj)).hexdigest()
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, mode: int = 0o644) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any, mode: int = 0o644) -> None:
+    text = json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    atomic_write_bytes(path, text.encode(), mode)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str, mode: int = 0o644) -> None:
+    atomic_write_bytes(path, text.encode(), mode)
+
+
+def read_json(path: str | os.PathLike, what: str | None = None) -> Any:
+    """Read a JSON file; a malformed one raises InputError naming the file and the fault."""
+    path = Path(path)
+    label = what or str(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise InputError(f"{label}: file not found: {path}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"{label}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from None
+
+
+def append_jsonl(path: str | os.PathLike, obj: Any, fsync: bool = True) -> None:
+    """Append one line; O_APPEND keeps concurrent writers' lines whole."""
+    line = (json.dumps(obj, sort_keys=True, ensure_ascii=False) + "\n").encode()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_jsonl(path: str | os.PathLike) -> list[Any]:
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -1,0 +1,32 @@
+"""The per-ring target of a weights key (SPEC 6): it exists once the key can be replayed."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from .jsonio import atomic_write_json, read_json
+from .layout import RingLayout
+from .ring import load_ring
+from .store import WeightsStore
+
+
+def write_key_target(ring_dir: str | Path, key: str) -> dict:
+    ring = load_ring(ring_dir)
+    layout = RingLayout(Path(ring["ring_dir"]))
+    owner = read_json(layout.nodes_index)["keys"][key]
+    entry = WeightsStore(ring["store"]).find(key)
+    record = {
+        "key": key,
+        "registered": entry is not None,
+        "source": "store" if owner["in_store"] else "trainer",
+        "trainer": owner["trainer"],
+        "who": None if entry is None else entry.get("who"),
+        "at": time.time(),
+    }
+    if entry is None and owner["trainer"]:
+        trainer = read_json(layout.result(*owner["trainer"]))
+        # The key stays unregistered; each replayer then takes the lock and trains itself.
+        record["trainer_status"] = trainer["status"]
+    atomic_write_json(layout.key_target(key), record)
+    return record

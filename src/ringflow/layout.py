@@ -1,0 +1,122 @@
+"""Every path inside a ring folder, built in one place (rules and package share it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+SEARCH_VARIANTS = ("s0", "s0-ablate", "s1", "s2")
+VARIANT_PATTERN = r"s0|s0-ablate|s1|s2|g\d+|fresh-s0|blind-s0"
+NODE_PATTERN = r"n\d{3}-[a-z0-9][a-z0-9._-]*"
+VIEW_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+
+
+@dataclass(frozen=True)
+class RingLayout:
+    root: Path
+
+    @property
+    def ring_json(self) -> Path:
+        return self.root / "RING.json"
+
+    @property
+    def ledger(self) -> Path:
+        return self.root / "ledger.jsonl"
+
+    @property
+    def events(self) -> Path:
+        return self.root / "events.jsonl"
+
+    @property
+    def cutoff(self) -> Path:
+        return self.root / "cutoff.json"
+
+    @property
+    def nodes_index(self) -> Path:
+        return self.root / "nodes" / "index.json"
+
+    def view_manifest(self, view: str) -> Path:
+        return self.root / "views" / f"{view}.json"
+
+    def disguised_view(self, view: str) -> Path:
+        return self.root / "views" / "disguised" / view
+
+    def node_dir(self, node: str) -> Path:
+        return self.root / "nodes" / node
+
+    def node_json(self, node: str) -> Path:
+        return self.node_dir(node) / "node.json"
+
+    def submission(self, node: str) -> Path:
+        return self.node_dir(node) / "solution"
+
+    def exec_dir(self, node: str, view: str, variant: str) -> Path:
+        return self.node_dir(node) / "exec" / view / variant
+
+    def result(self, node: str, view: str, variant: str) -> Path:
+        return self.exec_dir(node, view, variant) / "result.json"
+
+    def score(self, node: str, view: str, variant: str) -> Path:
+        return self.exec_dir(node, view, variant) / "score.json"
+
+    def key_target(self, key: str) -> Path:
+        return self.root / "keys" / f"{key}.json"
+
+    @property
+    def promotion(self) -> Path:
+        return self.root / "selection" / "promotion.json"
+
+    @property
+    def ranking(self) -> Path:
+        return self.root / "selection" / "ranking.json"
+
+    @property
+    def seated(self) -> Path:
+        return self.root / "selection" / "baseline_seated.json"
+
+    def review(self, node: str) -> Path:
+        return self.root / "selection" / f"review-{node}.json"
+
+    def verdict(self, rank: int) -> Path:
+        return self.root / "selection" / f"verdict-{rank}.json"
+
+    @property
+    def decision(self) -> Path:
+        return self.root / "selection" / "decision.json"
+
+    @property
+    def repro(self) -> Path:
+        return self.root / "final" / "REPRO.json"
+
+    @property
+    def repro_record(self) -> Path:
+        return self.root / "selection" / "repro.json"
+
+    @property
+    def search(self) -> Path:
+        return self.root / "selection" / "search.json"
+
+    @property
+    def final_dir(self) -> Path:
+        return self.root / "final"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.txt"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report.html"
+
+    @property
+    def locks(self) -> Path:
+        return self.root / ".locks"
+
+
+def variant_seed(variant: str) -> int:
+    """The program seed of a variant: s<k>, g<seed>; fresh/blind/ablate run seed 0."""
+    if variant.startswith("g"):
+        return int(variant[1:])
+    if variant in ("s1", "s2"):
+        return int(variant[1])
+    return 0

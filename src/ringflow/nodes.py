@@ -1,0 +1,146 @@
+"""Nodes of a ring: static candidates imported once, with their weights keys fixed (SPEC 6)."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+from . import keys
+from .candidate import Solution, copy_submission, load_solution
+from .errors import CandidateError
+from .hashing import solution_tree_hash
+from .jsonio import atomic_write_json, read_json
+from .layout import RingLayout
+from .ledger import Ledger, emit_event
+from .store import WeightsStore
+
+READY = "ready"
+REJECTED = "rejected"
+
+
+def node_slug(name: str) -> str:
+    slug = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-.") or "node"
+    return slug[:40]
+
+
+def planned_variants(ring: dict) -> dict[str, list[str]]:
+    """Every execution a node may get, per view (run on demand; SPEC 5)."""
+    search = ["s0", "s0-ablate", "s1", "s2", *(f"g{s}" for s in ring["guard_seeds"])]
+    search += ["fresh-s0", "blind-s0"]
+    plan = {view: list(search) for view in ring["search_views"]}
+    plan[ring["final_view"]] = ["s0"]
+    return plan
+
+
+def execution_spec(ring: dict, solution: Solution, tree: str, view: str, variant: str) -> dict:
+    from .layout import variant_seed
+
+    seed = variant_seed(variant)
+    ablate = variant == "s0-ablate"
+    spec = {"seed": seed, "ablate": ablate, "weights": "none", "key": None}
+    if not solution.has_weights:
+        return spec
+    train_seed = solution.training_seed(seed)
+    spec["train_seed"] = train_seed
+    if variant in ("fresh-s0", "blind-s0"):
+        spec["weights"] = "fresh"
+        return spec
+    key, components = keys.weights_key(
+        tree_hash=tree,
+        train_seed=train_seed,
+        view_hash=ring["views"][view]["content_hash"],
+        env_key=ring["env_key"],
+        train_args=["--ablate"] if ablate else [],
+    )
+    spec.update(weights="store", key=key, key_components=components)
+    return spec
+
+
+def _make_node(ring, layout, store, node_id, role, source: Path, max_bytes) -> dict:
+    node = {
+        "id": node_id,
+        "name": source.name,
+        "role": role,
+        "origin": {"kind": "static", "path": str(source)},
+        "created_at": time.time(),
+    }
+    try:
+        solution = load_solution(source, max_bytes)
+    except CandidateError as exc:
+        node.update(status=REJECTED, error=str(exc))
+        return node
+    submission = layout.submission(node_id)
+    copy_submission(solution, submission)
+    tree, _ = solution_tree_hash(submission, set(solution.per_view_paths))
+    executions = {
+        view: {v: execution_spec(ring, solution, tree, view, v) for v in variants}
+        for view, variants in planned_variants(ring).items()
+    }
+    node.update(
+        status=READY,
+        tree_hash=tree,
+        solution=solution.to_dict(),
+        executions=executions,
+    )
+    return node
+
+
+def _assign_trainers(nodes: list[dict], store: WeightsStore) -> dict:
+    """Per key: the one execution that trains it, or the store when an earlier ring did."""
+    trainers: dict[str, dict] = {}
+    for node in nodes:
+        for view, variants in node.get("executions", {}).items():
+            for variant, spec in variants.items():
+                key = spec.get("key")
+                if key is None or key in trainers:
+                    continue
+                if store.find(key) is not None:
+                    trainers[key] = {"trainer": None, "in_store": True}
+                else:
+                    trainers[key] = {"trainer": [node["id"], view, variant], "in_store": False}
+    return trainers
+
+
+def import_static(ring: dict) -> dict:
+    """Create the ring's nodes from the baseline and the candidates folder (once)."""
+    layout = RingLayout(Path(ring["ring_dir"]))
+    if layout.nodes_index.exists():
+        return read_json(layout.nodes_index)
+    store = WeightsStore(ring["store"])
+    max_bytes = int(ring["config"]["max_weights_gb"] * 1024**3)
+    sources: list[tuple[str, Path]] = []
+    if ring["baseline_dir"]:
+        sources.append(("baseline", Path(ring["baseline_dir"])))
+    candidates_dir = Path(ring["candidates_dir"])
+    for entry in sorted(os.scandir(candidates_dir), key=lambda e: e.name):
+        if entry.is_dir() and not entry.name.startswith("."):
+            sources.append(("candidate", Path(entry.path)))
+    ledger = Ledger(layout.ledger)
+    nodes = []
+    number = 0 if ring["baseline_dir"] else 1
+    for role, source in sources:
+        node_id = f"n{number:03d}-{node_slug(source.name)}"
+        number += 1
+        node = _make_node(ring, layout, store, node_id, role, source, max_bytes)
+        atomic_write_json(layout.node_json(node_id), node)
+        nodes.append(node)
+        if node["status"] == REJECTED:
+            emit_event(layout.root, "candidate_rejected", node=node_id, error=node["error"])
+        ledger.append("node_created", node=node_id, role=role, status=node["status"],
+                      tree_hash=node.get("tree_hash"))
+    index = {
+        "nodes": [
+            {"id": n["id"], "name": n["name"], "role": n["role"], "status": n["status"]}
+            for n in nodes
+        ],
+        "baseline": next((n["id"] for n in nodes if n["role"] == "baseline"), None),
+        "keys": _assign_trainers(nodes, store),
+    }
+    atomic_write_json(layout.nodes_index, index)
+    return index
+
+
+def load_node(ring: dict, node_id: str) -> dict:
+    return read_json(RingLayout(Path(ring["ring_dir"])).node_json(node_id))

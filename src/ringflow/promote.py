@@ -1,0 +1,86 @@
+"""Promotion (SPEC 10): top nodes by seed-0 score get seeds 1 and 2; rank by the 3-seed mean."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from statistics import fmean
+
+from .jsonio import atomic_write_json, read_json
+from .layout import RingLayout
+from .ledger import emit_event
+from .ring import load_ring
+from .scoring import read_score, usable
+
+PROMOTION_SEEDS = ("s0", "s1", "s2")
+
+
+def node_mean(ring: dict, layout: RingLayout, node: str, variant: str) -> dict:
+    """A node's score for one variant: its mean over the search views (None if any is missing)."""
+    direction = ring["task"]["direction"]
+    per_view = {
+        view: usable(read_score(layout, node, view, variant), direction)
+        for view in ring["search_views"]
+    }
+    values = list(per_view.values())
+    mean = None if any(v is None for v in values) else fmean(values)
+    return {"per_view": per_view, "mean": mean}
+
+
+def _sort_key(direction: str):
+    sign = -1.0 if direction == "maximize" else 1.0
+    return lambda row: (sign * row["score"], row["node"])
+
+
+def candidate_ids(index: dict) -> list[str]:
+    return [n["id"] for n in index["nodes"] if n["role"] == "candidate" and n["status"] == "ready"]
+
+
+def promote(ring_dir: str | Path) -> dict:
+    ring = load_ring(ring_dir)
+    layout = RingLayout(Path(ring["ring_dir"]))
+    index = read_json(layout.nodes_index)
+    direction = ring["task"]["direction"]
+    scored, unscored = [], []
+    for node in candidate_ids(index):
+        s0 = node_mean(ring, layout, node, "s0")
+        if s0["mean"] is None:
+            unscored.append({"node": node, "per_view": s0["per_view"]})
+        else:
+            scored.append({"node": node, "score": s0["mean"], "per_view": s0["per_view"]})
+    scored.sort(key=_sort_key(direction))
+    k = ring["config"]["promote_top_k"]
+    promotion = {
+        "direction": direction,
+        "ranked_by_seed0": scored,
+        "unscored": unscored,
+        "promoted": [row["node"] for row in scored[:k]],
+    }
+    atomic_write_json(layout.promotion, promotion)
+    emit_event(layout.root, "promoted", nodes=promotion["promoted"])
+    return promotion
+
+
+def rank(ring_dir: str | Path) -> dict:
+    """The 3-seed ranking of promoted nodes; a node missing a seed is not a finalist."""
+    ring = load_ring(ring_dir)
+    layout = RingLayout(Path(ring["ring_dir"]))
+    promotion = read_json(layout.promotion)
+    rows, incomplete = [], []
+    for node in promotion["promoted"]:
+        seeds = {v: node_mean(ring, layout, node, v)["mean"] for v in PROMOTION_SEEDS}
+        if any(v is None for v in seeds.values()):
+            incomplete.append({"node": node, "seeds": seeds})
+            continue
+        rows.append({"node": node, "score": fmean(seeds.values()), "seeds": seeds})
+    rows.sort(key=_sort_key(promotion["direction"]))
+    k = ring["config"]["final_top_k"]
+    ranking = {
+        "direction": promotion["direction"],
+        "ranked": rows,
+        "incomplete": incomplete,
+        "finalists": [row["node"] for row in rows[:k]],
+        "note": "3-seed means are conditional on the frozen weights and the current data; "
+        "they say nothing about whether retraining the method is stably better.",
+    }
+    atomic_write_json(layout.ranking, ranking)
+    return ranking

@@ -1,0 +1,102 @@
+"""Guard seeds and chain-exposed seeds (SPEC 5, 10, 12).
+
+Each ring's fresh guard seeds must never overlap those of an earlier ring in its
+chain, so the planner walks `continue_from` back to the first ring and collects
+every seed any of them exposed. Seeds 0, 1 and 2 are the promotion seeds and are
+never guard seeds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import InputError
+from .jsonio import read_json
+
+RING_FILE = "RING.json"
+FIRST_GUARD_SEED = 3  # 0 is authoritative, 1 and 2 are promotion seeds
+
+
+def _seed_list(ring: dict, key: str, path: Path) -> list[int]:
+    if key not in ring:
+        raise InputError(f"{path}: missing {key!r} (a list of seeds)")
+    value = ring[key]
+    if not isinstance(value, list) or not all(
+        isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0 for seed in value
+    ):
+        raise InputError(f"{path}: {key!r} must be a list of non-negative integers, got {value!r}")
+    return value
+
+
+def _read_ring(ring_dir: Path, reached_from: Path | None) -> dict:
+    path = ring_dir / RING_FILE
+    what = (
+        f"previous ring's lock file {path}"
+        if reached_from is None
+        else f"lock file {path} (continue_from of {reached_from})"
+    )
+    ring = read_json(path, what)
+    if not isinstance(ring, dict):
+        raise InputError(f"{path}: a ring lock file must hold a JSON object")
+    _seed_list(ring, "guard_seeds", path)
+    _seed_list(ring, "chain_exposed_seeds", path)
+    previous = ring.get("continue_from")
+    if previous is not None and (not isinstance(previous, str) or not previous):
+        raise InputError(
+            f"{path}: 'continue_from' must be a folder path (relative to {ring_dir}) or null, "
+            f"got {previous!r}"
+        )
+    return ring
+
+
+def chain_rings(previous_ring_dir: Path | None) -> list[dict]:
+    """The lock files of the chain, from the previous ring back to the first.
+
+    Each entry is that ring's RING.json content with "ring_dir" (its resolved folder)
+    added. `continue_from` is resolved relative to the ring folder that names it. A
+    missing or malformed lock file, or a cycle, raises InputError naming the file.
+    """
+    if previous_ring_dir is None:
+        return []
+    rings: list[dict] = []
+    seen: dict[Path, int] = {}
+    ring_dir = Path(previous_ring_dir).resolve()
+    reached_from: Path | None = None
+    while True:
+        if ring_dir in seen:
+            loop = [str(r["ring_dir"]) for r in rings[seen[ring_dir] :]] + [str(ring_dir)]
+            raise InputError(f"continue_from forms a cycle: {' -> '.join(loop)}")
+        ring = _read_ring(ring_dir, reached_from)
+        seen[ring_dir] = len(rings)
+        rings.append({**ring, "ring_dir": str(ring_dir)})
+        previous = ring.get("continue_from")
+        if previous is None:
+            return rings
+        reached_from = ring_dir / RING_FILE
+        ring_dir = (ring_dir / previous).resolve()
+
+
+def pick_guard_seeds(exposed: set[int], n: int) -> list[int]:
+    """The smallest n integers >= 3 that no earlier ring exposed."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"number of guard seeds must be a non-negative integer, got {n!r}")
+    seeds: list[int] = []
+    candidate = FIRST_GUARD_SEED
+    while len(seeds) < n:
+        if candidate not in exposed:
+            seeds.append(candidate)
+        candidate += 1
+    return seeds
+
+
+def plan_seeds(previous_ring_dir: Path | None, n: int) -> dict:
+    """This ring's guard seeds and the chain-exposed set to lock into its RING.json."""
+    exposed: set[int] = set()
+    for ring in chain_rings(previous_ring_dir):
+        exposed.update(ring["guard_seeds"])
+        exposed.update(ring["chain_exposed_seeds"])
+    guard_seeds = pick_guard_seeds(exposed, n)
+    return {
+        "guard_seeds": guard_seeds,
+        "chain_exposed_seeds": sorted(exposed | set(guard_seeds)),
+    }

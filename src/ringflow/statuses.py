@@ -1,0 +1,17 @@
+"""The one vocabulary of statuses and weights modes (SPEC 7.5) used by every module."""
+
+OK = "ok"
+CRASH = "crash"
+HUNG = "hung"
+TIMEOUT = "timeout"
+INTERRUPTED = "interrupted"
+CARRIED_OVER = "carried_over"
+
+EXECUTION_STATUSES = (OK, CRASH, HUNG, TIMEOUT, INTERRUPTED, CARRIED_OVER)
+
+TRAIN = "train"
+REPLAY = "replay"
+FRESH = "fresh"
+NONE = "none"
+
+WEIGHTS_MODES = (TRAIN, REPLAY, FRESH, NONE)

@@ -1,0 +1,75 @@
+"""Plain-text views of a ring: the end-of-search record and the one-screen summary."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+
+from .jsonio import atomic_write_json, read_json
+from .layout import RingLayout
+from .promote import node_mean
+from .ring import load_ring
+
+
+def write_search_summary(ring_dir) -> dict:
+    ring = load_ring(ring_dir)
+    layout = RingLayout(Path(ring["ring_dir"]))
+    index = read_json(layout.nodes_index)
+    rows = {
+        n["id"]: node_mean(ring, layout, n["id"], "s0")
+        for n in index["nodes"]
+        if n["status"] == "ready"
+    }
+    record = {"ended_at": time.time(), "seed0": rows}
+    atomic_write_json(layout.search, record)
+    return record
+
+
+def executions(layout: RingLayout):
+    """Every result.json of the ring, as (node, view, variant, result)."""
+    for path in sorted(layout.root.glob("nodes/*/exec/*/*/result.json")):
+        variant_dir = path.parent
+        yield (variant_dir.parent.parent.parent.name, variant_dir.parent.name,
+               variant_dir.name, read_json(path))
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def render_summary(ring_dir) -> str:
+    ring = load_ring(ring_dir)
+    layout = RingLayout(Path(ring["ring_dir"]))
+    index = read_json(layout.nodes_index) if layout.nodes_index.exists() else {"nodes": []}
+    ranking = read_json(layout.ranking) if layout.ranking.exists() else {"ranked": []}
+    three_seed = {row["node"]: row["score"] for row in ranking["ranked"]}
+    lines = [
+        f"ring {ring['ring_id']}  task {ring['task']['name']} ({ring['task']['direction']})",
+        f"  folder   {layout.root}",
+        f"  final    {layout.final_dir}" + ("" if layout.final_dir.exists() else " (not written)"),
+        f"  report   {layout.report}",
+        "",
+        f"{'node':<22} {'role':<10} {'status':<9} {'seed-0':>8} {'3-seed':>8}",
+    ]
+    for node in index["nodes"]:
+        s0 = node_mean(ring, layout, node["id"], "s0")["mean"] if node["status"] == "ready" else None
+        lines.append(f"{node['id']:<22} {node['role']:<10} {node['status']:<9} "
+                     f"{_fmt(s0):>8} {_fmt(three_seed.get(node['id'])):>8}")
+    modes = Counter(r["weights_mode"] for *_, r in executions(layout))
+    statuses = Counter(r["status"] for *_, r in executions(layout))
+    lines += [
+        "",
+        "executions: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())),
+        "weights:    " + ", ".join(f"{k} {v}" for k, v in sorted(modes.items())),
+    ]
+    if layout.decision.exists():
+        decision = read_json(layout.decision)
+        lines += ["", f"final decision: {decision['decision']}"
+                  + (f" -> {decision.get('chosen')}" if decision.get("chosen") else ""),
+                  f"  {decision.get('reason', '')}"]
+        guard = decision.get("guard")
+        if guard and guard.get("lcb") is not None:
+            lines.append(f"  guard: LCB {guard['lcb']:.4f} at alpha {guard['alpha']:.4g}, "
+                         f"margin {guard['margin']}, seeds {guard['seeds']}")
+    return "\n".join(lines) + "\n"

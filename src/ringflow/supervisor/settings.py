@@ -1,0 +1,91 @@
+"""Health and resource settings of one execution (SPEC 7 and 9), read from the config."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InputError
+
+
+def _number(section: str, key: str, value: Any, *, allow_none: bool, allow_zero: bool) -> Any:
+    if value is None:
+        if allow_none:
+            return None
+        raise InputError(f"{section}.{key}: must be a number, got null")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InputError(f"{section}.{key}: must be a number, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise InputError(f"{section}.{key}: must be finite and {bound}, got {value!r}")
+    return value
+
+
+def _check_keys(section: str, cls: type, d: Any) -> dict:
+    if d is None:
+        return {}
+    if not isinstance(d, dict):
+        raise InputError(f"{section}: must be a mapping, got {type(d).__name__}")
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise InputError(f"{section}: unknown key(s) {unknown}; known keys are {sorted(known)}")
+    return d
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    """`exec_health` of the config: how often to look, when to call a program hung."""
+
+    enforce: bool = False
+    collect_s: float = 60
+    interval_s: float = 300
+    hang_min: float = 30
+    term_grace_s: float = 60
+    failed_after_s: float = 600
+    min_cpu_frac: float = 0.01
+    min_io_kbps: float = 64
+
+    @classmethod
+    def from_config(cls, d: dict) -> HealthSettings:
+        """Build from the `exec_health` mapping; missing keys keep their defaults."""
+        d = _check_keys("exec_health", cls, d)
+        values: dict[str, Any] = {}
+        for key, value in d.items():
+            if key == "enforce":
+                if not isinstance(value, bool):
+                    raise InputError(f"exec_health.enforce: must be true or false, got {value!r}")
+                values[key] = value
+            else:
+                zero_ok = key in ("term_grace_s", "min_cpu_frac", "min_io_kbps")
+                values[key] = _number(
+                    "exec_health", key, value, allow_none=False, allow_zero=zero_ok
+                )
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class ResourceLimits:
+    """`limits` of a board or view: memory, wall-clock backstop, threads (SPEC 7.6)."""
+
+    memory_gb: float | None = 28
+    time_limit_min: float | None = 360
+    threads: int | None = 8
+
+    @classmethod
+    def from_config(cls, d: dict) -> ResourceLimits:
+        """Build from the `limits` mapping; null means "no limit"."""
+        d = _check_keys("limits", cls, d)
+        values: dict[str, Any] = {}
+        for key, value in d.items():
+            if key == "threads":
+                if value is not None and (
+                    isinstance(value, bool) or not isinstance(value, int) or value < 1
+                ):
+                    raise InputError(f"limits.threads: must be an integer >= 1, got {value!r}")
+                values[key] = value
+            else:
+                values[key] = _number("limits", key, value, allow_none=True, allow_zero=False)
+        return cls(**values)

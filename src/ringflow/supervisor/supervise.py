@@ -1,0 +1,570 @@
+"""Run one program under supervision: sample its health, stop it at the (moving)
+deadline or when hung, and leave no process of its tree behind (SPEC 7).
+
+The loop wakes at least every 0.25 s (a moved cutoff acts promptly) and at once when the
+program exits (a pidfd) or the supervisor gets a signal (a pipe). Every stop is the same
+sequence: SIGTERM to the whole tree, a grace for a last checkpoint, then SIGKILL sweeps
+(cgroup.kill where a cgroup is owned) until nothing is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .. import statuses
+from ..errors import InputError
+from .activity import ActivityTracker, judge_window
+from .cgroup import OwnedCgroup
+from .gpu import GpuMonitor
+from .health_log import HealthLog
+from .proctree import (
+    SIGNAL_NAMES,
+    TOKEN_ENV,
+    ProcessTree,
+    alive,
+    describe,
+    read_stat,
+    set_child_subreaper,
+)
+from .sampling import Sample, TreeSampler
+from .settings import HealthSettings, ResourceLimits
+
+TICK_S = 0.25  # deadline, signal and orphan checks happen at least this often
+GPU_POLL_S = 1.0  # NVML per-process samples are integrated at this cadence
+KILL_SWEEPS = 20
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+@dataclass
+class Outcome:
+    """How one supervised execution ended (the core of result.json, SPEC 7.5)."""
+
+    status: str
+    budget_cut: bool
+    exit_code: int | None
+    signal: int | None
+    wall_s: float
+    cpu_s: float
+    reap_left: list[dict]
+    reason: str
+    events: list[dict]
+    health_jsonl: str
+    health_latest: str
+    limits: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """JSON-ready form."""
+        return asdict(self)
+
+
+def wait_for(
+    predicate: Callable[[], bool],
+    *,
+    deadline: Callable[[], float | None],
+    poll_s: float = 0.2,
+) -> bool:
+    """Wait until `predicate()` holds (True) or the moving deadline passes (False).
+
+    The deadline is re-read at every poll, so a cutoff moved earlier ends the wait."""
+    while True:
+        cutoff = deadline()
+        now = time.time()
+        if cutoff is not None and cutoff <= now:
+            return False
+        if predicate():
+            return True
+        pause = poll_s if cutoff is None else min(poll_s, max(cutoff - now, 0.0))
+        time.sleep(max(pause, 0.001))
+
+
+class _Ancestors:
+    """Parent and grandparent at start; either vanishing means we were orphaned."""
+
+    def __init__(self) -> None:
+        self.watched: list[tuple[str, int, int]] = []
+        parent = os.getppid()
+        stat = read_stat(parent) if parent > 1 else None
+        if stat is not None:
+            self.watched.append(("parent", parent, stat.starttime))
+            grand = read_stat(stat.ppid) if stat.ppid > 1 else None
+            if grand is not None:
+                self.watched.append(("grandparent", grand.pid, grand.starttime))
+        self.parent = parent
+        self._next_full = 0.0
+
+    def gone(self, now: float) -> str | None:
+        """Which ancestor is gone, or None; the parent is checked every call (cheap)."""
+        if self.parent > 1 and os.getppid() != self.parent:
+            return f"parent {self.parent}"
+        if now < self._next_full:
+            return None
+        self._next_full = now + 1.0
+        for role, pid, starttime in self.watched:
+            stat = read_stat(pid)
+            if stat is None or stat.starttime != starttime or stat.state == "Z":
+                return f"{role} {pid}"
+        return None
+
+
+class _Supervision:
+    def __init__(
+        self,
+        argv,
+        cwd,
+        env,
+        stdout_path,
+        stderr_path,
+        health_dir,
+        settings,
+        limits,
+        deadline,
+        watch_output,
+        watch_writable,
+        progress_file,
+        gpu_ids,
+        watch_ancestors,
+        preexec_fn,
+    ) -> None:
+        self.argv = [os.fspath(a) for a in argv]
+        self.cwd, self.env = cwd, dict(env)
+        self.stdout_path, self.stderr_path = Path(stdout_path), Path(stderr_path)
+        self.health_dir = Path(health_dir)
+        self.settings, self.limits = settings, limits
+        self.deadline_fn = deadline
+        self.watch_output, self.watch_writable = watch_output, watch_writable
+        self.progress_file, self.gpu_ids = progress_file, gpu_ids
+        self.watch_ancestors, self.preexec_fn = watch_ancestors, preexec_fn
+        self.events: list[dict] = []
+        self.got_signal: int | None = None
+        self.signal_count = 0
+        self._deadline_error_logged = False
+        self.root_status: int | None = None  # raw wait status once reaped
+        self.proc: subprocess.Popen | None = None
+        self.pidfd: int | None = None
+        self.poller: select.poll | None = None
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        os.set_blocking(self.wake_r, False)
+
+    # -- small helpers ---------------------------------------------------------------
+    def event(self, name: str, **fields) -> dict:
+        record = {"event": name, "wall": round(time.time(), 3), **fields}
+        self.events.append(record)
+        if hasattr(self, "health"):
+            self.health.event(record)
+        return record
+
+    def cutoff(self) -> float | None:
+        try:
+            value = self.deadline_fn()
+        except Exception as exc:  # a broken deadline source must not kill supervision
+            if not self._deadline_error_logged:
+                self._deadline_error_logged = True
+                self.event("deadline_unreadable", error=f"{type(exc).__name__}: {exc}")
+            return None
+        return None if value is None else float(value)
+
+    def _on_signal(self, signum, _frame) -> None:
+        self.got_signal = signum
+        self.signal_count += 1
+        with contextlib.suppress(OSError):
+            os.write(self.wake_w, b"s")
+
+    def _child_setup(self) -> None:
+        self.cgroup.join_self()
+        if self.preexec_fn is not None:
+            self.preexec_fn()
+
+    def root_exited(self) -> bool:
+        """Reap the root if it has exited (its rusage goes into the tree's CPU)."""
+        if self.root_status is not None:
+            return True
+        assert self.proc is not None
+        try:
+            pid, status, usage = os.wait4(self.proc.pid, os.WNOHANG)
+        except ChildProcessError:
+            self.root_status = 0  # reaped elsewhere: status unknown
+            self.event("root_reaped_elsewhere", pid=self.proc.pid)
+            self.proc.returncode = 0
+            return True
+        if pid == 0:
+            return False
+        self.root_status = status
+        self.tree.reaped_cpu_s += usage.ru_utime + usage.ru_stime
+        self.proc.returncode = os.waitstatus_to_exitcode(status)
+        return True
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep up to `timeout`, waking early when the root exits or a signal arrives.
+
+        Returns whether the root may have exited (then `root_exited` tells for sure)."""
+        timeout = max(timeout, 0.0)
+        if self.pidfd is None or self.root_status is not None:
+            end = time.monotonic() + timeout
+            while time.monotonic() < end and not self.got_signal:
+                if self.root_status is None and self.root_exited():
+                    return True
+                time.sleep(min(0.05, max(end - time.monotonic(), 0)))
+            return self.root_status is not None
+        if self.poller is None:
+            self.poller = select.poll()
+            self.poller.register(self.pidfd, select.POLLIN)
+            self.poller.register(self.wake_r, select.POLLIN)
+        ready = dict(self.poller.poll(timeout * 1000))
+        if self.wake_r in ready:
+            with contextlib.suppress(BlockingIOError):
+                os.read(self.wake_r, 64)
+        return self.pidfd in ready
+
+    # -- the run ---------------------------------------------------------------------
+    def run(self) -> Outcome:
+        self.start_t, self.start_wall = time.monotonic(), time.time()
+        self.health = HealthLog(
+            self.health_dir,
+            self.settings.interval_s,
+            self.start_t,
+            self.start_wall,
+            {"argv": self.argv, "started": round(self.start_wall, 3)},
+        )
+        cutoff = self.cutoff()
+        if cutoff is not None and cutoff <= self.start_wall:
+            return self._not_started(cutoff)
+        self.subreaper = set_child_subreaper()
+        if not self.subreaper[0]:
+            self.event("subreaper_unavailable", reason=self.subreaper[1])
+        token = uuid.uuid4().hex
+        memory = None
+        if self.limits.memory_gb is not None:
+            memory = int(self.limits.memory_gb * 1024**3)
+        self.cgroup = OwnedCgroup.create(f"ringflow-{os.getpid()}-{token[:12]}", memory)
+        try:
+            return self._run_started(token)
+        finally:
+            for problem in self.cgroup.remove():
+                self.event("cgroup_left", detail=problem)
+            if self.pidfd is not None:
+                os.close(self.pidfd)
+            os.close(self.wake_r)
+            os.close(self.wake_w)
+
+    def _not_started(self, cutoff: float) -> Outcome:
+        reason = f"deadline passed before start (cutoff {cutoff:.3f})"
+        self.event("deadline", before_start=True, cutoff=cutoff)
+        self.health.write_latest("not_started", None, None, 0.0, {"reason": reason})
+        self.health.close(time.monotonic(), 0.0, {"status": statuses.INTERRUPTED})
+        return self._outcome(statuses.INTERRUPTED, True, reason, 0.0, 0.0, [], limits={})
+
+    def _limits_record(self) -> dict:
+        limits = self.limits
+        if self.settings.enforce:
+            applies = "only after the tree could not be read for failed_after_s (enforce mode)"
+        else:
+            applies = "always (observe mode)"
+        return {
+            "memory": {"requested_gb": limits.memory_gb, **self.cgroup.memory},
+            "time_limit_min": {"value": limits.time_limit_min, "applies": applies},
+            "threads": {
+                "value": limits.threads,
+                "enforced": False,
+                "how": "thread-count environment variables, set by the caller",
+            },
+            "cgroup": self.cgroup.describe(),
+            "subreaper": {"ok": self.subreaper[0], "reason": self.subreaper[1]},
+        }
+
+    def _install_signals(self) -> dict:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous = {}
+        for sig in HANDLED_SIGNALS:
+            previous[sig] = signal.signal(sig, self._on_signal)
+        return previous
+
+    def _run_started(self, token: str) -> Outcome:
+        owned = self.cgroup.v2_path or self.cgroup.v1_memory_path
+        self.tree = ProcessTree(token, self.cgroup.members if owned else None)
+        if not self.cgroup.memory.get("enforced"):
+            self.event("limits", memory=self.cgroup.memory)
+        self.gpu = GpuMonitor(self.gpu_ids, self.env)
+        self.sampler = TreeSampler(
+            self.tree,
+            self.cgroup,
+            self.gpu,
+            self.watch_output,
+            self.watch_writable,
+            self.progress_file,
+        )
+        self.tracker = ActivityTracker(self.settings, self.start_t)
+        ancestors = _Ancestors() if self.watch_ancestors else None
+        previous_handlers = self._install_signals()
+        try:
+            started = self._start(token)
+            if started is not None:
+                return started
+            return self._supervise(ancestors)
+        finally:
+            for sig, handler in previous_handlers.items():
+                signal.signal(sig, handler)
+
+    def _start(self, token: str) -> Outcome | None:
+        self.stdout_path.parent.mkdir(parents=True, exist_ok=True)
+        self.stderr_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(self.stdout_path, "ab") as out, open(self.stderr_path, "ab") as err:
+                self.proc = subprocess.Popen(
+                    self.argv,
+                    cwd=self.cwd,
+                    env={**self.env, TOKEN_ENV: token},
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    start_new_session=True,
+                    preexec_fn=self._child_setup,
+                    close_fds=True,
+                )
+        except (OSError, subprocess.SubprocessError) as exc:
+            reason = f"could not start {self.argv[0]!r}: {exc}"
+            self.event("start_failed", error=str(exc))
+            wall = time.monotonic() - self.start_t
+            self.health.close(time.monotonic(), 0.0, {"status": statuses.CRASH, "reason": reason})
+            return self._outcome(
+                statuses.CRASH, False, reason, wall, 0.0, [], limits=self._limits_record()
+            )
+        self.tree.set_root(self.proc.pid)
+        self.cgroup.verify_member(self.proc.pid)
+        try:
+            self.pidfd = os.pidfd_open(self.proc.pid)
+        except (OSError, AttributeError):
+            self.pidfd = None
+        return None
+
+    def _supervise(self, ancestors: _Ancestors | None) -> Outcome:
+        settings = self.settings
+        collect_s = settings.collect_s
+        tick = min(TICK_S, collect_s)
+        prev = self.sampler.sample()
+        last_good_t = prev.t if prev.ok else self.start_t
+        self.health.record(prev, None, 0.0, "running")
+        next_sample = time.monotonic() + collect_s
+        next_gpu = time.monotonic() + GPU_POLL_S
+        limit_s = None
+        if self.limits.time_limit_min is not None:
+            limit_s = self.limits.time_limit_min * 60
+        oom_seen = prev.oom_kills or 0
+        stop: tuple[str, bool, str] | None = None
+        sample_failures = 0
+        while stop is None:
+            now = time.monotonic()
+            if self.wait(min(tick, max(next_sample - now, 0.0))) and self.root_exited():
+                break
+            now, wall = time.monotonic(), time.time()
+            if self.got_signal:
+                name = SIGNAL_NAMES.get(self.got_signal, str(self.got_signal))
+                self.event("signal", signal=name)
+                stop = (statuses.INTERRUPTED, False, f"supervisor received {name}")
+                break
+            cutoff = self.cutoff()
+            if cutoff is not None and cutoff <= wall:
+                self.event("deadline", cutoff=cutoff)
+                stop = (statuses.INTERRUPTED, True, "deadline reached")
+                break
+            if ancestors is not None and (who := ancestors.gone(now)):
+                self.event("orphaned", ancestor=who)
+                stop = (statuses.INTERRUPTED, False, f"orphaned: {who} is gone")
+                break
+            if limit_s is not None and now - self.start_t >= limit_s:
+                blind_s = now - last_good_t
+                if not settings.enforce or blind_s >= settings.failed_after_s:
+                    self.event(
+                        "time_limit",
+                        limit_min=self.limits.time_limit_min,
+                        blind_s=round(blind_s, 1),
+                    )
+                    stop = (
+                        statuses.TIMEOUT,
+                        False,
+                        f"time limit of {self.limits.time_limit_min} min reached",
+                    )
+                    break
+            if self.gpu.available and now >= next_gpu:
+                self.gpu.poll(self.sampler.last_members, now=now)
+                next_gpu = now + GPU_POLL_S
+            if now < next_sample:
+                continue
+            sample = self.sampler.sample()
+            next_sample = time.monotonic() + collect_s
+            window = None
+            if sample.ok:
+                window = judge_window(prev, sample, settings) if prev.ok else None
+                if window is not None:
+                    for record in self.tracker.update(window, sample.t, sample.wall):
+                        self.events.append(record)
+                        self.health.event(record)
+                prev, last_good_t = sample, sample.t
+                if (sample.oom_kills or 0) > oom_seen:
+                    self.event("oom_kill", count=sample.oom_kills - oom_seen)
+                    oom_seen = sample.oom_kills or 0
+            else:
+                sample_failures += 1
+                if sample_failures <= 3 or sample_failures % 100 == 0:
+                    self.event("sample_failed", error=sample.error, count=sample_failures)
+            self.health.record(sample, window, self.tracker.idle_s(sample.t), "running")
+            if self.tracker.hung:
+                minutes = settings.hang_min
+                stop = (statuses.HUNG, False, f"no activity for {minutes} min (enforce mode)")
+        return self._finish(stop, prev)
+
+    # -- stopping --------------------------------------------------------------------
+    def _finish(self, stop: tuple[str, bool, str] | None, prev: Sample) -> Outcome:
+        if stop is None:
+            # The program ended by itself; anything it left behind is swept.
+            leftovers = alive(self.tree.discover())
+            if leftovers:
+                self.event(
+                    "leftover_descendants",
+                    count=len(leftovers),
+                    pids=sorted(leftovers),
+                    names=sorted({s.name for s in leftovers.values()}),
+                )
+                reap_left = self._stop_tree()
+            else:
+                reap_left = self._sweep_kill()
+        else:
+            reap_left = self._stop_tree()
+        end_t = time.monotonic()
+        final = self.sampler.sample()
+        window = judge_window(prev, final, self.settings) if prev.ok and final.ok else None
+        self.health.record(final, window, self.tracker.idle_s(final.t), "stopped")
+        cpu_s = self.sampler.cpu_total({}) if not final.ok else final.cpu_s
+        if (self.cgroup.oom_kills() or 0) > (prev.oom_kills or 0):
+            self.event("oom_kill", count=(self.cgroup.oom_kills() or 0) - (prev.oom_kills or 0))
+        if reap_left:
+            self.event("reap_left", processes=reap_left)
+        status, budget_cut, reason = stop or self._exit_verdict()
+        wall = end_t - self.start_t
+        self.health.close(
+            end_t,
+            self.tracker.idle_s(end_t),
+            {"status": status, "budget_cut": budget_cut, "reason": reason},
+        )
+        return self._outcome(
+            status, budget_cut, reason, wall, cpu_s, reap_left, limits=self._limits_record()
+        )
+
+    def _exit_verdict(self) -> tuple[str, bool, str]:
+        code = self.proc.returncode if self.proc else None
+        if code == 0:
+            return statuses.OK, False, "exited with code 0"
+        if code is not None and code < 0:
+            return statuses.CRASH, False, f"killed by signal {-code}"
+        return statuses.CRASH, False, f"exited with code {code}"
+
+    def _members(self) -> dict:
+        members = self.tree.discover()
+        self.tree.reap_inherited(members)
+        self.root_exited()
+        return members
+
+    def _tree_empty(self, members: dict) -> bool:
+        return not alive(members) and self.root_status is not None
+
+    def _stop_tree(self) -> list[dict]:
+        """SIGTERM everything, grace, then SIGKILL sweeps; returns what survived."""
+        members = self._members()
+        self.tree.signal_all(members, signal.SIGTERM)
+        signals_before = self.signal_count
+        grace_end = time.monotonic() + self.settings.term_grace_s
+        while time.monotonic() < grace_end:
+            members = self._members()
+            if self._tree_empty(members):
+                return []
+            if self.signal_count > signals_before + (1 if self.got_signal else 0):
+                break  # asked again while stopping: no more grace
+            self.wait(min(0.05, max(grace_end - time.monotonic(), 0)))
+        return self._sweep_kill()
+
+    def _sweep_kill(self) -> list[dict]:
+        members = self._members()
+        for sweep in range(KILL_SWEEPS):
+            if self._tree_empty(members):
+                return []
+            self.cgroup.kill()
+            self.tree.signal_all(members, signal.SIGKILL)
+            time.sleep(min(0.02 * (sweep + 1), 0.25))
+            members = self._members()
+        return [describe(pid, stat) for pid, stat in alive(members).items()]
+
+    def _outcome(self, status, budget_cut, reason, wall_s, cpu_s, reap_left, limits) -> Outcome:
+        code = sig = None
+        if self.proc is not None and self.proc.returncode is not None:
+            rc = self.proc.returncode
+            code, sig = (rc, None) if rc >= 0 else (None, -rc)
+        return Outcome(
+            status=status,
+            budget_cut=budget_cut,
+            exit_code=code,
+            signal=sig,
+            wall_s=round(wall_s, 3),
+            cpu_s=round(cpu_s, 3),
+            reap_left=reap_left,
+            reason=reason,
+            events=self.events,
+            health_jsonl=str(self.health.jsonl),
+            health_latest=str(self.health.latest),
+            limits=limits,
+        )
+
+
+def supervise(
+    argv: list[str],
+    *,
+    cwd,
+    env: dict,
+    stdout_path,
+    stderr_path,
+    health_dir,
+    settings: HealthSettings,
+    limits: ResourceLimits,
+    deadline: Callable[[], float | None] = lambda: None,
+    watch_output: Sequence[os.PathLike | str] = (),
+    watch_writable: Sequence[os.PathLike | str] = (),
+    progress_file: os.PathLike | str | None = None,
+    gpu_ids: Sequence[int] | None = None,
+    watch_ancestors: bool = True,
+    preexec_fn: Callable[[], None] | None = None,
+) -> Outcome:
+    """Run `argv` in its own session under health sampling and the (moving) deadline.
+
+    Returns when the program and every process of its tree are gone (or reported in
+    `reap_left`). See SPEC 7 for the statuses and when `budget_cut` is set."""
+    if not argv:
+        raise InputError("supervise: argv is empty")
+    if not isinstance(settings, HealthSettings) or not isinstance(limits, ResourceLimits):
+        raise InputError("supervise: settings and limits must be HealthSettings/ResourceLimits")
+    return _Supervision(
+        argv,
+        cwd,
+        env,
+        stdout_path,
+        stderr_path,
+        health_dir,
+        settings,
+        limits,
+        deadline,
+        watch_output,
+        watch_writable,
+        progress_file,
+        gpu_ids,
+        watch_ancestors,
+        preexec_fn,
+    ).run()

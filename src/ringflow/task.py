@@ -1,0 +1,119 @@
+"""A task folder (SPEC 4): task.yaml, views/<view>/inputs/ and views/<view>/labels/."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .errors import InputError
+
+DIRECTIONS = ("maximize", "minimize")
+
+
+@dataclass(frozen=True)
+class Task:
+    dir: Path
+    name: str
+    direction: str
+    scorer: str
+    validator: str | None
+    views: tuple[str, ...]
+    reorder_rows: tuple[str, ...]
+
+    def view_dir(self, view: str) -> Path:
+        return self.dir / "views" / view
+
+    def to_dict(self) -> dict:
+        return {
+            "dir": str(self.dir),
+            "name": self.name,
+            "direction": self.direction,
+            "scorer": self.scorer,
+            "validator": self.validator,
+            "views": list(self.views),
+            "reorder_rows": list(self.reorder_rows),
+        }
+
+    def better(self, a: float, b: float) -> bool:
+        return a > b if self.direction == "maximize" else a < b
+
+
+def load_task(task_dir: str | Path) -> Task:
+    """Read and check a task folder; every fault names the file and what is wrong."""
+    task_dir = Path(task_dir).resolve()
+    spec_path = task_dir / "task.yaml"
+    if not spec_path.is_file():
+        raise InputError(f"task {task_dir}: task.yaml not found")
+    try:
+        spec = yaml.safe_load(spec_path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise InputError(f"{spec_path}: malformed YAML: {exc}") from None
+    if not isinstance(spec, dict):
+        raise InputError(f"{spec_path}: expected a mapping at the top level")
+    for key in ("name", "direction", "scorer"):
+        if not isinstance(spec.get(key), str) or not spec[key].strip():
+            raise InputError(f"{spec_path}: '{key}' is required and must be a non-empty string")
+    if spec["direction"] not in DIRECTIONS:
+        raise InputError(
+            f"{spec_path}: direction must be one of {', '.join(DIRECTIONS)}, "
+            f"not {spec['direction']!r}"
+        )
+    validator = spec.get("validator")
+    if validator is not None and (not isinstance(validator, str) or not validator.strip()):
+        raise InputError(f"{spec_path}: 'validator' must be a command string when given")
+    views_root = task_dir / "views"
+    if not views_root.is_dir():
+        raise InputError(f"task {task_dir}: views/ folder not found")
+    found = sorted(p.name for p in views_root.iterdir() if p.is_dir())
+    order = spec.get("views") or found
+    if not isinstance(order, list) or not all(isinstance(v, str) for v in order):
+        raise InputError(f"{spec_path}: 'views' must be a list of view names")
+    for view in order:
+        for part in ("inputs", "labels"):
+            if not (views_root / view / part).is_dir():
+                raise InputError(f"task {task_dir}: views/{view}/{part}/ not found")
+    reorder = spec.get("reorder_rows") or []
+    if not isinstance(reorder, list) or not all(isinstance(v, str) for v in reorder):
+        raise InputError(f"{spec_path}: 'reorder_rows' must be a list of input file names")
+    return Task(
+        dir=task_dir,
+        name=spec["name"],
+        direction=spec["direction"],
+        scorer=spec["scorer"],
+        validator=validator,
+        views=tuple(order),
+        reorder_rows=tuple(reorder),
+    )
+
+
+def command_argv(command: str) -> list[str]:
+    """Split a task or candidate command; a leading `python` means ringflow's own interpreter.
+
+    Programs and scorers need the packages ringflow was installed with, and PATH inside a
+    Snakemake job need not point at that environment.
+    """
+    argv = shlex.split(command)
+    if not argv:
+        raise InputError("empty command")
+    if argv[0] in ("python", "python3"):
+        argv[0] = sys.executable
+    return argv
+
+
+def split_views(task: Task, search: list[str], final: str) -> tuple[list[str], str]:
+    """Search views in order (the first has top priority) and the final view."""
+    if final not in task.views:
+        raise InputError(f"final view {final!r} is not a view of task {task.name!r}")
+    chosen = search or [v for v in task.views if v != final]
+    for view in chosen:
+        if view not in task.views:
+            raise InputError(f"search view {view!r} is not a view of task {task.name!r}")
+        if view == final:
+            raise InputError(f"the final view {final!r} cannot also be a search view")
+    if not chosen:
+        raise InputError(f"task {task.name!r} has no search view besides {final!r}")
+    return chosen, final

@@ -1,0 +1,45 @@
+"""An execution's own working copy of a solution: hardlinks to read-only files (SPEC 3)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import stat
+from pathlib import Path
+
+
+def make_readonly_tree(root: Path) -> None:
+    """Files 0444, folders 0755: shared by every working copy linked from it."""
+    for dirpath, _dirnames, filenames in os.walk(root):
+        os.chmod(dirpath, 0o755)
+        for name in filenames:
+            path = Path(dirpath) / name
+            if not path.is_symlink():
+                os.chmod(path, stat.S_IMODE(path.stat().st_mode) & 0o555 | 0o444)
+
+
+def link_tree(source: Path, dest: Path) -> None:
+    """Mirror `source` into `dest`, hardlinking files (copying across filesystems)."""
+    for dirpath, _dirnames, filenames in os.walk(source):
+        rel = Path(dirpath).relative_to(source)
+        target_dir = dest / rel
+        target_dir.mkdir(parents=True, exist_ok=True)
+        for name in filenames:
+            src, dst = Path(dirpath) / name, target_dir / name
+            if src.is_symlink():
+                os.symlink(os.readlink(src), dst)
+                continue
+            try:
+                os.link(src, dst)
+            except OSError as exc:
+                if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
+                    raise
+                shutil.copy2(src, dst)
+
+
+def reset_dir(path: Path) -> Path:
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path

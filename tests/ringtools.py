@@ -1,0 +1,144 @@
+"""Helpers for tests that run whole rings: a scripted task whose scores the test controls,
+scripted candidates, and a runner for Snakemake on a temporary folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = Path(sys.executable).parent / "snakemake"
+
+SCORER = '''\
+import argparse, json, os, tempfile
+p = argparse.ArgumentParser()
+for a in ("--pred", "--labels", "--out"):
+    p.add_argument(a)
+p.add_argument("--seed", type=int)
+a = p.parse_args()
+try:
+    value = json.load(open(os.path.join(a.pred, "score.json")))["value"]
+    truth = open(os.path.join(a.labels, "truth.txt")).read().strip()
+    rec = {"score": float(value), "valid": True, "reason": "labels " + truth}
+except Exception as exc:
+    rec = {"score": 0.0, "valid": False, "reason": f"no usable score.json: {exc}"}
+fd, tmp = tempfile.mkstemp(dir=os.path.dirname(a.out))
+with os.fdopen(fd, "w") as f:
+    json.dump(rec, f)
+os.replace(tmp, a.out)
+'''
+
+# A candidate whose score per (view, seed) is drawn from a distribution set in
+# behaviour.json; with weights it "trains" a file holding the training seed.
+PROGRAM = '''\
+import argparse, json, os, random, sys, time
+p = argparse.ArgumentParser()
+p.add_argument("--seed", type=int, default=0)
+p.add_argument("--ablate", action="store_true")
+a = p.parse_args()
+b = json.load(open("behaviour.json"))
+view = os.environ.get("RINGFLOW_VIEW", "")
+if a.seed in b.get("crash_seeds", []):
+    sys.exit("crashing on purpose for seed %d" % a.seed)
+time.sleep(b.get("sleep", 0))
+data = open(os.path.join(os.environ["RINGFLOW_INPUT_DIR"], "data.txt")).read().strip()
+train_note = None
+if b.get("weights"):
+    ex = json.load(open("EXECUTION.json")) if os.path.exists("EXECUTION.json") else {}
+    tseed = a.seed if ex.get("seed_affects_training") else ex.get("train_seed", 0)
+    path = "weights/model.txt"
+    if os.path.exists(path):
+        print("loaded weights", file=sys.stderr)
+    else:
+        with open(path, "w") as f:
+            f.write("trained seed=%d ablate=%s data=%s\\n" % (tseed, a.ablate, data))
+        print("trained", file=sys.stderr)
+rng = random.Random(f"{b.get('noise_key', 'x')}/{view if b.get('view_sensitive') else data}/{a.seed}")
+value = b["mean"] + rng.gauss(0, b.get("sd", 0.0))
+if b.get("view_sensitive") and view not in ("proxy", "x3", "final"):
+    value -= 0.5
+with open(os.path.join(os.environ["RINGFLOW_OUTPUT_DIR"], "score.json"), "w") as f:
+    json.dump({"value": value}, f)
+'''
+
+
+def make_task(root: Path, views=("proxy", "x3", "final")) -> Path:
+    task = root / "task"
+    (task).mkdir(parents=True, exist_ok=True)
+    (task / "task.yaml").write_text(yaml.safe_dump({
+        "name": "scripted", "direction": "maximize", "scorer": "python scorer.py",
+        "views": list(views),
+    }))
+    (task / "scorer.py").write_text(SCORER)
+    for view in views:
+        (task / "views" / view / "inputs").mkdir(parents=True, exist_ok=True)
+        (task / "views" / view / "labels").mkdir(parents=True, exist_ok=True)
+        (task / "views" / view / "inputs" / "data.txt").write_text(f"data of {view}\n")
+        (task / "views" / view / "labels" / "truth.txt").write_text(f"truth of {view}\n")
+    return task
+
+
+def make_candidate(folder: Path, *, mean: float, sd: float = 0.0, weights: bool = False,
+                   seed_affects_training: bool = False, **behaviour) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "run.py").write_text(PROGRAM)
+    (folder / "behaviour.json").write_text(json.dumps(
+        {"mean": mean, "sd": sd, "weights": weights, **behaviour}))
+    if weights:
+        (folder / "ARTIFACTS.json").write_text(json.dumps(
+            [{"path": "weights/model.txt", "sha256": None, "per_view": True}]))
+        (folder / "EXECUTION.json").write_text(json.dumps(
+            {"seed_affects_training": seed_affects_training, "train_seed": 0}))
+    return folder
+
+
+FAST = {
+    "exec_health": {"enforce": False, "collect_s": 0.5, "interval_s": 2, "hang_min": 5,
+                    "term_grace_s": 2, "failed_after_s": 60, "min_cpu_frac": 0.01,
+                    "min_io_kbps": 64},
+    "limits": {"memory_gb": 4, "time_limit_min": 10, "threads": 1},
+    "timeline": {"duration_min": 30, "final_reserve_min": 10, "node_tail_min": 1,
+                 "settle_extra_s": 5, "stop_margin_s": 5, "reserve_pad_min": 1},
+}
+
+
+def write_config(workdir: Path, **overrides) -> Path:
+    config = json.loads(json.dumps(FAST))
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict):
+            config[key].update(value)
+        else:
+            config[key] = value
+    path = workdir / "ring-config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def snakemake(workdir: Path, configfile: Path, *extra: str, check: bool = True,
+              timeout: float = 900) -> subprocess.CompletedProcess:
+    argv = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
+            "--profile", str(REPO / "profiles" / "local"), "--cores", "2",
+            "--configfile", str(configfile), *extra]
+    env = dict(os.environ)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}"
+                             f"\n{proc.stderr[-8000:]}")
+    return proc
+
+
+def results(ring: Path) -> dict[tuple[str, str, str], dict]:
+    out = {}
+    for path in ring.glob("nodes/*/exec/*/*/result.json"):
+        out[(path.parts[-5], path.parts[-3], path.parts[-2])] = json.loads(path.read_text())
+    return out
+
+
+def dedent(text: str) -> str:
+    return textwrap.dedent(text)
