@@ -26,4 +26,4 @@ onstart:
 rule all:
     default_target: True
     input:
-        ring_outputs(),
+        ring_outputs,

@@ -199,5 +199,25 @@ def repro_inputs(wildcards):
     return [path(RING.decision)] + score_files(nodes, ["s0", "fresh-s0"], view)
 
 
-def ring_outputs():
-    return [path(RING.decision), path(RING.repro_record), path(RING.summary), path(RING.report)]
+def ring_outputs(wildcards):
+    return [
+        path(RING.decision),
+        path(RING.repro_record),
+        path(RING.summary),
+        path(RING.report),
+        *execution_records(),
+    ]
+
+
+def execution_records():
+    """The result and score of every execution that has started.
+
+    Snakemake leaves a missing intermediate file alone while the files made from it are
+    up to date; listing them here makes a deleted result.json re-run that execution.
+    """
+    records = []
+    for folder in sorted(RING.root.glob("nodes/*/exec/*/*")):
+        if folder.is_dir():
+            node, view, variant = folder.parts[-4], folder.parts[-2], folder.parts[-1]
+            records += [path(RING.result(node, view, variant)), path(RING.score(node, view, variant))]
+    return records

@@ -115,7 +115,7 @@ def write_config(workdir: Path, **overrides) -> Path:
             config[key].update(value)
         else:
             config[key] = value
-    path = workdir / "ring-config.yaml"
+    path = workdir / f"{config.get('ring_id', 'ring')}-config.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
 

@@ -151,7 +151,14 @@ def test_only_the_heartbeat_loop_would_hang_in_observe_mode(tmp_path):
     with ThreadPoolExecutor(len(programs)) as pool:
         futures = {
             name: pool.submit(
-                run, tmp_path, code, FAST, name, progress_file=tmp_path / name / "progress.json"
+                run,
+                tmp_path,
+                code,
+                FAST,
+                name,
+                progress_file=tmp_path / name / "progress.json",
+                watch_output=[tmp_path / name],
+                watch_writable=[tmp_path / name],
             )
             for name, code in programs.items()
         }
@@ -167,6 +174,8 @@ def test_only_the_heartbeat_loop_would_hang_in_observe_mode(tmp_path):
     io_lines = read_jsonl(outcomes["io"].health_jsonl)
     assert any(line["activity_reasons"].get("io") for line in io_lines)
     assert max(line["io_kbps_max"] for line in io_lines) > FAST.min_io_kbps
+    assert sum(line["output_growth_bytes"] for line in io_lines) > 1_000_000
+    assert all(line["writable_mtime"] for line in io_lines)
     # The heartbeat's few bytes per second stay below the floor.
     progress_lines = read_jsonl(outcomes["progress"].health_jsonl)
     assert not any(line["activity_reasons"].get("io") for line in progress_lines[1:])
@@ -433,7 +442,9 @@ def test_health_lines_per_interval_keep_bursts(tmp_path):
     outcome = run(tmp_path, code)
     lines = read_jsonl(outcome.health_jsonl)
     full = [line for line in lines if not line["partial"]]
-    assert len(full) == int(outcome.wall_s // FAST.interval_s)
+    # One line per completed interval (the last boundary may fall after the last sample).
+    assert int(outcome.wall_s) - 1 <= len(full) <= int(outcome.wall_s), len(full)
+    assert [line["interval"] for line in lines] == list(range(len(lines)))
     assert len(lines) - len(full) <= 1
     for line in lines:
         assert line["gpu_attribution"] == "none"
@@ -442,7 +453,7 @@ def test_health_lines_per_interval_keep_bursts(tmp_path):
     cumulative = [line["cpu_s_cumulative"] for line in lines]
     assert cumulative == sorted(cumulative)
     burst = max(lines, key=lambda line: line["cpu_frac_max"])
-    assert burst["cpu_frac_max"] > 0.5  # the 0.4 s burst shows as a maximum
+    assert burst["cpu_frac_max"] > 0.3  # the 0.4 s burst shows as a maximum
     assert burst["cpu_frac_avg"] < burst["cpu_frac_max"]
     latest = json.loads(Path(outcome.health_latest).read_text())
     assert latest["state"] == "ended" and latest["outcome"]["status"] == statuses.OK

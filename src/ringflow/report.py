@@ -1,23 +1,764 @@
-"""`ringflow report`: a self-contained HTML page of the ring (Jinja2)."""
+"""`ringflow report`: one self-contained HTML page of a ring, finished or in progress (SPEC 14).
+
+The page is built from the files the ring writes and nothing else; any of them may be
+missing while the ring runs, so every section shows what exists. Data is gathered here
+(`report_context`) and laid out by the Jinja2 template, which escapes every value.
+"""
 
 from __future__ import annotations
 
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
+from statistics import fmean
+from typing import Any
 
-from jinja2 import Environment, PackageLoader, select_autoescape
+from jinja2 import Environment, PackageLoader
 
-from .jsonio import atomic_write_text
-from .layout import RingLayout
+from . import statuses
+from .errors import InputError
+from .jsonio import atomic_write_text, read_json
+from .layout import SEARCH_VARIANTS, RingLayout
 from .ring import load_ring
-from .summary import render_summary
+from .scoring import usable
+
+HEALTH_EVENTS = ("would_hang", "busy_no_progress")
+LATE_VARIANTS = ("blind-s0", "fresh-s0")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a ring that may be half-written
+
+
+@dataclass
+class RingFiles:
+    """Reads a ring's files, tolerating absence; unreadable files are listed, not fatal.
+
+    A report or status of a live ring must not fail because one file is malformed: the
+    problem is shown instead, next to everything that could be read.
+    """
+
+    root: Path
+    problems: list[str] = field(default_factory=list)
+
+    def json(self, path: Path) -> Any | None:
+        if not path.exists():
+            return None
+        try:
+            return read_json(path)
+        except (InputError, OSError) as exc:
+            self.problems.append(str(exc))
+            return None
+
+    def jsonl(self, path: Path) -> list[dict]:
+        """Every whole line; a line being appended at this moment is skipped, not an error."""
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            self.problems.append(f"{path}: {exc}")
+            return []
+        rows = []
+        for line in text.splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+        return rows
+
+
+@dataclass
+class Execution:
+    """One exec folder: its result, score and health files, whichever exist."""
+
+    node: str
+    view: str
+    variant: str
+    path: Path
+    result: dict | None
+    score: dict | None
+    latest: dict | None
+    lines: list[dict]
+
+    @property
+    def in_flight(self) -> bool:
+        return self.result is None and self.latest is not None
+
+    @property
+    def status(self) -> str | None:
+        return None if self.result is None else self.result.get("status")
+
+    @property
+    def last_line(self) -> dict | None:
+        return self.lines[-1] if self.lines else None
+
+
+def scan_executions(files: RingFiles) -> list[Execution]:
+    """Every exec folder of the ring, finished or not, in node/view/variant order."""
+    found = []
+    for exec_dir in sorted(files.root.glob("nodes/*/exec/*/*")):
+        if not exec_dir.is_dir():
+            continue
+        health = exec_dir / "health"
+        found.append(
+            Execution(
+                node=exec_dir.parent.parent.parent.name,
+                view=exec_dir.parent.name,
+                variant=exec_dir.name,
+                path=exec_dir,
+                result=files.json(exec_dir / "result.json"),
+                score=files.json(exec_dir / "score.json"),
+                latest=files.json(health / "health_latest.json"),
+                lines=files.jsonl(health / "health.jsonl"),
+            )
+        )
+    return found
+
+
+def load_nodes(files: RingFiles, layout: RingLayout, index: dict | None) -> list[dict]:
+    """The ring's nodes: the index's entries merged with each node.json (either may lack)."""
+    entries = list(index.get("nodes", [])) if index else []
+    known = {n.get("id") for n in entries}
+    for path in sorted(layout.root.glob("nodes/*/node.json")):
+        if path.parent.name not in known:
+            entries.append({"id": path.parent.name})
+    nodes = []
+    for entry in entries:
+        record = files.json(layout.node_json(entry["id"])) or {}
+        nodes.append({**record, **{k: v for k, v in entry.items() if v is not None}})
+    return nodes
+
+
+def health_events(execution: Execution) -> Counter:
+    """Health events of one execution, from result.json and every health line, each once."""
+    seen, counts = set(), Counter()
+    sources = [(execution.result or {}).get("events") or []]
+    sources += [line.get("events") or [] for line in execution.lines]
+    for events in sources:
+        for event in events:
+            if not isinstance(event, dict) or "event" not in event:
+                continue
+            ident = (event["event"], event.get("wall"))
+            if ident not in seen:
+                seen.add(ident)
+                counts[event["event"]] += 1
+    return counts
+
+
+def health_figures(execution: Execution, prefer_latest: bool = False) -> dict | None:
+    """cpu, io, rss and thread states of the latest health line (or the latest sample).
+
+    The report summarises with the last health.jsonl line (maxima over an interval); a live
+    status prefers health_latest.json, which is rewritten at every sample.
+    """
+    line, latest = execution.last_line, execution.latest
+    sample = (latest or {}).get("sample") or None
+    window = (latest or {}).get("window") or None
+    from_latest = None
+    if sample is not None:
+        from_latest = {
+            "source": "latest sample",
+            "cpu_frac": None if window is None else window.get("cpu_frac"),
+            "io_kbps": None if window is None else window.get("io_kbps"),
+            "rss_bytes": sample.get("rss_bytes"),
+            "states": sample.get("thread_states") or {},
+            "wall": sample.get("wall"),
+        }
+    from_line = None
+    if line is not None:
+        from_line = {
+            "source": "health line",
+            "cpu_frac": line.get("cpu_frac_avg"),
+            "io_kbps": line.get("io_kbps_max"),
+            "rss_bytes": line.get("rss_bytes_max"),
+            "states": line.get("thread_states_max") or {},
+            "wall": line.get("end"),
+        }
+    first, second = (from_latest, from_line) if prefer_latest else (from_line, from_latest)
+    figures = first or second
+    if figures is None:
+        return None
+    figures["started"] = (latest or {}).get("started") or (line or {}).get("start")
+    figures["state"] = (latest or {}).get("state")
+    figures["lines"] = len(execution.lines)
+    return figures
+
+
+def format_states(states: dict) -> str:
+    return " ".join(f"{k}{v}" for k, v in sorted(states.items())) or "-"
+
+
+def format_bytes(value) -> str:
+    if value is None:
+        return "-"
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if value >= size:
+            return f"{value / size:.1f} {unit}"
+    return f"{int(value)} B"
+
+
+def format_duration(seconds: float | None) -> str:
+    """1h02m03s / 4m05s / 6s; negative durations keep their sign."""
+    if seconds is None:
+        return "-"
+    sign = "-" if seconds < 0 else ""
+    s = round(abs(seconds))
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    if h:
+        return f"{sign}{h}h{m:02d}m{sec:02d}s"
+    if m:
+        return f"{sign}{m}m{sec:02d}s"
+    return f"{sign}{sec}s"
+
+
+def format_time(epoch: float | None) -> str:
+    if epoch is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+
+
+def _num(value, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    return f"{value:.{digits}f}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Sections
+
+
+def _better(direction: str):
+    return (lambda a, b: a > b) if direction == "maximize" else (lambda a, b: a < b)
+
+
+def _score_value(execution: Execution | None, direction: str) -> float | None:
+    return None if execution is None else usable(execution.score, direction)
+
+
+def _score_cell(execution: Execution | None, direction: str) -> dict:
+    """What one seed's score cell shows: the score, or why there is none."""
+    if execution is None:
+        return {"text": "", "cls": "absent", "title": "not run"}
+    if execution.result is None:
+        if execution.in_flight:
+            return {"text": "running", "cls": "running", "title": "in flight"}
+        return {"text": "pending", "cls": "running", "title": "no result yet"}
+    status = execution.status
+    if status != statuses.OK:
+        cut = " (budget cut)" if execution.result.get("budget_cut") else ""
+        return {
+            "text": f"{status}{cut}",
+            "cls": "bad",
+            "title": execution.result.get("reason") or status,
+        }
+    score = execution.score
+    if score is None:
+        return {"text": "ok, unscored", "cls": "running", "title": "score.json not written yet"}
+    value = usable(score, direction)
+    if not score.get("scored"):
+        return {"text": "not scored", "cls": "bad", "title": score.get("reason", "")}
+    if not score.get("valid"):
+        return {
+            "text": f"{_num(score.get('score'))} invalid",
+            "cls": "bad",
+            "title": score.get("reason", ""),
+        }
+    return {"text": _num(value), "cls": "ok", "title": ""}
+
+
+def _variant_columns(ring: dict, found: set[str]) -> list[str]:
+    planned = [*SEARCH_VARIANTS, *(f"g{s}" for s in ring.get("guard_seeds", [])), *LATE_VARIANTS]
+    return planned + sorted(found - set(planned))
+
+
+def _node_mean(by_key: dict, node: str, views: list[str], variant: str, direction: str):
+    values = [_score_value(by_key.get((node, v, variant)), direction) for v in views]
+    return None if not values or any(v is None for v in values) else fmean(values)
+
+
+def node_rows(ctx: dict) -> list[dict]:
+    ring, nodes, by_key = ctx["ring"], ctx["nodes"], ctx["by_key"]
+    views, direction = ring["search_views"], ring["task"]["direction"]
+    promoted = set((ctx["promotion"] or {}).get("promoted", []))
+    finalists = set((ctx["ranking"] or {}).get("finalists", []))
+    ranked = {r["node"]: r["score"] for r in (ctx["ranking"] or {}).get("ranked", [])}
+    chosen = (ctx["decision"] or {}).get("chosen")
+    rows = []
+    for node in nodes:
+        nid = node["id"]
+        seeds = [_node_mean(by_key, nid, views, v, direction) for v in ("s0", "s1", "s2")]
+        three = ranked.get(nid)
+        if three is None and all(s is not None for s in seeds):
+            three = fmean(seeds)
+        done = sum(1 for e in ctx["executions"] if e.node == nid and e.result is not None)
+        running = sum(1 for e in ctx["executions"] if e.node == nid and e.in_flight)
+        marks = [
+            m
+            for m, on in (
+                ("promoted", nid in promoted),
+                ("finalist", nid in finalists),
+                ("chosen", nid == chosen),
+            )
+            if on
+        ]
+        rows.append(
+            {
+                "id": nid,
+                "role": node.get("role", "-"),
+                "status": node.get("status", "-"),
+                "error": node.get("error"),
+                "s0": seeds[0],
+                "three": three,
+                "marks": marks,
+                "done": done,
+                "running": running,
+            }
+        )
+    return rows
+
+
+def score_tables(ctx: dict) -> list[dict]:
+    """One table per view: every node's score per seed (the final view has seed 0 only)."""
+    ring, by_key = ctx["ring"], ctx["by_key"]
+    direction = ring["task"]["direction"]
+    final_view = ring.get("final_view")
+    found = {e.variant for e in ctx["executions"]}
+    columns = _variant_columns(ring, found)
+    views = list(ring["search_views"])
+    views += [v for v in sorted({e.view for e in ctx["executions"]}) if v not in views]
+    tables = []
+    for view in views:
+        cols = (
+            ["s0"]
+            if view == final_view
+            else [
+                c
+                for c in columns
+                if any((n["id"], view, c) in by_key for n in ctx["nodes"]) or c in ("s0",)
+            ]
+        )
+        rows = []
+        for node in ctx["nodes"]:
+            cells = [_score_cell(by_key.get((node["id"], view, c)), direction) for c in cols]
+            if any(c["cls"] != "absent" for c in cells):
+                rows.append({"node": node["id"], "cells": cells})
+        labels = [("final view s0" if view == final_view else c) for c in cols]
+        tables.append({"view": view, "final": view == final_view, "columns": labels, "rows": rows})
+    return tables
+
+
+def weights_summary(ctx: dict) -> dict:
+    modes = (statuses.TRAIN, statuses.REPLAY, statuses.FRESH, statuses.NONE)
+    per_node, total = {}, Counter()
+    trained_keys: Counter = Counter()
+    used_keys: set[str] = set()
+    for e in ctx["executions"]:
+        if e.result is None:
+            continue
+        mode = e.result.get("weights_mode") or statuses.NONE
+        per_node.setdefault(e.node, Counter())[mode] += 1
+        total[mode] += 1
+        key = e.result.get("weights_key")
+        if key:
+            used_keys.add(key)
+            if mode == statuses.TRAIN:
+                trained_keys[key] += 1
+    rows = [{"node": n, "counts": [per_node[n][m] for m in modes]} for n in sorted(per_node)]
+    index_keys = (ctx["index"] or {}).get("keys", {})
+    return {
+        "modes": modes,
+        "rows": rows,
+        "total": [total[m] for m in modes],
+        "trainings": total[statuses.TRAIN],
+        "replays": total[statuses.REPLAY],
+        "distinct_keys": len(used_keys),
+        "trained_keys": len(trained_keys),
+        "retrained": sorted(k for k, c in trained_keys.items() if c > 1),
+        "planned_keys": len(index_keys),
+        "keys_from_store": sum(1 for k in index_keys.values() if k.get("in_store")),
+    }
+
+
+def health_summary(ctx: dict) -> dict:
+    rows, totals = [], Counter()
+    for e in ctx["executions"]:
+        events = health_events(e)
+        totals.update(events)
+        figures = health_figures(e)
+        rows.append(
+            {
+                "node": e.node,
+                "view": e.view,
+                "variant": e.variant,
+                "status": e.status or ("running" if e.in_flight else "pending"),
+                "wall_s": (e.result or {}).get("wall_s"),
+                "cpu_s": (e.result or {}).get("cpu_s"),
+                "figures": figures,
+                "states": format_states(figures["states"]) if figures else "-",
+                "rss": format_bytes(figures["rss_bytes"]) if figures else "-",
+                "would_hang": events.get("would_hang", 0),
+                "busy_no_progress": events.get("busy_no_progress", 0),
+                "other": ", ".join(
+                    f"{k} {v}" for k, v in sorted(events.items()) if k not in HEALTH_EVENTS
+                ),
+            }
+        )
+    flagged = {name: sum(1 for r in rows if r[name]) for name in HEALTH_EVENTS}
+    return {
+        "rows": rows,
+        "totals": {n: totals.get(n, 0) for n in HEALTH_EVENTS},
+        "flagged": flagged,
+    }
+
+
+def curve(ctx: dict, width: int = 640, height: int = 260) -> dict:
+    """Best-so-far against wall time since the ring's start, drawn as inline SVG data.
+
+    One point per seed-0 result on a search view (failed ones as crosses on the axis); the
+    step line is the best node's seed-0 mean, counted from when its last view's seed 0 ended.
+    """
+    ring, by_key = ctx["ring"], ctx["by_key"]
+    start, direction = ring["start"], ring["task"]["direction"]
+    views = list(ring["search_views"])
+    better = _better(direction)
+    points, fails = [], []
+    for e in ctx["executions"]:
+        if e.variant != "s0" or e.view not in views or e.result is None:
+            continue
+        t = (e.result.get("ended_at") or start) - start
+        value = _score_value(e, direction)
+        item = {
+            "t": t,
+            "node": e.node,
+            "view": e.view,
+            "score": value,
+            "vclass": f"v{views.index(e.view) % 6}",
+            "status": e.status,
+        }
+        (fails if value is None else points).append(item)
+    node_means = []
+    for node in {e.node for e in ctx["executions"]}:
+        mean = _node_mean(by_key, node, views, "s0", direction)
+        if mean is not None:
+            ended = max(by_key[(node, v, "s0")].result.get("ended_at") or start for v in views)
+            node_means.append({"t": ended - start, "score": mean, "node": node})
+    node_means.sort(key=lambda r: (r["t"], r["node"]))
+    steps, best = [], None
+    for row in node_means:
+        if best is None or better(row["score"], best["score"]):
+            best = row
+            steps.append(row)
+    values = [p["score"] for p in points] + [s["score"] for s in steps]
+    times = [p["t"] for p in points + fails] + [s["t"] for s in steps]
+    data = {
+        "width": width,
+        "height": height,
+        "points": [],
+        "fails": [],
+        "path": "",
+        "xticks": [],
+        "yticks": [],
+        "legend": [],
+        "count": len(points) + len(fails),
+        "best": best,
+        "empty": not times,
+    }
+    if not times:
+        return data
+    left, right, top, bottom = 60, width - 15, 15, height - 35
+    t_max = max(max(times), 1.0) * 1.05
+    lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
+    pad = (hi - lo) * 0.1 or 0.01
+    lo, hi = lo - pad, hi + pad
+
+    def x(t: float) -> float:
+        return round(left + (right - left) * t / t_max, 1)
+
+    def y(v: float) -> float:
+        return round(bottom - (bottom - top) * (v - lo) / (hi - lo), 1)
+
+    data["points"] = [{**p, "x": x(p["t"]), "y": y(p["score"])} for p in points]
+    data["fails"] = [{**f, "x": x(f["t"]), "y": bottom} for f in fails]
+    if steps:
+        coords = [(x(steps[0]["t"]), y(steps[0]["score"]))]
+        for prev, row in pairwise(steps):
+            coords += [(x(row["t"]), y(prev["score"])), (x(row["t"]), y(row["score"]))]
+        coords.append((right, y(steps[-1]["score"])))
+        data["path"] = " ".join(f"{a},{b}" for a, b in coords)
+    data["xticks"] = [
+        {"x": x(t_max * i / 4), "label": format_duration(t_max * i / 4)} for i in range(5)
+    ]
+    data["yticks"] = [
+        {"y": y(lo + (hi - lo) * i / 4), "label": _num(lo + (hi - lo) * i / 4, 3)} for i in range(5)
+    ]
+    data["legend"] = [{"view": v, "vclass": f"v{i % 6}"} for i, v in enumerate(views)]
+    data["box"] = {"left": left, "right": right, "top": top, "bottom": bottom}
+    return data
+
+
+def first_valid(ctx: dict) -> dict | None:
+    """The first execution with a valid score, by end time."""
+    start = ctx["ring"]["start"]
+    best = None
+    for e in ctx["executions"]:
+        if e.result is None or not (e.score or {}).get("valid") or e.view == ctx["final_view"]:
+            continue
+        ended = e.result.get("ended_at")
+        if ended is not None and (best is None or ended < best["ended_at"]):
+            best = {
+                "ended_at": ended,
+                "after_s": ended - start,
+                "node": e.node,
+                "view": e.view,
+                "variant": e.variant,
+            }
+    return best
+
+
+def selection_gap(ctx: dict) -> dict:
+    """The ring's choice against the best node on the final view (nodes that ran there)."""
+    ring = ctx["ring"]
+    direction, view = ring["task"]["direction"], ring.get("final_view")
+    rows = []
+    for e in ctx["executions"]:
+        if e.view == view and e.variant == "s0":
+            value = _score_value(e, direction)
+            if value is not None:
+                rows.append({"node": e.node, "score": value})
+    rows.sort(key=lambda r: (-r["score"] if direction == "maximize" else r["score"], r["node"]))
+    chosen = (ctx["decision"] or {}).get("chosen")
+    chosen_score = next((r["score"] for r in rows if r["node"] == chosen), None)
+    best = rows[0] if rows else None
+    gap = None
+    if best is not None and chosen_score is not None:
+        gap = (
+            best["score"] - chosen_score
+            if direction == "maximize"
+            else chosen_score - best["score"]
+        )
+    return {
+        "view": view,
+        "rows": rows,
+        "chosen": chosen,
+        "chosen_score": chosen_score,
+        "best": best,
+        "gap": gap,
+        "direction": direction,
+    }
+
+
+def decision_section(ctx: dict, files: RingFiles, layout: RingLayout) -> dict | None:
+    decision = ctx["decision"] or ctx["final"]
+    if decision is None:
+        return None
+    guard = decision.get("guard") or None
+    guard_rows = []
+    if guard:
+        diffs = guard.get("differences") or [None] * len(guard.get("seeds", []))
+        guard_rows = [
+            {"seed": s, "candidate": c, "baseline": b, "difference": d}
+            for s, c, b, d in zip(
+                guard.get("seeds", []),
+                guard.get("candidate", []),
+                guard.get("baseline", []),
+                diffs,
+                strict=False,
+            )
+        ]
+    verdicts = decision.get("verdicts")
+    if verdicts is None:
+        paths = sorted(layout.root.glob("selection/verdict-*.json"))
+        verdicts = [v for v in (files.json(p) for p in paths) if v]
+        verdicts.sort(key=lambda v: v.get("rank", 0))
+    reviews = (
+        [
+            r
+            for r in (files.json(p) for p in sorted(layout.root.glob("selection/review-*.json")))
+            if r
+        ]
+        or decision.get("reviews")
+        or []
+    )
+    promo, guard_mean = decision.get("promotion_mean"), decision.get("guard_mean")
+    n_seeds = len(ctx["ring"].get("guard_seeds", []))
+    note = decision.get("note") or (
+        "Guard and promotion scores are conditional on the frozen weights and the current data. "
+        f"With {n_seeds} guard seeds only large effects pass reliably."
+    )
+    return {
+        "record": decision,
+        "source": "selection/decision.json" if ctx["decision"] else "final/FINAL.json",
+        "pending": ctx["decision"] is None,
+        "guard": guard,
+        "guard_rows": guard_rows,
+        "verdicts": verdicts,
+        "reviews": reviews,
+        "promotion_mean": promo,
+        "guard_mean": guard_mean,
+        "shrinkage": None if promo is None or guard_mean is None else guard_mean - promo,
+        "final_view": decision.get("final_view"),
+        "note": note,
+    }
+
+
+def lineage(ctx: dict, files: RingFiles, layout: RingLayout) -> dict:
+    carried = [
+        {
+            "id": n["id"],
+            "kind": (n.get("carryover") or {}).get("kind", n.get("carry_kind")),
+            "reason": n.get("reason") or n.get("error") or "",
+            "sealed": (layout.node_dir(n["id"]) / "carryover" / "SEAL.json").exists(),
+        }
+        for n in ctx["nodes"]
+        if n.get("status") == statuses.CARRIED_OVER
+    ]
+    carried_execs = [
+        {
+            "node": e.node,
+            "view": e.view,
+            "variant": e.variant,
+            "reason": (e.result or {}).get("reason", ""),
+        }
+        for e in ctx["executions"]
+        if e.status == statuses.CARRIED_OVER
+        or (e.status == statuses.INTERRUPTED and (e.result or {}).get("budget_cut"))
+    ]
+    resumed = [
+        {"id": n["id"], "segments": (n.get("resume_origin") or {}).get("segments", [])}
+        for n in ctx["nodes"]
+        if n.get("resume_origin") or (n.get("origin") or {}).get("kind") == "resume"
+    ]
+    return {
+        "continue_from": ctx["ring"].get("continue_from"),
+        "carried": carried,
+        "carried_execs": carried_execs,
+        "resumed": resumed,
+        "stop_manifest": files.json(layout.root / "stop_manifest.json"),
+    }
+
+
+def event_summary(ctx: dict) -> dict:
+    start = ctx["ring"]["start"]
+    counts = Counter(e.get("kind", "?") for e in ctx["events"])
+    notable = [
+        {
+            "after_s": (e.get("ts") or start) - start,
+            "kind": e.get("kind", "?"),
+            "detail": json.dumps(
+                {k: v for k, v in e.items() if k not in ("ts", "kind")}, sort_keys=True
+            ),
+        }
+        for e in ctx["events"]
+        if e.get("kind") != "execution_finished"
+    ]
+    return {"counts": sorted(counts.items()), "notable": notable}
+
+
+def clock(ring: dict, cutoff_state: dict | None, now: float) -> dict:
+    """Start, cutoff (live when cutoff.json exists), stop_at and the reserve, all as epochs."""
+    cutoff = (cutoff_state or {}).get("cutoff", ring.get("initial_cutoff"))
+    history = (cutoff_state or {}).get("history", [])
+    return {
+        "start": ring.get("start"),
+        "initial_cutoff": ring.get("initial_cutoff"),
+        "cutoff": cutoff,
+        "stop_at": ring.get("stop_at"),
+        "moves": max(0, len(history) - 1),
+        "reserve_min": (cutoff_state or {}).get("reserve_min"),
+        "estimate_s": (cutoff_state or {}).get("estimate_s"),
+        "live": cutoff_state is not None,
+        "to_cutoff": None if cutoff is None else cutoff - now,
+        "to_stop": None if ring.get("stop_at") is None else ring["stop_at"] - now,
+    }
+
+
+def base_context(ring_dir: str | Path, now: float | None = None) -> tuple[dict, RingFiles]:
+    """The ring's files as they are right now: lock, nodes, executions, selection, clock."""
+    now = time.time() if now is None else now
+    root = Path(ring_dir).resolve()
+    ring = load_ring(root)
+    # The folder given is the ring; RING.json's own ring_dir may name where it was created.
+    layout = RingLayout(root)
+    files = RingFiles(root)
+    index = files.json(layout.nodes_index)
+    executions = scan_executions(files)
+    ctx: dict = {
+        "ring": ring,
+        "root": str(root),
+        "now": now,
+        "final_view": ring.get("final_view"),
+        "index": index,
+        "nodes": load_nodes(files, layout, index),
+        "executions": executions,
+        "by_key": {(e.node, e.view, e.variant): e for e in executions},
+        "promotion": files.json(layout.promotion),
+        "ranking": files.json(layout.ranking),
+        "seated": files.json(layout.seated),
+        "decision": files.json(layout.decision),
+        "final": files.json(layout.final_dir / "FINAL.json"),
+        "repro": files.json(layout.repro) or files.json(layout.repro_record),
+        "events": files.jsonl(layout.events),
+    }
+    ctx["clock"] = clock(ring, files.json(layout.cutoff), now)
+    ctx["node_rows"] = node_rows(ctx)
+    ctx["in_flight"] = [e for e in executions if e.in_flight]
+    return ctx, files
+
+
+def report_context(ring_dir: str | Path, now: float | None = None) -> dict:
+    """Everything the report shows, read from the ring folder as it is right now."""
+    ctx, files = base_context(ring_dir, now)
+    layout = RingLayout(files.root)
+    ctx["score_tables"] = score_tables(ctx)
+    ctx["weights"] = weights_summary(ctx)
+    ctx["health"] = health_summary(ctx)
+    ctx["curve"] = curve(ctx)
+    ctx["first_valid"] = first_valid(ctx)
+    ctx["gap"] = selection_gap(ctx)
+    ctx["final_section"] = decision_section(ctx, files, layout)
+    ctx["lineage"] = lineage(ctx, files, layout)
+    ctx["event_summary"] = event_summary(ctx)
+    ctx["problems"] = files.problems
+    return ctx
+
+
+def _environment() -> Environment:
+    # Autoescape on for every template: the names end in .j2, which select_autoescape's
+    # extension test would not recognise.
+    env = Environment(
+        loader=PackageLoader("ringflow", "templates"),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        num=_num,
+        duration=format_duration,
+        when=format_time,
+        nbytes=format_bytes,
+        states=format_states,
+    )
+    return env
+
+
+def render_report(ring_dir: str | Path, now: float | None = None) -> str:
+    """The report's HTML for a ring folder (finished or in progress)."""
+    ctx = report_context(ring_dir, now)
+    return _environment().get_template("report.html.j2").render(**ctx)
 
 
 def write_report(ring_dir, out=None) -> Path:
-    ring = load_ring(ring_dir)
-    layout = RingLayout(Path(ring["ring_dir"]))
-    env = Environment(loader=PackageLoader("ringflow", "templates"),
-                      autoescape=select_autoescape())
-    html = env.get_template("report.html.j2").render(ring=ring, summary=render_summary(ring_dir))
-    target = Path(out) if out else layout.report
+    """Write the report (default RING_DIR/report.html) atomically; returns its path."""
+    html = render_report(ring_dir)
+    target = Path(out) if out else RingLayout(Path(ring_dir)).report
     atomic_write_text(target, html)
     return target

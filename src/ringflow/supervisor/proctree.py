@@ -155,6 +155,7 @@ class ProcessTree:
     def __init__(self, token: str, cgroup_members: Callable[[], list[int]] | None = None) -> None:
         self.token = token
         self.root_pid: int | None = None
+        self.root_starttime: int | None = None
         self.cgroup_members = cgroup_members
         self.use_children_files = children_files_available()
         self.known: dict[int, int] = {}  # pid -> starttime of every process ever claimed
@@ -164,6 +165,7 @@ class ProcessTree:
     def set_root(self, pid: int) -> None:
         self.root_pid = pid
         stat = read_stat(pid)
+        self.root_starttime = stat.starttime if stat is not None else None
         if stat is not None:
             self.known[pid] = stat.starttime
 
@@ -203,11 +205,13 @@ class ProcessTree:
             inherited = pid != self.root_pid and stat.ppid == me and pid not in in_cgroup
             if inherited and not self._claim_inherited(pid, stat):
                 continue  # a child of this process that belongs to someone else
-            if pid == self.root_pid and self.known.get(pid, stat.starttime) != stat.starttime:
+            if pid == self.root_pid and stat.starttime != self.root_starttime:
                 continue  # the root's PID was reused
             members[pid] = stat
-            self.known.setdefault(pid, stat.starttime)
             queue.extend(kids(pid))
+        # Remember exactly the current members: a process re-parented to us later was a
+        # member at the previous reading, and the table stays as small as the tree.
+        self.known = {pid: stat.starttime for pid, stat in members.items()}
         return members
 
     def reap_inherited(self, members: dict[int, ProcStat]) -> list[int]:

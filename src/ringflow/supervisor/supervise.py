@@ -314,7 +314,8 @@ class _Supervision:
             return self._supervise(ancestors)
         finally:
             for sig, handler in previous_handlers.items():
-                signal.signal(sig, handler)
+                # None: a handler installed outside Python, which cannot be put back.
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
     def _start(self, token: str) -> Outcome | None:
         self.stdout_path.parent.mkdir(parents=True, exist_ok=True)
@@ -488,7 +489,7 @@ class _Supervision:
             members = self._members()
             if self._tree_empty(members):
                 return []
-            if self.signal_count > signals_before + (1 if self.got_signal else 0):
+            if self.signal_count > signals_before:
                 break  # asked again while stopping: no more grace
             self.wait(min(0.05, max(grace_end - time.monotonic(), 0)))
         return self._sweep_kill()

@@ -1,0 +1,177 @@
+"""What the ring benchmarks share: a ring's configuration, timed commands, a small table.
+
+Rings are run the way the workflow runs them: `python -m ringflow <cmd>` for single steps,
+and Snakemake with the repository's Snakefile and `profiles/local` for whole stages, each
+on a temporary folder so nothing lands in the repository's own `runs/` or `store/`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from ringflow.jsonio import atomic_write_text
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS_DIR = REPO / "bench" / "results"
+PYTHON = sys.executable
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+
+# Short health sampling and one thread per execution, as the end-to-end tests use: the
+# benchmarks measure the machinery, not the defaults meant for hour-long trainings.
+FAST = {
+    "exec_health": {
+        "enforce": False,
+        "collect_s": 0.5,
+        "interval_s": 2,
+        "hang_min": 5,
+        "term_grace_s": 2,
+        "failed_after_s": 60,
+        "min_cpu_frac": 0.01,
+        "min_io_kbps": 64,
+    },
+    "limits": {"memory_gb": 4, "time_limit_min": 10, "threads": 1},
+    "timeline": {
+        "duration_min": 30,
+        "final_reserve_min": 10,
+        "node_tail_min": 1,
+        "settle_extra_s": 5,
+        "stop_margin_s": 5,
+        "reserve_pad_min": 1,
+    },
+}
+
+
+def merged(base: dict, overrides: dict) -> dict:
+    """`base` with `overrides` applied; nested dicts merge one level deep, like --config."""
+    out = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = {**out[key], **value}
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def overrides(**extra) -> dict:
+    """FAST plus `extra`: what a bench writes to a --configfile."""
+    return merged(FAST, extra)
+
+
+def full_config(**extra) -> dict:
+    """The whole configuration (repository defaults, FAST, then `extra`), for lock_ring."""
+    defaults = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    return merged(defaults, overrides(**extra))
+
+
+def write_configfile(path: Path, config: dict) -> Path:
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@dataclass
+class Timed:
+    """A finished command: exit code, wall seconds, CPU seconds of its whole process tree."""
+
+    returncode: int
+    wall_s: float
+    cpu_s: float
+    stdout: str
+    stderr: str
+
+
+def run_timed(argv: list[str], cwd: Path, timeout: float = 1800) -> Timed:
+    """Run a command; CPU is the rusage of the waited-for tree, so run one at a time."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(
+        argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=dict(os.environ)
+    )
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return Timed(proc.returncode, wall, cpu, proc.stdout, proc.stderr)
+
+
+def check(timed: Timed, what: str) -> Timed:
+    if timed.returncode != 0:
+        raise SystemExit(
+            f"{what} failed (exit {timed.returncode}):\n"
+            f"{timed.stdout[-3000:]}\n{timed.stderr[-6000:]}"
+        )
+    return timed
+
+
+def ringflow(cwd: Path, *args: str) -> Timed:
+    """One internal step, as a rule calls it."""
+    return check(run_timed([PYTHON, "-m", "ringflow", *args], cwd), f"ringflow {args[0]}")
+
+
+def snakemake(
+    workdir: Path,
+    configfile: Path,
+    *extra: str,
+    snakefile: Path | None = None,
+    profile: bool = True,
+    cores: int = 2,
+) -> Timed:
+    """Snakemake on `workdir` with the repository's Snakefile (or `snakefile`)."""
+    argv = [
+        SNAKEMAKE,
+        "-s",
+        str(snakefile or REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--cores",
+        str(cores),
+    ]
+    if profile:
+        argv += ["--profile", str(REPO / "profiles" / "local")]
+    if configfile is not None:
+        argv += ["--configfile", str(configfile)]
+    return check(run_timed([*argv, *extra], workdir), "snakemake")
+
+
+def results(ring: Path) -> dict[tuple[str, str, str], dict]:
+    """Every result.json of a ring, by (node, view, variant)."""
+    out = {}
+    for path in ring.glob("nodes/*/exec/*/*/result.json"):
+        out[(path.parts[-5], path.parts[-3], path.parts[-2])] = json.loads(path.read_text())
+    return out
+
+
+def print_table(title: str, rows: list[tuple[str, str, str]]) -> None:
+    print(title)
+    print(f"{'measure':<52}{'value':>12}  target")
+    for name, value, target in rows:
+        print(f"{name:<52}{value:>12}  {target}")
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a bench folder; store objects and RING.json are read-only, so lift that first."""
+
+    def make_writable(function, failed, _exc_info) -> None:
+        os.chmod(os.path.dirname(failed), 0o700)
+        if os.path.lexists(failed) and not os.path.islink(failed):
+            os.chmod(failed, 0o700)
+        function(failed)
+
+    # onerror, not onexc: the project supports Python 3.11.
+    shutil.rmtree(path, onerror=make_writable)
+
+
+def write_results(name: str, record: dict) -> Path:
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{name}.json"
+    atomic_write_text(path, json.dumps(record, indent=2) + "\n")
+    return path

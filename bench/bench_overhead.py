@@ -1,0 +1,283 @@
+"""ringflow's overhead against bare Snakemake: N executions of a program that does nothing.
+
+The program writes an empty predictions file; the scorer writes a constant score. Both are
+run N times (default 200) and scored each time, in the same run, two ways:
+
+- ringflow: a ring of N/2 candidate folders (copies of the program), one search view, no
+  baseline, promote_top_k 0, guard disabled; Snakemake runs it up to the search target
+  `runs/<ring>/selection/search.json`. Each candidate gets seed 0 and its `--ablate`
+  control, so N/2 candidates are N executions and N scorings. The wall time covers the
+  whole stage: locking the ring, importing the nodes, every execution and its scoring.
+- bare: a Snakefile of two rules, `python run.py --seed 0 [--ablate]` in the same
+  candidate folders and `python scorer.py ...` on its output, N instances each.
+
+Same Snakemake, same profile (`profiles/local`), same cores. Target: ringflow's wall time
+at most 2.5x bare Snakemake's.
+
+    python bench/bench_overhead.py [--executions 200] [--cores 2] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+import _ring
+
+NAME = "bench_overhead"
+TARGET_RATIO = 2.5
+VIEWS = ("proxy", "final")
+SEARCH_VIEW = "proxy"
+
+PROGRAM = """\
+import argparse, os
+parser = argparse.ArgumentParser()
+parser.add_argument("--seed", type=int, required=True)
+parser.add_argument("--ablate", action="store_true")
+parser.parse_args()
+open(os.path.join(os.environ["RINGFLOW_OUTPUT_DIR"], "predictions.csv"), "w").close()
+"""
+
+SCORER = """\
+import argparse, json, os
+parser = argparse.ArgumentParser()
+for name in ("--pred", "--labels", "--out"):
+    parser.add_argument(name, required=True)
+parser.add_argument("--seed", type=int, required=True)
+args = parser.parse_args()
+found = os.path.exists(os.path.join(args.pred, "predictions.csv"))
+record = {"score": 0.0, "valid": found, "reason": "" if found else "no predictions.csv"}
+tmp = args.out + ".tmp"
+with open(tmp, "w") as handle:
+    json.dump(record, handle)
+os.replace(tmp, args.out)
+"""
+
+BARE_SNAKEFILE = """\
+# Bare Snakemake: the same program and scorer as the ring, with nothing around them.
+from pathlib import Path
+
+CANDIDATES = {candidates!r}
+TASK = {task!r}
+PYTHON = {python!r}
+NAMES = {names!r}
+
+
+rule all:
+    input:
+        expand("bare/{{name}}/{{variant}}/score.json", name=NAMES, variant=["s0", "s0-ablate"]),
+
+
+rule run:
+    output:
+        "bare/{{name}}/{{variant}}/output/predictions.csv",
+    log:
+        "bare/{{name}}/{{variant}}/run.log",
+    params:
+        flags=lambda w: "--ablate" if w.variant == "s0-ablate" else "",
+        out=lambda w: f"{{Path.cwd()}}/bare/{{w.name}}/{{w.variant}}/output",
+        log=lambda w: f"{{Path.cwd()}}/bare/{{w.name}}/{{w.variant}}/run.log",
+    shell:
+        "cd {{CANDIDATES}}/{{wildcards.name}} && RINGFLOW_INPUT_DIR={{TASK}}/views/proxy/inputs "
+        "RINGFLOW_OUTPUT_DIR={{params.out}} {{PYTHON}} run.py --seed 0 {{params.flags}} "
+        "> {{params.log}} 2>&1"
+
+
+rule score:
+    input:
+        "bare/{{name}}/{{variant}}/output/predictions.csv",
+    output:
+        "bare/{{name}}/{{variant}}/score.json",
+    log:
+        "bare/{{name}}/{{variant}}/score.log",
+    params:
+        here=lambda w: f"{{Path.cwd()}}/bare/{{w.name}}/{{w.variant}}",
+    shell:
+        "cd {{TASK}} && {{PYTHON}} scorer.py --pred {{params.here}}/output "
+        "--labels {{TASK}}/views/proxy/labels --seed 0 --out {{params.here}}/score.json "
+        "> {{params.here}}/score.log 2>&1"
+"""
+
+
+def make_task(root: Path) -> Path:
+    task = root / "task"
+    for view in VIEWS:
+        (task / "views" / view / "inputs").mkdir(parents=True)
+        (task / "views" / view / "labels").mkdir(parents=True)
+        (task / "views" / view / "inputs" / "data.txt").write_text(f"inputs of {view}\n")
+        (task / "views" / view / "labels" / "truth.txt").write_text(f"labels of {view}\n")
+    (task / "task.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "nothing",
+                "direction": "maximize",
+                "scorer": "python scorer.py",
+                "views": list(VIEWS),
+            }
+        )
+    )
+    (task / "scorer.py").write_text(SCORER)
+    return task
+
+
+def make_candidates(root: Path, count: int) -> tuple[Path, list[str]]:
+    candidates = root / "candidates"
+    names = [f"c{i:04d}" for i in range(count)]
+    for name in names:
+        (candidates / name).mkdir(parents=True)
+        (candidates / name / "run.py").write_text(PROGRAM)
+    return candidates, names
+
+
+def run_ringflow(work: Path, task: Path, candidates: Path, cores: int) -> dict:
+    ring_work = work / "ring"
+    ring_work.mkdir()
+    config = _ring.overrides(
+        ring_id="overhead",
+        task=str(task),
+        candidates=str(candidates),
+        baseline=None,
+        views={"search": [SEARCH_VIEW], "final": "final"},
+        promote_top_k=0,
+        guard={"enabled": False},
+    )
+    configfile = _ring.write_configfile(ring_work / "ring-config.yaml", config)
+    target = "runs/overhead/selection/search.json"
+    timed = _ring.snakemake(ring_work, configfile, target, cores=cores)
+    ring = ring_work / "runs" / "overhead"
+    results = list(_ring.results(ring).values())
+    scores = [json.loads(p.read_text()) for p in ring.glob("nodes/*/exec/*/*/score.json")]
+    bad = [r for r in results if r["status"] != "ok"]
+    if bad:
+        raise SystemExit(f"ringflow: {len(bad)} executions not ok, first: {bad[0]['reason']}")
+    if not (ring / "selection" / "search.json").is_file():
+        raise SystemExit("ringflow: the search target was not written")
+    return {
+        "wall_s": round(timed.wall_s, 2),
+        "cpu_s": round(timed.cpu_s, 2),
+        "executions": len(results),
+        "scored": sum(bool(s.get("scored")) for s in scores),
+        "program_wall_mean_s": round(statistics.mean(r["wall_s"] for r in results), 3),
+        "execute_in_process_mean_s": round(
+            statistics.mean(r["ended_at"] - r["started_at"] for r in results), 3
+        ),
+        "sandbox_modes": sorted({r.get("sandbox", {}).get("mode", "?") for r in results}),
+    }
+
+
+def run_bare(work: Path, task: Path, candidates: Path, names: list[str], cores: int) -> dict:
+    bare_work = work / "bare"
+    bare_work.mkdir()
+    snakefile = bare_work / "Snakefile"
+    snakefile.write_text(
+        BARE_SNAKEFILE.format(
+            candidates=str(candidates), task=str(task), python=_ring.PYTHON, names=names
+        )
+    )
+    timed = _ring.snakemake(bare_work, None, snakefile=snakefile, cores=cores)
+    scores = list(bare_work.glob("bare/*/*/score.json"))
+    if len(scores) != 2 * len(names):
+        raise SystemExit(f"bare: {len(scores)} scores for {2 * len(names)} runs")
+    return {
+        "wall_s": round(timed.wall_s, 2),
+        "cpu_s": round(timed.cpu_s, 2),
+        "executions": len(scores),
+    }
+
+
+def interpreter_starts() -> dict:
+    """Start-up cost of one process: bare Python, and Python importing ringflow's execute."""
+
+    def best(code: str) -> float:
+        return min(_ring.run_timed([_ring.PYTHON, "-c", code], Path.cwd()).wall_s for _ in range(3))
+
+    return {
+        "python_s": round(best("pass"), 3),
+        "python_import_execute_s": round(best("import ringflow.cli, ringflow.execute"), 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--executions",
+        type=int,
+        default=200,
+        help="executions on each side (even: seed 0 and --ablate per folder)",
+    )
+    parser.add_argument("--cores", type=int, default=2, help="Snakemake --cores, both sides")
+    parser.add_argument("--workdir", default=None, help="where to create the temporary folder")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    args = parser.parse_args()
+    if args.executions < 2 or args.executions % 2:
+        parser.error("--executions must be an even number >= 2")
+
+    work = Path(tempfile.mkdtemp(prefix="bench-overhead-", dir=args.workdir))
+    started = time.perf_counter()
+    try:
+        task = make_task(work)
+        candidates, names = make_candidates(work, args.executions // 2)
+        bare = run_bare(work, task, candidates, names, args.cores)
+        ringflow = run_ringflow(work, task, candidates, args.cores)
+        starts = interpreter_starts()
+    finally:
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            _ring.remove_tree(work)
+
+    ratio = ringflow["wall_s"] / bare["wall_s"]
+    per_exec = {
+        "ringflow_s": round(ringflow["wall_s"] / ringflow["executions"], 3),
+        "bare_s": round(bare["wall_s"] / bare["executions"], 3),
+    }
+    record = {
+        "executions": args.executions,
+        "cores": args.cores,
+        "ringflow": ringflow,
+        "bare_snakemake": bare,
+        "wall_ratio_ringflow_over_bare": round(ratio, 2),
+        "cpu_ratio_ringflow_over_bare": round(ringflow["cpu_s"] / bare["cpu_s"], 2),
+        "wall_per_execution": per_exec,
+        "process_start": starts,
+        "target_wall_ratio": TARGET_RATIO,
+        "meets_target": ratio <= TARGET_RATIO,
+        "bench_wall_s": round(time.perf_counter() - started, 1),
+    }
+    path = _ring.write_results(NAME, record)
+    _ring.print_table(
+        f"overhead: {args.executions} executions + scorings of a do-nothing program, "
+        f"--cores {args.cores}",
+        [
+            ("bare Snakemake, wall (s)", f"{bare['wall_s']:.1f}", ""),
+            ("ringflow up to the search target, wall (s)", f"{ringflow['wall_s']:.1f}", ""),
+            ("    ratio ringflow/bare", f"{ratio:.2f}", f"<= {TARGET_RATIO}"),
+            ("CPU ratio ringflow/bare", f"{record['cpu_ratio_ringflow_over_bare']:.2f}", ""),
+            ("wall per execution, bare (s)", f"{per_exec['bare_s']:.3f}", ""),
+            ("wall per execution, ringflow (s)", f"{per_exec['ringflow_s']:.3f}", ""),
+            ("ringflow: program wall, mean (s)", f"{ringflow['program_wall_mean_s']:.3f}", ""),
+            (
+                "ringflow: execute in-process span, mean (s)",
+                f"{ringflow['execute_in_process_mean_s']:.3f}",
+                "",
+            ),
+            ("python start (s)", f"{starts['python_s']:.3f}", ""),
+            (
+                "python start + import ringflow.execute (s)",
+                f"{starts['python_import_execute_s']:.3f}",
+                "",
+            ),
+        ],
+    )
+    print(f"sandbox: {', '.join(ringflow['sandbox_modes'])}")
+    print(f"results: {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""`ringflow status`: a live text view of a ring (SPEC 14).
+
+Nodes with their seed-0 means and execution counts, the executions in flight with their
+latest health figures, the time left to the live cutoff and to stop_at, the current final
+reserve, and the decision once made. It reads only files, so it works on a running ring.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .report import (
+    Execution,
+    base_context,
+    format_bytes,
+    format_duration,
+    format_states,
+    format_time,
+    health_figures,
+)
+
+
+def _num(value, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _until(target: float | None, now: float) -> str:
+    """'in 12m03s' or 'passed 3m00s ago'."""
+    if target is None:
+        return "unknown"
+    left = target - now
+    return f"in {format_duration(left)}" if left >= 0 else f"passed {format_duration(-left)} ago"
+
+
+def _table(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells):
+        return "  ".join(
+            str(c).rjust(w) if i in right else str(c).ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    return [line(header), *(line(r) for r in rows)]
+
+
+def _clock_lines(clock: dict, now: float) -> list[str]:
+    moved = f", moved earlier {clock['moves']}x" if clock["moves"] else ""
+    source = "live" if clock["live"] else "initial: cutoff.json not written"
+    reserve = "-" if clock["reserve_min"] is None else f"{clock['reserve_min']:g} min"
+    if clock["estimate_s"] is not None:
+        reserve += f" (measured estimate {format_duration(clock['estimate_s'])})"
+    return [
+        f"  cutoff   {format_time(clock['cutoff'])}  {_until(clock['cutoff'], now)}"
+        f"  ({source}{moved})",
+        f"  stop_at  {format_time(clock['stop_at'])}  {_until(clock['stop_at'], now)}",
+        f"  reserve  {reserve}",
+    ]
+
+
+def _in_flight_row(execution: Execution, now: float) -> list[str]:
+    figures = health_figures(execution, prefer_latest=True)
+    if figures is None:
+        return [execution.node, execution.view, execution.variant, "-", "-", "-", "-", "-", "-"]
+    started = figures["started"]
+    age = None if figures["wall"] is None else now - figures["wall"]
+    return [
+        execution.node,
+        execution.view,
+        execution.variant,
+        format_duration(None if started is None else now - started),
+        _num(figures["cpu_frac"], 2),
+        _num(figures["io_kbps"], 1),
+        format_bytes(figures["rss_bytes"]),
+        format_states(figures["states"]),
+        format_duration(age),
+    ]
+
+
+def _decision_lines(ctx: dict) -> list[str]:
+    decision = ctx["decision"]
+    if decision is None:
+        if ctx["final"] is not None:
+            return [f"final decision: pending (baseline {ctx['final'].get('chosen')} seated)"]
+        return ["final decision: not made yet"]
+    chosen = decision.get("chosen")
+    lines = [f"final decision: {decision.get('decision')}" + (f" -> {chosen}" if chosen else "")]
+    if decision.get("reason"):
+        lines.append(f"  {decision['reason']}")
+    guard = decision.get("guard") or {}
+    if guard.get("lcb") is not None:
+        lines.append(
+            f"  guard: LCB {guard['lcb']:.4f} at alpha {guard.get('alpha', 0):.4g}, "
+            f"margin {guard.get('margin')}, complete {guard.get('complete')}"
+        )
+    return lines
+
+
+def render_status(ring_dir: str | Path, now: float | None = None) -> str:
+    """The ring's live status as text; `now` (epoch seconds) defaults to the current time."""
+    ctx, files = base_context(ring_dir, now)
+    now, ring = ctx["now"], ctx["ring"]
+    task = ring.get("task", {})
+    lines = [
+        f"ring {ring.get('ring_id')}  task {task.get('name')} ({task.get('direction')})"
+        f"  at {format_time(now)}",
+        *_clock_lines(ctx["clock"], now),
+        "",
+    ]
+    rows = [
+        [n["id"], n["role"], n["status"], _num(n["s0"]), str(n["done"]), str(n["running"])]
+        for n in ctx["node_rows"]
+    ]
+    if rows:
+        lines += _table(
+            ["node", "role", "status", "s0 mean", "done", "in flight"], rows, right={3, 4, 5}
+        )
+        for n in ctx["node_rows"]:
+            if n["error"]:
+                lines.append(f"  {n['id']}: {n['error']}")
+    else:
+        lines.append("no nodes yet")
+    lines.append("")
+    flying = ctx["in_flight"]
+    lines.append(f"in flight: {len(flying)}")
+    if flying:
+        lines += _table(
+            [
+                "node",
+                "view",
+                "variant",
+                "running",
+                "cpu",
+                "io KiB/s",
+                "rss",
+                "states",
+                "health age",
+            ],
+            [_in_flight_row(e, now) for e in flying],
+            right={3, 4, 5, 6, 8},
+        )
+    lines += ["", *_decision_lines(ctx)]
+    if files.problems:
+        lines += ["", "unreadable files:", *(f"  {p}" for p in files.problems)]
+    return "\n".join(lines) + "\n"

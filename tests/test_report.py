@@ -1,0 +1,504 @@
+"""`ringflow report`: the HTML page of a finished ring (a copy of the demo ring) and of rings
+written by hand (in progress, refused, with carried-over and rejected nodes)."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ringflow.report import render_report, write_report
+
+DEMO = Path(__file__).resolve().parents[1] / "runs" / "demo"
+START = 1_800_000_000.0
+
+
+def copy_demo(dest: Path) -> Path:
+    """A copy of the finished demo ring (without program outputs and logs)."""
+    if not (DEMO / "RING.json").is_file():
+        pytest.skip(f"{DEMO} not found: the finished demo ring is produced by `make demo`")
+    target = dest / "demo"
+    shutil.copytree(
+        DEMO,
+        target,
+        ignore=shutil.ignore_patterns(
+            "output", "solution", "work", "logs", "*.log", "report.html", "*.lock", ".locks"
+        ),
+    )
+    return target
+
+
+def write(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=1))
+
+
+def write_lines(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def hand_ring(
+    root: Path, *, cutoff: float | None = START + 1800, reserve_min=12.5, estimate_s=420.0
+) -> Path:
+    """A ring in progress: RING.json, cutoff.json and an index with a rejected node."""
+    ring = root / "ring"
+    write(
+        ring / "RING.json",
+        {
+            "ring_id": "hand",
+            "ring_dir": "/nonexistent/elsewhere",
+            "start": START,
+            "initial_cutoff": START + 2400,
+            "stop_at": START + 3600,
+            "continue_from": None,
+            "search_views": ["a", "b"],
+            "final_view": "fin",
+            "guard_seeds": [3, 4],
+            "task": {"name": "toy", "direction": "maximize"},
+            "config": {
+                "guard": {"enabled": True, "alpha": 0.05, "margin": 0.0, "seeds": 2},
+                "final_top_k": 1,
+                "promote_top_k": 2,
+            },
+        },
+    )
+    if cutoff is not None:
+        write(
+            ring / "cutoff.json",
+            {
+                "cutoff": cutoff,
+                "reserve_min": reserve_min,
+                "estimate_s": estimate_s,
+                "updated_at": START + 600,
+                "history": [
+                    {"cutoff": START + 2400, "at": START, "initial": True},
+                    {"cutoff": cutoff, "previous": START + 2400, "at": START + 600},
+                ],
+            },
+        )
+    write(
+        ring / "nodes" / "index.json",
+        {
+            "baseline": "n000-base",
+            "keys": {},
+            "nodes": [
+                {"id": "n000-base", "name": "base", "role": "baseline", "status": "ready"},
+                {"id": "n001-good", "name": "good", "role": "candidate", "status": "ready"},
+            ],
+        },
+    )
+    for node, role in (("n000-base", "baseline"), ("n001-good", "candidate")):
+        write(
+            ring / "nodes" / node / "node.json",
+            {"id": node, "role": role, "status": "ready", "executions": {}},
+        )
+    return ring
+
+
+def add_node(ring: Path, node: str, **fields) -> None:
+    """Append a node to the index and write its node.json."""
+    index_path = ring / "nodes" / "index.json"
+    index = json.loads(index_path.read_text())
+    index["nodes"].append(
+        {
+            "id": node,
+            "name": node,
+            "role": fields.get("role", "candidate"),
+            "status": fields["status"],
+        }
+    )
+    write(index_path, index)
+    write(ring / "nodes" / node / "node.json", {"id": node, "role": "candidate", **fields})
+
+
+def finished(
+    ring: Path,
+    node: str,
+    view: str,
+    variant: str,
+    score: float | None,
+    *,
+    ended_at: float,
+    status: str = "ok",
+    mode: str = "none",
+    key: str | None = None,
+    events: list[dict] | None = None,
+    lines: list[dict] | None = None,
+) -> None:
+    """A finished execution: result.json, score.json and its health files."""
+    d = ring / "nodes" / node / "exec" / view / variant
+    write(
+        d / "result.json",
+        {
+            "node": node,
+            "view": view,
+            "variant": variant,
+            "status": status,
+            "started_at": ended_at - 5,
+            "ended_at": ended_at,
+            "wall_s": 5.0,
+            "cpu_s": 4.0,
+            "weights_mode": mode,
+            "weights_key": key,
+            "budget_cut": False,
+            "reason": "exited with code 0" if status == "ok" else f"{status} <b>bold</b>",
+            "events": events or [],
+        },
+    )
+    scored = status == "ok" and score is not None
+    write(
+        d / "score.json",
+        {
+            "node": node,
+            "view": view,
+            "variant": variant,
+            "score": score if scored else None,
+            "scored": scored,
+            "valid": scored,
+            "reason": "",
+        },
+    )
+    write_lines(
+        d / "health" / "health.jsonl",
+        lines
+        or [
+            {
+                "start": ended_at - 5,
+                "end": ended_at,
+                "cpu_frac_avg": 0.8,
+                "io_kbps_max": 3.0,
+                "rss_bytes_max": 50 * 1024**2,
+                "thread_states_max": {"R": 1},
+                "events": [],
+            }
+        ],
+    )
+    write(
+        d / "health" / "health_latest.json",
+        {"started": ended_at - 5, "state": "ended", "updated": ended_at, "sample": None},
+    )
+
+
+def in_flight(
+    ring: Path, node: str, view: str, variant: str, *, started: float, sample_wall: float
+) -> None:
+    """An execution still running: health files, no result.json."""
+    d = ring / "nodes" / node / "exec" / view / variant
+    write(
+        d / "health" / "health_latest.json",
+        {
+            "started": started,
+            "state": "running",
+            "updated": sample_wall,
+            "idle_s": 0.0,
+            "sample": {
+                "wall": sample_wall,
+                "cpu_s": 30.0,
+                "rss_bytes": 3 * 1024**3,
+                "io_bytes": 10,
+                "thread_states": {"R": 2, "S": 5},
+            },
+            "window": {"cpu_frac": 1.75, "io_kbps": 88.25, "active": True},
+        },
+    )
+    write_lines(
+        d / "health" / "health.jsonl",
+        [
+            {
+                "start": started,
+                "end": started + 60,
+                "cpu_frac_avg": 1.5,
+                "io_kbps_max": 70.0,
+                "rss_bytes_max": 2 * 1024**3,
+                "thread_states_max": {"R": 2, "S": 4},
+                "events": [{"event": "busy_no_progress", "wall": started + 50}],
+            },
+        ],
+    )
+    # A line being appended at this moment: half-written, must be skipped.
+    with open(d / "health" / "health.jsonl", "a") as f:
+        f.write('{"start": ')
+
+
+def section(page: str, table_id: str) -> str:
+    match = re.search(rf'<table id="{table_id}">(.*?)</table>', page, flags=re.S)
+    assert match, f"table {table_id} not in the page"
+    return match.group(1)
+
+
+def cells(row_html: str) -> list[str]:
+    return [
+        html.unescape(re.sub(r"<[^>]+>", "", c)).strip()
+        for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row_html, flags=re.S)
+    ]
+
+
+def rows(table_html: str) -> list[list[str]]:
+    return [cells(r) for r in re.findall(r"<tr>(.*?)</tr>", table_html, flags=re.S)]
+
+
+@pytest.fixture(scope="module")
+def demo_page(tmp_path_factory) -> tuple[Path, str]:
+    ring = copy_demo(tmp_path_factory.mktemp("demo"))
+    return ring, render_report(ring)
+
+
+# ---------------------------------------------------------------------------------------------
+# The finished demo ring
+
+
+def test_guard_table_matches_final_json(demo_page):
+    ring, page = demo_page
+    final = json.loads((ring / "final" / "FINAL.json").read_text())
+    guard = final["guard"]
+    table = rows(section(page, "guard"))
+    assert table[0] == ["guard seed", "candidate", "baseline", "difference"]
+    expected = [
+        [str(s), f"{c:.4f}", f"{b:.4f}", f"{d:.4f}"]
+        for s, c, b, d in zip(
+            guard["seeds"], guard["candidate"], guard["baseline"], guard["differences"], strict=True
+        )
+    ]
+    assert table[1:] == expected
+    assert f'<td class="n">{guard["lcb"]:.4f}</td>' in page
+    assert f'<td class="n">{guard["alpha"]:.4f}</td>' in page
+    # Winner's curse: the promotion mean against the guard mean, and their difference.
+    shrink = final["guard_mean"] - final["promotion_mean"]
+    assert f"{final['promotion_mean']:.4f}" in page and f"{shrink:.4f}" in page
+    assert final["note"] in html.unescape(page)
+
+
+def test_curve_has_one_mark_per_seed0_result(demo_page):
+    ring, page = demo_page
+    views = json.loads((ring / "RING.json").read_text())["search_views"]
+    scored, failed = set(), set()
+    for view in views:
+        for score_path in ring.glob(f"nodes/*/exec/{view}/s0/score.json"):
+            node = score_path.parents[3].name
+            (scored if json.loads(score_path.read_text())["scored"] else failed).add((node, view))
+    assert scored and failed, "the demo ring has both scored and crashed seed-0 runs"
+    svg = re.search(r'<svg id="curve".*?</svg>', page, flags=re.S).group(0)
+    point_titles = re.findall(r'<circle class="pt [^"]*"[^>]*><title>(\S+) (\S+) s0', svg)
+    fail_titles = re.findall(r'<path class="fail"[^>]*><title>(\S+) (\S+) s0', svg)
+    assert sorted(point_titles) == sorted(scored)
+    assert sorted(fail_titles) == sorted(failed)
+    assert '<polyline class="best"' in svg
+
+
+def test_weights_counts_match_results(demo_page):
+    ring, page = demo_page
+    modes = [
+        json.loads(p.read_text())["weights_mode"] for p in ring.glob("nodes/*/exec/*/*/result.json")
+    ]
+    table = rows(section(page, "weights"))
+    assert table[0] == ["node", "train", "replay", "fresh", "none"]
+    assert table[-1] == [
+        "total",
+        *(str(modes.count(m)) for m in ("train", "replay", "fresh", "none")),
+    ]
+    assert f"{modes.count('train')} trainings and {modes.count('replay')} replays" in page
+
+
+def test_every_seed_score_and_failed_status_shown(demo_page):
+    ring, page = demo_page
+    score = json.loads((ring / "nodes/n003-knn/exec/x3/g6/score.json").read_text())["score"]
+    table = re.search(
+        r"<h3>View x3</h3>\s*<table class=\"scores\">(.*?)</table>", page, flags=re.S
+    ).group(1)
+    grid = rows(table)
+    header, by_node = grid[0], {r[0]: r for r in grid[1:]}
+    assert by_node["n003-knn"][header.index("g6")] == f"{score:.4f}"
+    assert by_node["n001-crasher"][header.index("s0")] == "crash"
+
+
+def test_page_is_self_contained(demo_page):
+    _, page = demo_page
+    assert "<script" not in page and "<link" not in page
+    assert not re.search(r"\b(src|href)=", page)
+
+
+def test_selection_gap_against_best_final_view_node(tmp_path):
+    ring = copy_demo(tmp_path)
+    decision = json.loads((ring / "selection" / "decision.json").read_text())
+    chosen_score = decision["final_view"]["chosen"]
+    # Another node beats the choice on the final view: the gap is their difference.
+    base_score = ring / "nodes" / decision["baseline"] / "exec" / "final" / "s0" / "score.json"
+    record = json.loads(base_score.read_text())
+    record.update(score=chosen_score + 0.0125, valid=True, scored=True)
+    base_score.write_text(json.dumps(record))
+    page = render_report(ring)
+    assert f'<b id="gap">{0.0125:.4f}</b>' in page
+    final_rows = rows(section(page, "final-view"))
+    assert final_rows[1] == [decision["baseline"], f"{chosen_score + 0.0125:.4f}"]
+    assert final_rows[2] == [f"{decision['chosen']} chosen", f"{chosen_score:.4f}"]
+
+
+def test_rejected_error_is_escaped(tmp_path):
+    ring = copy_demo(tmp_path)
+    add_node(
+        ring,
+        "n006-bad",
+        status="rejected",
+        error="solution.json: <script>alert('x')</script> & no run.py",
+    )
+    page = render_report(ring)
+    assert "<script" not in page
+    assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; no run.py" in page
+    node_rows = {r[0]: r for r in rows(section(page, "nodes"))}
+    assert node_rows["n006-bad"][2].startswith("rejected")
+
+
+def test_write_report_is_atomic_and_honours_out(tmp_path):
+    ring = copy_demo(tmp_path)
+    target = write_report(ring)
+    assert target == ring / "report.html"
+    assert "<h1>Ring demo</h1>" in target.read_text()
+    assert not list(ring.glob("*.tmp*")) and not list(ring.glob(".report.html*"))
+    other = write_report(ring, tmp_path / "elsewhere.html")
+    stamp = re.compile(r"at \d{4}-\d\d-\d\d [\d:]{8}\.")
+    assert stamp.sub("", other.read_text()) == stamp.sub("", target.read_text())
+
+
+def test_cli_report(tmp_path):
+    ring = copy_demo(tmp_path)
+    out = tmp_path / "page.html"
+    proc = subprocess.run(
+        [sys.executable, "-m", "ringflow", "report", str(ring), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert 'id="guard"' in out.read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# Rings written by hand
+
+
+def test_ring_in_progress(tmp_path):
+    ring = hand_ring(tmp_path)
+    finished(ring, "n000-base", "a", "s0", 0.5, ended_at=START + 30)
+    finished(ring, "n001-good", "a", "s0", 0.7, ended_at=START + 90, mode="train", key="k1")
+    in_flight(ring, "n001-good", "b", "s0", started=START + 100, sample_wall=START + 160)
+    page = render_report(ring, now=START + 170)
+    assert "<b>In progress</b>" in page
+    assert "No decision yet." in page
+    assert "No node has a score on the final view yet." in page
+    grid = {
+        r[0]: r
+        for r in rows(
+            re.search(
+                r"<h3>View b</h3>\s*<table class=\"scores\">(.*?)</table>", page, flags=re.S
+            ).group(1)
+        )
+    }
+    assert grid["n001-good"][1] == "running"
+    # Time to first valid result: the baseline's run ended 30 s after the start.
+    assert re.search(r"time to first valid result</th><td>30s\s*\(n000-base a/s0\)", page)
+    svg = re.search(r'<svg id="curve".*?</svg>', page, flags=re.S).group(0)
+    assert svg.count('<circle class="pt ') == 2
+    # No node has both search views yet: no best-so-far line.
+    assert "<polyline" not in svg
+    # The cutoff shown is the live one (moved earlier), not the initial one.
+    assert "moved earlier 1 time;" in page
+    assert "12.5 min" in page and "(measured estimate 7m00s)" in page
+    assert "No carried-over nodes." in page
+
+
+def test_health_counts_each_event_once(tmp_path):
+    ring = hand_ring(tmp_path)
+    hang = {"event": "would_hang", "wall": START + 40, "idle_s": 1800}
+    again = {"event": "would_hang", "wall": START + 80, "idle_s": 1800}
+    line = {
+        "start": START,
+        "end": START + 60,
+        "cpu_frac_avg": 0.0,
+        "io_kbps_max": 0.0,
+        "rss_bytes_max": 1024**2,
+        "thread_states_max": {"S": 3},
+        "events": [hang],
+    }
+    finished(
+        ring, "n001-good", "a", "s0", 0.7, ended_at=START + 90, events=[hang, again], lines=[line]
+    )
+    in_flight(ring, "n001-good", "b", "s0", started=START + 100, sample_wall=START + 160)
+    page = render_report(ring, now=START + 170)
+    assert "<b>would_hang</b>: 2 event(s) in 1 execution(s)" in page
+    assert "<b>busy_no_progress</b>: 1 event(s) in 1 execution(s)" in page
+    health = {(r[0], r[1], r[2]): r for r in rows(section(page, "health"))[1:]}
+    done, running = health[("n001-good", "a", "s0")], health[("n001-good", "b", "s0")]
+    assert done[6:12] == ["0.000", "0.0", "1.0 MiB", "S3", "1", "2"]
+    assert running[3] == "running" and running[8] == "2.0 GiB" and running[12] == "1"
+
+
+def test_refused_decision(tmp_path):
+    ring = hand_ring(tmp_path)
+    finished(ring, "n001-good", "a", "s0", 0.7, ended_at=START + 90)
+    why = "baseline n000-base was rejected at import"
+    write(
+        ring / "selection" / "baseline_seated.json",
+        {"refused": True, "baseline": "n000-base", "reason": why, "at": START + 100},
+    )
+    write(
+        ring / "selection" / "decision.json",
+        {"decision": "refused", "reason": why, "final_written": False},
+    )
+    page = render_report(ring)
+    assert '<b class="bad">refused</b>' in page
+    assert f"<p>{why}</p>" in page
+    assert "The guard did not run." in page
+    assert 'id="guard"' not in page
+    assert "Not written." in page  # no REPRO.json
+
+
+def test_carried_over_and_resumed_nodes_listed(tmp_path):
+    ring = hand_ring(tmp_path)
+    add_node(
+        ring,
+        "n002-cut",
+        status="carried_over",
+        carryover={"kind": "execution"},
+        reason="cut by the cutoff",
+    )
+    add_node(
+        ring,
+        "n003-again",
+        status="ready",
+        resume_origin={"segments": [{"ring": "r1", "node": "n002-cut"}]},
+    )
+    page = render_report(ring)
+    assert rows(section(page, "carried"))[1] == ["n002-cut", "execution", "cut by the cutoff", "no"]
+    assert "No carried-over nodes." not in page
+    assert "r1#n002-cut" in page
+
+
+def test_malformed_file_is_listed_not_fatal(tmp_path):
+    ring = hand_ring(tmp_path)
+    (ring / "selection").mkdir()
+    (ring / "selection" / "ranking.json").write_text("{not json")
+    page = render_report(ring)
+    assert "Unreadable files" in page and "ranking.json" in page
+
+
+def test_not_a_ring(tmp_path):
+    from ringflow.errors import InputError
+
+    with pytest.raises(InputError, match=r"RING\.json not found"):
+        render_report(tmp_path)
+
+
+def test_copy_is_read_not_the_original(tmp_path):
+    # RING.json names the folder it was created in; the report reads the folder it is given.
+    ring = hand_ring(tmp_path)
+    page = render_report(ring)
+    assert f"<code>{ring.resolve()}</code>" in page
+    shutil.rmtree(ring / "nodes")
+    assert "no nodes yet" in render_report(ring)
