@@ -137,9 +137,11 @@ def snakemake(
     ]
     if profile:
         argv += ["--profile", str(REPO / "profiles" / "local")]
+    # Targets before --configfile: it takes several values and would swallow them.
+    argv += extra
     if configfile is not None:
         argv += ["--configfile", str(configfile)]
-    return check(run_timed([*argv, *extra], workdir), "snakemake")
+    return check(run_timed(argv, workdir), "snakemake")
 
 
 def results(ring: Path) -> dict[tuple[str, str, str], dict]:

@@ -187,7 +187,8 @@ def decision_inputs(wildcards):
         return [path(RING.seated)]
     ranks = verdict_ranks()
     verdicts = [read_json(RING.verdict(rank)) for rank in ranks]
-    chosen, _, _ = choose(ring_lock(), seated, read_json(RING.ranking), verdicts)
+    ranking = read_json(checkpoints.rank.get().output.ranking)
+    chosen, _, _ = choose(ring_lock(), seated, ranking, verdicts)
     sides = sorted({node for node in (chosen, seated["baseline"]) if node})
     inputs = [path(RING.seated), path(RING.ranking)] + [path(RING.verdict(r)) for r in ranks]
     return inputs + score_files(sides, ["s0"], [ring_lock()["final_view"]])

@@ -122,9 +122,10 @@ def write_config(workdir: Path, **overrides) -> Path:
 
 def snakemake(workdir: Path, configfile: Path, *extra: str, check: bool = True,
               timeout: float = 900) -> subprocess.CompletedProcess:
-    argv = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
+    # Targets and extra options go first: --configfile takes every word that follows it.
+    argv = [str(SNAKEMAKE), *extra, "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
             "--profile", str(REPO / "profiles" / "local"), "--cores", "2",
-            "--configfile", str(configfile), *extra]
+            "--configfile", str(configfile)]
     env = dict(os.environ)
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
     if check and proc.returncode != 0:

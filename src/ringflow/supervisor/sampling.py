@@ -77,14 +77,17 @@ def read_io(pid: int) -> dict[str, int] | None:
     return values
 
 
-def thread_detail(pid: int) -> tuple[Counter, Counter, bool]:
+def thread_detail(pid: int, process: ProcStat) -> tuple[Counter, Counter, bool]:
     """Per-thread states and wchans of one process; wchan readability."""
     states: Counter = Counter()
     wchans: Counter = Counter()
     wchan_ok = False
-    for tid in thread_ids(pid)[:MAX_THREADS_READ]:
-        stat = read_text(f"/proc/{pid}/task/{tid}/stat")
-        if stat:
+    # A single-threaded process: its own stat already holds the one thread's state.
+    tids = [pid] if process.num_threads == 1 else thread_ids(pid)[:MAX_THREADS_READ]
+    for tid in tids:
+        if process.num_threads == 1:
+            states[process.state] += 1
+        elif stat := read_text(f"/proc/{pid}/task/{tid}/stat"):
             rparen = stat.rfind(")")
             states[stat[rparen + 2 : rparen + 3]] += 1
         wchan_text = read_text(f"/proc/{pid}/task/{tid}/wchan")
@@ -209,7 +212,7 @@ class TreeSampler:
             if io is not None:
                 io_ok = True
                 self._account_io(key, io)
-            p_states, p_wchans, p_wchan_ok = thread_detail(pid)
+            p_states, p_wchans, p_wchan_ok = thread_detail(pid, stat)
             wchan_ok = wchan_ok or p_wchan_ok
             states.update(p_states or {stat.state: 1})
             wchans.update(p_wchans)
