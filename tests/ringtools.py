@@ -43,6 +43,9 @@ p.add_argument("--seed", type=int, default=0)
 p.add_argument("--ablate", action="store_true")
 a = p.parse_args()
 b = json.load(open("behaviour.json"))
+if b.get("ignore_term"):
+    import signal
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 view = os.environ.get("RINGFLOW_VIEW", "")
 if a.seed in b.get("crash_seeds", []):
     sys.exit("crashing on purpose for seed %d" % a.seed)

@@ -206,6 +206,7 @@ def _run_program(ring, node, spec, view_name, variant, work, inputs, output, hea
             watch_output=[output],
             watch_writable=list(writable),
             progress_file=work / PROGRESS_FILE,
+            wrappers=plan.wrappers,
         )
     finally:
         plan.finish()

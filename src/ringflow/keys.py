@@ -7,9 +7,10 @@ what training produces; two executions with the same key may share weights.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
+import os
 import platform
 import re
+import sys
 from typing import Any
 
 from .errors import InputError
@@ -28,13 +29,27 @@ COMPONENT_MEANINGS = {
 
 
 def installed_packages() -> list[str]:
-    """Sorted "name==version" lines of every installed distribution (what `pip freeze` lists)."""
+    """Sorted "name==version" lines of every installed distribution (what `pip freeze` lists).
+
+    Read from the names of the `*.dist-info` / `*.egg-info` folders on sys.path, which hold
+    both: every execution checks the environment, and parsing each distribution's
+    METADATA file costs a tenth of a second on a loaded machine.
+    """
     lines = set()
-    for dist in importlib.metadata.distributions():
-        name = dist.metadata["Name"]
-        if name:
-            lines.add(f"{name}=={dist.version}")
-    return sorted(lines, key=str.lower)
+    # Only package folders: sys.path[0] is the script's folder or the working directory.
+    for entry in sys.path:
+        if not entry.endswith(("site-packages", "dist-packages")):
+            continue
+        try:
+            names = os.listdir(entry)
+        except OSError:
+            continue
+        for name in names:
+            stem, dot, suffix = name.rpartition(".")
+            if dot and suffix in ("dist-info", "egg-info") and "-" in stem:
+                package, _, version = stem.partition("-")
+                lines.add(f"{package.replace('_', '-').lower()}=={version.split('-')[0]}")
+    return sorted(lines)
 
 
 def environment(threads: int, extra_vars: dict[str, str] | None = None) -> dict[str, Any]:

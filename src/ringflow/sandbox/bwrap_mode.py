@@ -90,6 +90,7 @@ def plan_bwrap(
         cwd="/",
         network_isolated=request.blind,
         notes=[],
+        wrappers=[info["bwrap_path"]],
         _cleanups=[give_back],
     )
 

@@ -44,6 +44,9 @@ class SandboxPlan:
     cwd: str
     network_isolated: bool
     notes: list[str] = field(default_factory=list)
+    # Executables of the sandbox itself: they end with the program, and a stop must send
+    # them no SIGTERM (bubblewrap would die at once and SIGKILL the program).
+    wrappers: list[str] = field(default_factory=list)
     _cleanups: list[Callable[[], list[str] | None]] = field(default_factory=list, repr=False)
     _finished: bool = field(default=False, repr=False)
 

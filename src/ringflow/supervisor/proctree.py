@@ -230,11 +230,16 @@ class ProcessTree:
                 reaped.append(pid)
         return reaped
 
-    def signal_all(self, members: dict[int, ProcStat], sig: int) -> int:
-        """Send `sig` to every live member whose identity still matches; returns the count."""
+    def signal_all(
+        self, members: dict[int, ProcStat], sig: int, spare: frozenset[str] = frozenset()
+    ) -> int:
+        """Send `sig` to every live member whose identity still matches; returns the count.
+
+        Members running one of the `spare` executables are skipped.
+        """
         sent = 0
         for pid, stat in members.items():
-            if stat.state == "Z":
+            if stat.state == "Z" or (spare and executable(pid) in spare):
                 continue
             current = read_stat(pid)
             if current is None or current.starttime != stat.starttime:
@@ -245,6 +250,13 @@ class ProcessTree:
             except (ProcessLookupError, PermissionError):
                 pass
         return sent
+
+
+def executable(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
 
 
 def alive(members: dict[int, ProcStat]) -> dict[int, ProcStat]:

@@ -134,6 +134,7 @@ class _Supervision:
         gpu_ids,
         watch_ancestors,
         preexec_fn,
+        wrappers=(),
     ) -> None:
         self.argv = [os.fspath(a) for a in argv]
         self.cwd, self.env = cwd, dict(env)
@@ -144,6 +145,7 @@ class _Supervision:
         self.watch_output, self.watch_writable = watch_output, watch_writable
         self.progress_file, self.gpu_ids = progress_file, gpu_ids
         self.watch_ancestors, self.preexec_fn = watch_ancestors, preexec_fn
+        self.wrappers = frozenset(os.path.realpath(w) for w in wrappers)
         self.events: list[dict] = []
         self.got_signal: int | None = None
         self.signal_count = 0
@@ -482,7 +484,9 @@ class _Supervision:
     def _stop_tree(self) -> list[dict]:
         """SIGTERM everything, grace, then SIGKILL sweeps; returns what survived."""
         members = self._members()
-        self.tree.signal_all(members, signal.SIGTERM)
+        # A sandbox wrapper gets no SIGTERM: bubblewrap would die at once and take the
+        # program down with SIGKILL, robbing it of its grace. It ends with the program.
+        self.tree.signal_all(members, signal.SIGTERM, spare=self.wrappers)
         signals_before = self.signal_count
         grace_end = time.monotonic() + self.settings.term_grace_s
         while time.monotonic() < grace_end:
@@ -543,11 +547,13 @@ def supervise(
     gpu_ids: Sequence[int] | None = None,
     watch_ancestors: bool = True,
     preexec_fn: Callable[[], None] | None = None,
+    wrappers: Sequence[str] = (),
 ) -> Outcome:
     """Run `argv` in its own session under health sampling and the (moving) deadline.
 
     Returns when the program and every process of its tree are gone (or reported in
-    `reap_left`). See SPEC 7 for the statuses and when `budget_cut` is set."""
+    `reap_left`). See SPEC 7 for the statuses and when `budget_cut` is set. `wrappers`
+    are executables (a sandbox) that are only ever killed, never sent SIGTERM."""
     if not argv:
         raise InputError("supervise: argv is empty")
     if not isinstance(settings, HealthSettings) or not isinstance(limits, ResourceLimits):
@@ -568,4 +574,5 @@ def supervise(
         gpu_ids,
         watch_ancestors,
         preexec_fn,
+        wrappers,
     ).run()
