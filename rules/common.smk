@@ -12,7 +12,6 @@ from ringflow.jsonio import read_json
 from ringflow.layout import NODE_PATTERN, VARIANT_PATTERN, VIEW_PATTERN, RingLayout
 from ringflow.ring import check_existing_lock
 
-
 coerce_config(config, workflow.source_path("../config/config.schema.yaml"))
 validate(config, "../config/config.schema.yaml")
 
@@ -190,7 +189,9 @@ def decision_inputs(wildcards):
     ranking = read_json(checkpoints.rank.get().output.ranking)
     chosen, _, _ = choose(ring_lock(), seated, ranking, verdicts)
     sides = sorted({node for node in (chosen, seated["baseline"]) if node})
-    inputs = [path(RING.seated), path(RING.ranking)] + [path(RING.verdict(r)) for r in ranks]
+    inputs = [path(RING.seated), path(RING.ranking)] + [
+        path(RING.verdict(r)) for r in ranks
+    ]
     return inputs + score_files(sides, ["s0"], [ring_lock()["final_view"]])
 
 
@@ -220,5 +221,8 @@ def execution_records():
     for folder in sorted(RING.root.glob("nodes/*/exec/*/*")):
         if folder.is_dir():
             node, view, variant = folder.parts[-4], folder.parts[-2], folder.parts[-1]
-            records += [path(RING.result(node, view, variant)), path(RING.score(node, view, variant))]
+            records += [
+                path(RING.result(node, view, variant)),
+                path(RING.score(node, view, variant)),
+            ]
     return records

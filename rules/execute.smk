@@ -10,10 +10,15 @@ rule execute:
         result=path(RING.result("{node}", "{view}", "{variant}")),
     log:
         log_for("execute", "{node}.{view}.{variant}"),
-    threads: execution_threads
     priority: execution_priority
+    conda:
+        "../envs/ringflow.yaml"
+    threads: execution_threads
+    params:
+        ringflow=RINGFLOW,
+        ring=RING.root,
     shell:
-        "{RINGFLOW} execute {RING.root} {wildcards.node} {wildcards.view} {wildcards.variant}"
+        "{params.ringflow} execute {params.ring} {wildcards.node} {wildcards.view} {wildcards.variant}"
         " > {log} 2>&1"
 
 
@@ -24,5 +29,10 @@ rule weights_key:
         target=path(RING.key_target("{key}")),
     log:
         log_for("weights_key", "{key}"),
+    conda:
+        "../envs/ringflow.yaml"
+    params:
+        ringflow=RINGFLOW,
+        ring=RING.root,
     shell:
-        "{RINGFLOW} key-target {RING.root} {wildcards.key} > {log} 2>&1"
+        "{params.ringflow} key-target {params.ring} {wildcards.key} > {log} 2>&1"

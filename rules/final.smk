@@ -10,8 +10,13 @@ checkpoint seat_baseline:
         seated=path(RING.seated),
     log:
         log_for("seat_baseline", "baseline"),
+    conda:
+        "../envs/ringflow.yaml"
+    params:
+        ringflow=RINGFLOW,
+        ring=RING.root,
     shell:
-        "{RINGFLOW} seat-baseline {RING.root} > {log} 2>&1"
+        "{params.ringflow} seat-baseline {params.ring} > {log} 2>&1"
 
 
 checkpoint review:
@@ -21,8 +26,13 @@ checkpoint review:
         review=path(RING.review("{node}")),
     log:
         log_for("review", "{node}"),
+    conda:
+        "../envs/ringflow.yaml"
+    params:
+        ringflow=RINGFLOW,
+        ring=RING.root,
     shell:
-        "{RINGFLOW} review {RING.root} {wildcards.node} > {log} 2>&1"
+        "{params.ringflow} review {params.ring} {wildcards.node} > {log} 2>&1"
 
 
 checkpoint verdict:
@@ -32,8 +42,13 @@ checkpoint verdict:
         verdict=path(RING.verdict("{rank}")),
     log:
         log_for("verdict", "{rank}"),
+    conda:
+        "../envs/ringflow.yaml"
+    params:
+        ringflow=RINGFLOW,
+        ring=RING.root,
     shell:
-        "{RINGFLOW} verdict {RING.root} {wildcards.rank} > {log} 2>&1"
+        "{params.ringflow} verdict {params.ring} {wildcards.rank} > {log} 2>&1"
 
 
 rule decide:
@@ -43,8 +58,13 @@ rule decide:
         decision=path(RING.decision),
     log:
         log_for("decide", "decision"),
+    conda:
+        "../envs/ringflow.yaml"
+    params:
+        ringflow=RINGFLOW,
+        ring=RING.root,
     shell:
-        "{RINGFLOW} decide {RING.root} > {log} 2>&1"
+        "{params.ringflow} decide {params.ring} > {log} 2>&1"
 
 
 rule reproduce:
@@ -54,5 +74,10 @@ rule reproduce:
         repro=path(RING.repro_record),
     log:
         log_for("reproduce", "repro"),
+    conda:
+        "../envs/ringflow.yaml"
+    params:
+        ringflow=RINGFLOW,
+        ring=RING.root,
     shell:
-        "{RINGFLOW} repro {RING.root} > {log} 2>&1"
+        "{params.ringflow} repro {params.ring} > {log} 2>&1"

@@ -7,6 +7,8 @@ rule lock_ring:
         lock=path(RING.ring_json),
     log:
         log_for("lock_ring", "ring"),
+    conda:
+        "../envs/ringflow.yaml"
     script:
         "../scripts/lock_ring.py"
 
@@ -18,5 +20,10 @@ checkpoint import_nodes:
         index=path(RING.nodes_index),
     log:
         log_for("import_nodes", "nodes"),
+    conda:
+        "../envs/ringflow.yaml"
+    params:
+        ringflow=RINGFLOW,
+        ring=RING.root,
     shell:
-        "{RINGFLOW} import-nodes {RING.root} > {log} 2>&1"
+        "{params.ringflow} import-nodes {params.ring} > {log} 2>&1"

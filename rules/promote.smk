@@ -9,8 +9,13 @@ checkpoint promote:
         promotion=path(RING.promotion),
     log:
         log_for("promote", "promote"),
+    conda:
+        "../envs/ringflow.yaml"
+    params:
+        ringflow=RINGFLOW,
+        ring=RING.root,
     shell:
-        "{RINGFLOW} promote {RING.root} > {log} 2>&1"
+        "{params.ringflow} promote {params.ring} > {log} 2>&1"
 
 
 checkpoint rank:
@@ -21,5 +26,10 @@ checkpoint rank:
         ranking=path(RING.ranking),
     log:
         log_for("rank", "rank"),
+    conda:
+        "../envs/ringflow.yaml"
+    params:
+        ringflow=RINGFLOW,
+        ring=RING.root,
     shell:
-        "{RINGFLOW} rank {RING.root} > {log} 2>&1"
+        "{params.ringflow} rank {params.ring} > {log} 2>&1"

@@ -9,8 +9,13 @@ rule summary:
         summary=path(RING.summary),
     log:
         log_for("summary", "summary"),
+    conda:
+        "../envs/ringflow.yaml"
+    params:
+        ringflow=RINGFLOW,
+        ring=RING.root,
     shell:
-        "{RINGFLOW} summary {RING.root} --write {output.summary} > {log} 2>&1"
+        "{params.ringflow} summary {params.ring} --write {output.summary} > {log} 2>&1"
 
 
 rule report:
@@ -21,5 +26,10 @@ rule report:
         report=path(RING.report),
     log:
         log_for("report", "report"),
+    conda:
+        "../envs/ringflow.yaml"
+    params:
+        ringflow=RINGFLOW,
+        ring=RING.root,
     shell:
-        "{RINGFLOW} report {RING.root} --out {output.report} > {log} 2>&1"
+        "{params.ringflow} report {params.ring} --out {output.report} > {log} 2>&1"

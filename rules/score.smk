@@ -9,6 +9,11 @@ rule score:
         score=path(RING.score("{node}", "{view}", "{variant}")),
     log:
         log_for("score", "{node}.{view}.{variant}"),
+    conda:
+        "../envs/ringflow.yaml"
+    params:
+        ringflow=RINGFLOW,
+        ring=RING.root,
     shell:
-        "{RINGFLOW} score {RING.root} {wildcards.node} {wildcards.view} {wildcards.variant}"
+        "{params.ringflow} score {params.ring} {wildcards.node} {wildcards.view} {wildcards.variant}"
         " > {log} 2>&1"

@@ -9,5 +9,10 @@ rule search:
         search=path(RING.search),
     log:
         log_for("search", "search"),
+    conda:
+        "../envs/ringflow.yaml"
+    params:
+        ringflow=RINGFLOW,
+        ring=RING.root,
     shell:
-        "{RINGFLOW} search-summary {RING.root} > {log} 2>&1"
+        "{params.ringflow} search-summary {params.ring} > {log} 2>&1"

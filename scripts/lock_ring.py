@@ -1,9 +1,8 @@
 """Lock the ring: RING.json, the view manifests and the live cutoff (SPEC 9, 13)."""
 
-import sys
-
 from ringflow.ring import lock_ring
 
-sys.stderr = open(snakemake.log[0], "w")  # noqa: F821 (the snakemake object is injected)
-ring = lock_ring(dict(snakemake.config))  # noqa: F821
-print(f"ring {ring['ring_id']} locked at {ring['ring_dir']}", file=sys.stderr)
+# The snakemake object is injected by Snakemake's script directive.
+with open(snakemake.log[0], "w") as log:  # noqa: F821
+    ring = lock_ring(dict(snakemake.config))  # noqa: F821
+    print(f"ring {ring['ring_id']} locked at {ring['ring_dir']}", file=log)

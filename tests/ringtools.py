@@ -15,7 +15,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 
-SCORER = '''\
+SCORER = """\
 import argparse, json, os, tempfile
 p = argparse.ArgumentParser()
 for a in ("--pred", "--labels", "--out"):
@@ -32,11 +32,11 @@ fd, tmp = tempfile.mkstemp(dir=os.path.dirname(a.out))
 with os.fdopen(fd, "w") as f:
     json.dump(rec, f)
 os.replace(tmp, a.out)
-'''
+"""
 
 # A candidate whose score per (view, seed) is drawn from a distribution set in
 # behaviour.json; with weights it "trains" a file holding the training seed.
-PROGRAM = '''\
+PROGRAM = """\
 import argparse, json, os, random, sys, time
 p = argparse.ArgumentParser()
 p.add_argument("--seed", type=int, default=0)
@@ -62,22 +62,29 @@ if b.get("weights"):
         with open(path, "w") as f:
             f.write("trained seed=%d ablate=%s data=%s\\n" % (tseed, a.ablate, data))
         print("trained", file=sys.stderr)
-rng = random.Random(f"{b.get('noise_key', 'x')}/{view if b.get('view_sensitive') else data}/{a.seed}")
+where = view if b.get("view_sensitive") else data
+rng = random.Random(f"{b.get('noise_key', 'x')}/{where}/{a.seed}")
 value = b["mean"] + rng.gauss(0, b.get("sd", 0.0))
 if b.get("view_sensitive") and view not in ("proxy", "x3", "final"):
     value -= 0.5
 with open(os.path.join(os.environ["RINGFLOW_OUTPUT_DIR"], "score.json"), "w") as f:
     json.dump({"value": value}, f)
-'''
+"""
 
 
 def make_task(root: Path, views=("proxy", "x3", "final")) -> Path:
     task = root / "task"
     (task).mkdir(parents=True, exist_ok=True)
-    (task / "task.yaml").write_text(yaml.safe_dump({
-        "name": "scripted", "direction": "maximize", "scorer": "python scorer.py",
-        "views": list(views),
-    }))
+    (task / "task.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "scripted",
+                "direction": "maximize",
+                "scorer": "python scorer.py",
+                "views": list(views),
+            }
+        )
+    )
     (task / "scorer.py").write_text(SCORER)
     for view in views:
         (task / "views" / view / "inputs").mkdir(parents=True, exist_ok=True)
@@ -87,27 +94,50 @@ def make_task(root: Path, views=("proxy", "x3", "final")) -> Path:
     return task
 
 
-def make_candidate(folder: Path, *, mean: float, sd: float = 0.0, weights: bool = False,
-                   seed_affects_training: bool = False, **behaviour) -> Path:
+def make_candidate(
+    folder: Path,
+    *,
+    mean: float,
+    sd: float = 0.0,
+    weights: bool = False,
+    seed_affects_training: bool = False,
+    **behaviour,
+) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "run.py").write_text(PROGRAM)
-    (folder / "behaviour.json").write_text(json.dumps(
-        {"mean": mean, "sd": sd, "weights": weights, **behaviour}))
+    (folder / "behaviour.json").write_text(
+        json.dumps({"mean": mean, "sd": sd, "weights": weights, **behaviour})
+    )
     if weights:
-        (folder / "ARTIFACTS.json").write_text(json.dumps(
-            [{"path": "weights/model.txt", "sha256": None, "per_view": True}]))
-        (folder / "EXECUTION.json").write_text(json.dumps(
-            {"seed_affects_training": seed_affects_training, "train_seed": 0}))
+        (folder / "ARTIFACTS.json").write_text(
+            json.dumps([{"path": "weights/model.txt", "sha256": None, "per_view": True}])
+        )
+        (folder / "EXECUTION.json").write_text(
+            json.dumps({"seed_affects_training": seed_affects_training, "train_seed": 0})
+        )
     return folder
 
 
 FAST = {
-    "exec_health": {"enforce": False, "collect_s": 0.5, "interval_s": 2, "hang_min": 5,
-                    "term_grace_s": 2, "failed_after_s": 60, "min_cpu_frac": 0.01,
-                    "min_io_kbps": 64},
+    "exec_health": {
+        "enforce": False,
+        "collect_s": 0.5,
+        "interval_s": 2,
+        "hang_min": 5,
+        "term_grace_s": 2,
+        "failed_after_s": 60,
+        "min_cpu_frac": 0.01,
+        "min_io_kbps": 64,
+    },
     "limits": {"memory_gb": 4, "time_limit_min": 10, "threads": 1},
-    "timeline": {"duration_min": 30, "final_reserve_min": 10, "node_tail_min": 1,
-                 "settle_extra_s": 5, "stop_margin_s": 5, "reserve_pad_min": 1},
+    "timeline": {
+        "duration_min": 30,
+        "final_reserve_min": 10,
+        "node_tail_min": 1,
+        "settle_extra_s": 5,
+        "stop_margin_s": 5,
+        "reserve_pad_min": 1,
+    },
 }
 
 
@@ -123,17 +153,30 @@ def write_config(workdir: Path, **overrides) -> Path:
     return path
 
 
-def snakemake(workdir: Path, configfile: Path, *extra: str, check: bool = True,
-              timeout: float = 900) -> subprocess.CompletedProcess:
+def snakemake(
+    workdir: Path, configfile: Path, *extra: str, check: bool = True, timeout: float = 900
+) -> subprocess.CompletedProcess:
     # Targets and extra options go first: --configfile takes every word that follows it.
-    argv = [str(SNAKEMAKE), *extra, "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-            "--profile", str(REPO / "profiles" / "local"), "--cores", "2",
-            "--configfile", str(configfile)]
+    argv = [
+        str(SNAKEMAKE),
+        *extra,
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--profile",
+        str(REPO / "profiles" / "local"),
+        "--cores",
+        "2",
+        "--configfile",
+        str(configfile),
+    ]
     env = dict(os.environ)
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
     if check and proc.returncode != 0:
-        raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}"
-                             f"\n{proc.stderr[-8000:]}")
+        raise AssertionError(
+            f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
+        )
     return proc
 
 

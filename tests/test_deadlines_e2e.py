@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -65,27 +66,42 @@ def test_killing_snakemake_leaves_no_process_of_the_execution(tmp_path):
     marker = f"ringflow-orphan-{os.getpid()}-{time.time_ns()}"
     task = make_task(tmp_path)
     stubborn_candidate(tmp_path / "cands" / "stubborn", marker)
-    config = write_config(tmp_path, ring_id="orphan", task=str(task),
-                          candidates=str(tmp_path / "cands"), baseline=None)
-    argv = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-            "--profile", str(REPO / "profiles" / "local"), "--cores", "2",
-            "--configfile", str(config)]
-    driver = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
+    config = write_config(
+        tmp_path,
+        ring_id="orphan",
+        task=str(task),
+        candidates=str(tmp_path / "cands"),
+        baseline=None,
+    )
+    argv = [
+        str(SNAKEMAKE),
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(tmp_path),
+        "--profile",
+        str(REPO / "profiles" / "local"),
+        "--cores",
+        "2",
+        "--configfile",
+        str(config),
+    ]
+    driver = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         assert wait_until(lambda: len(marked(marker)) >= 2, 60), "the program never started"
         driver.kill()
         driver.wait()
         grace = 2  # exec_health.term_grace_s of ringtools.FAST
         assert wait_until(lambda: not marked(marker), grace + 8), (
-            f"left alive: {[p.pid for p in marked(marker)]}")
+            f"left alive: {[p.pid for p in marked(marker)]}"
+        )
     finally:
         for proc in marked(marker):
             proc.kill()
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(driver.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     results = list((tmp_path / "runs" / "orphan").glob("nodes/*/exec/*/s0/result.json"))
     assert results, "the supervisor recorded nothing"
     for path in results:
@@ -98,8 +114,14 @@ def _lock_and_import(tmp_path: Path, cands: Path, ring_id: str, **extra) -> Path
     from ringflow.nodes import import_static
     from ringflow.ring import lock_ring
 
-    config = write_config(tmp_path, ring_id=ring_id, task=str(make_task(tmp_path)),
-                          candidates=str(cands), baseline=None, **extra)
+    config = write_config(
+        tmp_path,
+        ring_id=ring_id,
+        task=str(make_task(tmp_path)),
+        candidates=str(cands),
+        baseline=None,
+        **extra,
+    )
     import yaml
 
     full = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
@@ -151,21 +173,42 @@ def test_the_reserve_moves_the_cutoff_earlier_and_it_survives_a_restart(tmp_path
     make_candidate(tmp_path / "base" / "baseline", mean=0.5)
     task = make_task(tmp_path)
     timeline = {"duration_min": 30, "final_reserve_min": 1, "reserve_pad_min": 3}
-    config = write_config(tmp_path, ring_id="reserve", task=str(task), candidates=str(cands),
-                          baseline=str(tmp_path / "base" / "baseline"), timeline=timeline)
+    config = write_config(
+        tmp_path,
+        ring_id="reserve",
+        task=str(task),
+        candidates=str(cands),
+        baseline=str(tmp_path / "base" / "baseline"),
+        timeline=timeline,
+    )
     ring = tmp_path / "runs" / "reserve"
-    argv = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-            "--profile", str(REPO / "profiles" / "local"), "--cores", "2",
-            "--configfile", str(config)]
-    driver = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
+    argv = [
+        str(SNAKEMAKE),
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(tmp_path),
+        "--profile",
+        str(REPO / "profiles" / "local"),
+        "--cores",
+        "2",
+        "--configfile",
+        str(config),
+    ]
+    driver = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         assert wait_until(lambda: any(ring.glob("nodes/*/exec/*/s0/score.json")), 120)
         lock = json.loads((ring / "RING.json").read_text())
         before = CutoffFile(ring / "cutoff.json").cutoff()
         assert before == pytest.approx(lock["stop_at"] - 60)
-        tick = subprocess.run([sys.executable, "-m", "ringflow", "reserve", str(ring)],
-                              capture_output=True, text=True, check=True)
+        tick = subprocess.run(
+            [sys.executable, "-m", "ringflow", "reserve", str(ring)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         moved = json.loads(tick.stdout)
         assert moved["moved"] and moved["reserve_min"] >= 3
         after = CutoffFile(ring / "cutoff.json").cutoff()
@@ -183,8 +226,14 @@ def test_the_reserve_moves_the_cutoff_earlier_and_it_survives_a_restart(tmp_path
     assert CutoffFile(ring / "cutoff.json").cutoff() <= after
     assert (ring / "selection" / "decision.json").exists()
     # A later, smaller estimate never moves the cutoff back.
-    again = json.loads(subprocess.run([sys.executable, "-m", "ringflow", "reserve", str(ring)],
-                                      capture_output=True, text=True, check=True).stdout)
+    again = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "ringflow", "reserve", str(ring)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     assert CutoffFile(ring / "cutoff.json").cutoff() <= after
     assert again["cutoff"] <= after
 

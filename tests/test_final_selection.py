@@ -15,8 +15,9 @@ from ringtools import make_candidate, make_task, results, snakemake, write_confi
 pytestmark = pytest.mark.e2e
 
 
-def run_ring(work: Path, ring_id: str, *, baseline: dict | None, candidates: dict[str, dict],
-             **config) -> Path:
+def run_ring(
+    work: Path, ring_id: str, *, baseline: dict | None, candidates: dict[str, dict], **config
+) -> Path:
     task = work / "task" if (work / "task").exists() else make_task(work)
     cands = work / f"{ring_id}-candidates"
     for name, behaviour in candidates.items():
@@ -24,8 +25,9 @@ def run_ring(work: Path, ring_id: str, *, baseline: dict | None, candidates: dic
     base = None
     if baseline is not None:
         base = str(make_candidate(work / f"{ring_id}-baseline" / "baseline", **baseline))
-    path = write_config(work, ring_id=ring_id, task=str(task), candidates=str(cands),
-                        baseline=base, **config)
+    path = write_config(
+        work, ring_id=ring_id, task=str(task), candidates=str(cands), baseline=base, **config
+    )
     snakemake(work, path)
     return work / "runs" / ring_id
 
@@ -35,8 +37,12 @@ def final_of(ring: Path) -> dict:
 
 
 def test_a_clearly_better_candidate_replaces_the_baseline(tmp_path):
-    ring = run_ring(tmp_path, "better", baseline={"mean": 0.5, "sd": 0.01},
-                    candidates={"good": {"mean": 0.8, "sd": 0.01, "weights": True}})
+    ring = run_ring(
+        tmp_path,
+        "better",
+        baseline={"mean": 0.5, "sd": 0.01},
+        candidates={"good": {"mean": 0.8, "sd": 0.01, "weights": True}},
+    )
     final = final_of(ring)
     assert final["decision"] == "candidate" and final["chosen"] == "n001-good"
     guard = final["guard"]
@@ -54,13 +60,18 @@ def test_a_clearly_better_candidate_replaces_the_baseline(tmp_path):
     assert repro["diagnostic_only"] and repro["checks"][0]["outputs_identical"]
     # Promotion seeds are never guard seeds, and the guard replayed its weights.
     res = results(ring)
-    assert {r["weights_mode"] for (n, _, v), r in res.items()
-            if n == "n001-good" and v.startswith("g")} == {"replay"}
+    assert {
+        r["weights_mode"] for (n, _, v), r in res.items() if n == "n001-good" and v.startswith("g")
+    } == {"replay"}
 
 
 def test_baseline_is_seated_before_any_review(tmp_path):
-    ring = run_ring(tmp_path, "order", baseline={"mean": 0.5, "sd": 0.01},
-                    candidates={"good": {"mean": 0.8, "sd": 0.01}})
+    ring = run_ring(
+        tmp_path,
+        "order",
+        baseline={"mean": 0.5, "sd": 0.01},
+        candidates={"good": {"mean": 0.8, "sd": 0.01}},
+    )
     seated = json.loads((ring / "selection" / "baseline_seated.json").read_text())
     review = ring / "selection" / "review-n001-good.json"
     events = [json.loads(x) for x in (ring / "events.jsonl").read_text().splitlines()]
@@ -71,8 +82,12 @@ def test_baseline_is_seated_before_any_review(tmp_path):
 
 
 def test_an_equal_candidate_leaves_the_baseline(tmp_path):
-    ring = run_ring(tmp_path, "equal", baseline={"mean": 0.6, "sd": 0.05, "noise_key": "b"},
-                    candidates={"same": {"mean": 0.6, "sd": 0.05, "noise_key": "c"}})
+    ring = run_ring(
+        tmp_path,
+        "equal",
+        baseline={"mean": 0.6, "sd": 0.05, "noise_key": "b"},
+        candidates={"same": {"mean": 0.6, "sd": 0.05, "noise_key": "c"}},
+    )
     final = final_of(ring)
     assert final["decision"] == "baseline" and final["chosen"] == "n000-baseline"
     assert final["guard"]["complete"] and final["guard"]["lcb"] <= 0
@@ -80,8 +95,12 @@ def test_an_equal_candidate_leaves_the_baseline(tmp_path):
 
 
 def test_one_crashed_guard_job_keeps_the_baseline(tmp_path):
-    ring = run_ring(tmp_path, "crashy", baseline={"mean": 0.5, "sd": 0.01},
-                    candidates={"flaky": {"mean": 0.9, "sd": 0.01, "crash_seeds": [5]}})
+    ring = run_ring(
+        tmp_path,
+        "crashy",
+        baseline={"mean": 0.5, "sd": 0.01},
+        candidates={"flaky": {"mean": 0.9, "sd": 0.01, "crash_seeds": [5]}},
+    )
     final = final_of(ring)
     assert final["decision"] == "baseline"
     assert final["guard"]["complete"] is False and final["guard"]["lcb"] is None
@@ -89,8 +108,12 @@ def test_one_crashed_guard_job_keeps_the_baseline(tmp_path):
 
 
 def test_a_view_reading_candidate_fails_review_and_is_never_chosen(tmp_path):
-    ring = run_ring(tmp_path, "sly", baseline={"mean": 0.5, "sd": 0.01},
-                    candidates={"sly": {"mean": 0.9, "sd": 0.01, "view_sensitive": True}})
+    ring = run_ring(
+        tmp_path,
+        "sly",
+        baseline={"mean": 0.5, "sd": 0.01},
+        candidates={"sly": {"mean": 0.9, "sd": 0.01, "view_sensitive": True}},
+    )
     review = json.loads((ring / "selection" / "review-n001-sly.json").read_text())
     assert review["passed"] is False
     assert "depend on the view" in review["reasons"][0]
@@ -101,8 +124,9 @@ def test_a_view_reading_candidate_fails_review_and_is_never_chosen(tmp_path):
 
 
 def test_no_baseline_refuses_and_writes_no_final(tmp_path):
-    ring = run_ring(tmp_path, "nobase", baseline=None,
-                    candidates={"good": {"mean": 0.8, "sd": 0.01}})
+    ring = run_ring(
+        tmp_path, "nobase", baseline=None, candidates={"good": {"mean": 0.8, "sd": 0.01}}
+    )
     assert not (ring / "final").exists()
     decision = json.loads((ring / "selection" / "decision.json").read_text())
     assert decision["decision"] == "refused"
@@ -117,8 +141,14 @@ def test_guard_seeds_of_a_three_ring_chain_are_disjoint(tmp_path):
     make_candidate(cands / "a", mean=0.5)
     seeds, previous = [], None
     for ring_id in ("c1", "c2", "c3"):
-        config = write_config(tmp_path, ring_id=ring_id, task=str(task), candidates=str(cands),
-                              baseline=None, continue_from=previous)
+        config = write_config(
+            tmp_path,
+            ring_id=ring_id,
+            task=str(task),
+            candidates=str(cands),
+            baseline=None,
+            continue_from=previous,
+        )
         snakemake(tmp_path, config, f"runs/{ring_id}/RING.json")
         lock = json.loads((tmp_path / "runs" / ring_id / "RING.json").read_text())
         seeds.append(lock)
@@ -131,8 +161,9 @@ def test_guard_seeds_of_a_three_ring_chain_are_disjoint(tmp_path):
 
 
 def test_verify_fails_on_an_edited_ledger(tmp_path):
-    ring = run_ring(tmp_path, "ledger", baseline=None, candidates={"a": {"mean": 0.5}},
-                    guard={"enabled": False})
+    ring = run_ring(
+        tmp_path, "ledger", baseline=None, candidates={"a": {"mean": 0.5}}, guard={"enabled": False}
+    )
     verify = [sys.executable, "-m", "ringflow", "verify", str(ring)]
     assert subprocess.run(verify, capture_output=True).returncode == 0
     lines = (ring / "ledger.jsonl").read_text().splitlines()

@@ -36,18 +36,27 @@ def ring1(tmp_path_factory):
     (cands / "bad-json" / "EXECUTION.json").write_text("{not json")
     make_candidate(cands / "top-level", mean=0.9)
     (cands / "top-level" / "ARTIFACTS.json").write_text(
-        json.dumps([{"path": "model.pkl", "per_view": True}]))
+        json.dumps([{"path": "model.pkl", "per_view": True}])
+    )
     make_candidate(cands / "escape", mean=0.9)
     os.symlink("/etc/passwd", cands / "escape" / "leak.txt")
     make_candidate(cands / "huge", mean=0.9)
     (cands / "huge" / "weights").mkdir()
     (cands / "huge" / "weights" / "big.bin").write_bytes(b"x" * 4096)
     (cands / "huge" / "ARTIFACTS.json").write_text(
-        json.dumps([{"path": "weights/big.bin", "per_view": False}]))
+        json.dumps([{"path": "weights/big.bin", "per_view": False}])
+    )
     base = make_candidate(work / "baseline", mean=0.5, sd=0.01)
-    config = write_config(work, ring_id="r1", task=str(task), candidates=str(cands),
-                          baseline=str(base), promote_top_k=2, final_top_k=1,
-                          max_weights_gb=2e-6)
+    config = write_config(
+        work,
+        ring_id="r1",
+        task=str(task),
+        candidates=str(cands),
+        baseline=str(base),
+        promote_top_k=2,
+        final_top_k=1,
+        max_weights_gb=2e-6,
+    )
     snakemake(work, config)
     return work, config, work / "runs" / "r1"
 
@@ -62,8 +71,10 @@ def test_trains_once_per_key_and_replays_the_rest(ring1):
     res = results(ring)
     steady = _node(ring, "steady")
     for view in ("proxy", "x3"):
-        modes = {v: res[(steady, view, v)]["weights_mode"]
-                 for v in ["s0", "s1", "s2", *(f"g{s}" for s in GUARD)]}
+        modes = {
+            v: res[(steady, view, v)]["weights_mode"]
+            for v in ["s0", "s1", "s2", *(f"g{s}" for s in GUARD)]
+        }
         assert modes.pop("s0") == "train"
         assert set(modes.values()) == {"replay"}, modes
         # The ablation control trains its own weights under its own key.
@@ -87,23 +98,36 @@ def test_seed_affects_training_trains_once_per_seed(ring1):
 def test_results_record_the_contract_fields(ring1):
     _, _, ring = ring1
     result = results(ring)[(_node(ring, "light"), "proxy", "s0")]
-    for field in ("status", "budget_cut", "exit_code", "wall_s", "cpu_s", "weights_mode",
-                  "weights_key", "reap_left"):
+    for field in (
+        "status",
+        "budget_cut",
+        "exit_code",
+        "wall_s",
+        "cpu_s",
+        "weights_mode",
+        "weights_key",
+        "reap_left",
+    ):
         assert field in result
     assert result["status"] == "ok" and result["weights_mode"] == "none"
     exec_dir = ring / "nodes" / _node(ring, "light") / "exec" / "proxy" / "s0"
     assert (exec_dir / "stdout.log").exists() and (exec_dir / "stderr.log").exists()
-    assert json.loads((exec_dir / "score.json").read_text())["score"] == pytest.approx(0.7, abs=0.05)
+    assert json.loads((exec_dir / "score.json").read_text())["score"] == pytest.approx(
+        0.7, abs=0.05
+    )
     assert json.loads((exec_dir / "output" / "score.json").read_text())
 
 
-@pytest.mark.parametrize("name, message", [
-    ("no-program", "missing program"),
-    ("bad-json", "malformed JSON"),
-    ("top-level", "top-level file"),
-    ("escape", "leaves the solution tree"),
-    ("huge", "over the limit"),
-])
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("no-program", "missing program"),
+        ("bad-json", "malformed JSON"),
+        ("top-level", "top-level file"),
+        ("escape", "leaves the solution tree"),
+        ("huge", "over the limit"),
+    ],
+)
 def test_bad_candidates_are_rejected_with_their_error(ring1, name, message):
     _, _, ring = ring1
     node = json.loads((ring / "nodes" / _node(ring, name) / "node.json").read_text())
@@ -131,9 +155,22 @@ def test_the_good_candidates_finish_and_final_is_written(ring1):
 
 def test_key_explain_lists_every_component(ring1):
     _, _, ring = ring1
-    out = subprocess.run([sys.executable, "-m", "ringflow", "key", str(ring),
-                          _node(ring, "steady"), "proxy", "s1", "--explain"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ringflow",
+            "key",
+            str(ring),
+            _node(ring, "steady"),
+            "proxy",
+            "s1",
+            "--explain",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     for component in ("tree_hash", "train_seed", "view_hash", "env_key", "train_args"):
         assert component in out
 
@@ -162,9 +199,16 @@ def test_a_second_ring_sharing_the_store_replays_what_the_first_registered(ring1
     work, _, ring = ring1
     registered = {r["weights_key"] for r in results(ring).values() if r["weights_mode"] == "train"}
     task, cands, base = work / "task", work / "candidates", work / "baseline"
-    config2 = write_config(work, ring_id="r2", task=str(task), candidates=str(cands),
-                           baseline=str(base), promote_top_k=2, final_top_k=1,
-                           max_weights_gb=2e-6)
+    config2 = write_config(
+        work,
+        ring_id="r2",
+        task=str(task),
+        candidates=str(cands),
+        baseline=str(base),
+        promote_top_k=2,
+        final_top_k=1,
+        max_weights_gb=2e-6,
+    )
     snakemake(work, config2)
     res2 = results(work / "runs" / "r2")
     shared = [r for r in res2.values() if r["weights_key"] in registered]
@@ -195,8 +239,9 @@ def test_a_damaged_object_interrupts_the_replay_and_fails_verify(ring1, damage):
     assert redo["status"] == "interrupted" and not redo["budget_cut"]
     assert "weights/model.txt" in redo["reason"]
     assert redo["weights_mode"] == "replay"
-    verify = subprocess.run([sys.executable, "-m", "ringflow", "verify", str(ring)],
-                            capture_output=True, text=True)
+    verify = subprocess.run(
+        [sys.executable, "-m", "ringflow", "verify", str(ring)], capture_output=True, text=True
+    )
     assert verify.returncode == 1 and entry["files"][0]["sha256"] in verify.stdout
     # Put the object back (from the replayed copy of s0) for the next parametrisation.
     replayed = ring / "nodes" / steady / "exec" / "x3" / "s0" / "work" / "solution"

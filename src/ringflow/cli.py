@@ -158,8 +158,10 @@ def cmd_key(args) -> int:
     ring = load_ring(args.ring_dir)
     spec = load_node(ring, args.node)["executions"][args.view][args.variant]
     if not spec.get("key"):
-        print(f"{args.node} {args.view}/{args.variant}: no weights key "
-              f"(weights mode {spec['weights']})")
+        print(
+            f"{args.node} {args.view}/{args.variant}: no weights key "
+            f"(weights mode {spec['weights']})"
+        )
         return 0
     if args.explain:
         print(explain(spec["key"], spec["key_components"]))
@@ -182,13 +184,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     execution = ([("node",), {}], [("view",), {}], [("variant",), {}])
     add("status", cmd_status, "live table of nodes, in-flight executions, cutoff and reserve")
-    add("report", cmd_report, "write the ring's HTML report",
-        (("--out",), {"help": "output file (default RING_DIR/report.html)"}))
+    add(
+        "report",
+        cmd_report,
+        "write the ring's HTML report",
+        (("--out",), {"help": "output file (default RING_DIR/report.html)"}),
+    )
     add("verify", cmd_verify, "check the ledger chain, registered objects and ancestors")
-    add("key", cmd_key, "print an execution's weights key", *execution,
-        (("--explain",), {"action": "store_true", "help": "print every component"}))
-    add("summary", cmd_summary, "one-screen summary of the ring",
-        (("--write",), {"help": "also write it to this file"}))
+    add(
+        "key",
+        cmd_key,
+        "print an execution's weights key",
+        *execution,
+        (("--explain",), {"action": "store_true", "help": "print every component"}),
+    )
+    add(
+        "summary",
+        cmd_summary,
+        "one-screen summary of the ring",
+        (("--write",), {"help": "also write it to this file"}),
+    )
     add("reserve", cmd_reserve, "re-estimate the final reserve once (may move the cutoff)")
     add("import-nodes", cmd_import_nodes, "(rule) create the ring's nodes")
     add("execute", cmd_execute, "(rule) run one execution", *execution)

@@ -38,8 +38,11 @@ def coerce(value: Any, schema: dict) -> Any:
             return None
         if isinstance(parsed, bool) and "boolean" in types:
             return parsed
-        if isinstance(parsed, int) and not isinstance(parsed, bool) and types & {"integer",
-                                                                              "number"}:
+        if (
+            isinstance(parsed, int)
+            and not isinstance(parsed, bool)
+            and types & {"integer", "number"}
+        ):
             return parsed
         if isinstance(parsed, float) and "number" in types:
             return parsed

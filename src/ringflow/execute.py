@@ -80,8 +80,16 @@ def _hidden_paths(ring: dict) -> tuple[Path, ...]:
     return (*labels, Path(ring["store"]))
 
 
-def _weights_for(spec: dict, store: WeightsStore, tree: str, work: Path, solution: dict,
-                 stack: ExitStack, should_stop, verify: str) -> tuple[str, str | None]:
+def _weights_for(
+    spec: dict,
+    store: WeightsStore,
+    tree: str,
+    work: Path,
+    solution: dict,
+    stack: ExitStack,
+    should_stop,
+    verify: str,
+) -> tuple[str, str | None]:
     """Settle the weights mode; while training, the key lock stays held (on `stack`)."""
     if spec["weights"] == "none":
         return statuses.NONE, None
@@ -135,15 +143,30 @@ def run_execution(ring_dir: str | Path, node_id: str, view: str, variant: str) -
 
     with ExitStack() as stack:
         try:
-            mode, method = _weights_for(spec, store, node["tree_hash"], work, solution, stack,
-                                        should_stop, config["replay_verify"])
+            mode, method = _weights_for(
+                spec,
+                store,
+                node["tree_hash"],
+                work,
+                solution,
+                stack,
+                should_stop,
+                config["replay_verify"],
+            )
         except DeadlineReached as exc:
             result.update(budget_cut=True, reason=f"gave up waiting for the weights lock: {exc}")
             return _finish(layout, exec_dir, result)
         except ReplayCheckFailed as exc:
             result.update(weights_mode=statuses.REPLAY, reason=f"replay check failed: {exc}")
-            emit_event(layout.root, "replay_check_failed", node=node_id, view=view,
-                       variant=variant, file=exc.path, reason=exc.reason)
+            emit_event(
+                layout.root,
+                "replay_check_failed",
+                node=node_id,
+                view=view,
+                variant=variant,
+                file=exc.path,
+                reason=exc.reason,
+            )
             return _finish(layout, exec_dir, result)
         result.update(weights_mode=mode, replay_method=method)
         writable: tuple[Path, ...] = ()
@@ -151,8 +174,21 @@ def run_execution(ring_dir: str | Path, node_id: str, view: str, variant: str) -
             writable = tuple(work / d for d in weights_dirs(solution["per_view_paths"]))
             for folder in writable:
                 folder.mkdir(parents=True, exist_ok=True)
-        outcome, plan = _run_program(ring, node, spec, view_name, variant, work, inputs, output,
-                                     health_dir, exec_dir, writable, deadline, blind)
+        outcome, plan = _run_program(
+            ring,
+            node,
+            spec,
+            view_name,
+            variant,
+            work,
+            inputs,
+            output,
+            health_dir,
+            exec_dir,
+            writable,
+            deadline,
+            blind,
+        )
         result.update(outcome)
         result["sandbox"] = plan
         if mode == statuses.TRAIN and result["status"] == statuses.OK:
@@ -160,8 +196,21 @@ def run_execution(ring_dir: str | Path, node_id: str, view: str, variant: str) -
     return _finish(layout, exec_dir, result)
 
 
-def _run_program(ring, node, spec, view_name, variant, work, inputs, output, health_dir,
-                 exec_dir, writable, deadline, blind) -> tuple[dict, dict]:
+def _run_program(
+    ring,
+    node,
+    spec,
+    view_name,
+    variant,
+    work,
+    inputs,
+    output,
+    health_dir,
+    exec_dir,
+    writable,
+    deadline,
+    blind,
+) -> tuple[dict, dict]:
     config = ring["config"]
     threads = config["limits"]["threads"]
     argv = command_argv(" ".join(node["solution"]["command"]))
@@ -210,11 +259,24 @@ def _run_program(ring, node, spec, view_name, variant, work, inputs, output, hea
         )
     finally:
         plan.finish()
-    sandbox_info = {"mode": plan.mode, "network_isolated": plan.network_isolated,
-                    "notes": plan.notes}
+    sandbox_info = {
+        "mode": plan.mode,
+        "network_isolated": plan.network_isolated,
+        "notes": plan.notes,
+    }
     record = outcome.to_dict()
-    fields = ("status", "budget_cut", "exit_code", "signal", "wall_s", "cpu_s", "reap_left",
-              "reason", "events", "limits")
+    fields = (
+        "status",
+        "budget_cut",
+        "exit_code",
+        "signal",
+        "wall_s",
+        "cpu_s",
+        "reap_left",
+        "reason",
+        "events",
+        "limits",
+    )
     result = {k: record[k] for k in fields}
     result["health"] = {"jsonl": record["health_jsonl"], "latest": record["health_latest"]}
     return result, sandbox_info
@@ -227,15 +289,20 @@ def _register(ring, layout, store, node, view, variant, spec, work, result) -> N
     who = {"ring": ring["ring_id"], "node": node["id"], "execution": f"{view}/{variant}"}
     limit = int(ring["config"]["max_weights_gb"] * 1024**3)
     try:
-        entry, created = store.register(node["tree_hash"], spec["key"], work,
-                                        node["solution"]["per_view_paths"], who, limit)
+        entry, created = store.register(
+            node["tree_hash"], spec["key"], work, node["solution"]["per_view_paths"], who, limit
+        )
     except AcceptanceError as exc:
         result.update(status=statuses.CRASH, reason=f"weights not accepted: {exc}")
         return
     if created:
         Ledger(layout.ledger).append(
-            "weights_registered", key=spec["key"], tree=node["tree_hash"], node=node["id"],
-            view=view, variant=variant,
+            "weights_registered",
+            key=spec["key"],
+            tree=node["tree_hash"],
+            node=node["id"],
+            view=view,
+            variant=variant,
             files=[{"path": f["path"], "sha256": f["sha256"]} for f in entry["files"]],
         )
 
@@ -243,9 +310,16 @@ def _register(ring, layout, store, node, view, variant, spec, work, result) -> N
 def _finish(layout: RingLayout, exec_dir: Path, result: dict) -> dict:
     result["ended_at"] = time.time()
     atomic_write_json(exec_dir / "result.json", result)
-    emit_event(layout.root, "execution_finished", node=result["node"], view=result["view"],
-               variant=result["variant"], status=result["status"],
-               budget_cut=result["budget_cut"], weights_mode=result["weights_mode"])
+    emit_event(
+        layout.root,
+        "execution_finished",
+        node=result["node"],
+        view=result["view"],
+        variant=result["variant"],
+        status=result["status"],
+        budget_cut=result["budget_cut"],
+        weights_mode=result["weights_mode"],
+    )
     return result
 
 

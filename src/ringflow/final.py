@@ -62,8 +62,11 @@ def seat_baseline(ring_dir) -> dict:
     ring, layout, index = _ctx(ring_dir)
     base = usable_baseline(index)
     if guard_refused(ring, index):
-        why = ("no baseline configured" if index["baseline"] is None
-               else f"baseline {index['baseline']} was rejected at import")
+        why = (
+            "no baseline configured"
+            if index["baseline"] is None
+            else f"baseline {index['baseline']} was rejected at import"
+        )
         seated = {"refused": True, "baseline": index["baseline"], "reason": why}
         emit_event(layout.root, "final_guard_refused", reason=why)
         Ledger(layout.ledger).append("final_guard_refused", reason=why)
@@ -94,14 +97,23 @@ def _view_blind_check(ring, layout, node: dict) -> dict:
     # that training noise is not mistaken for view dependence; others with seed 0.
     ref_variant = "fresh-s0" if node["solution"]["per_view_paths"] else "s0"
     ref = usable(read_score(layout, node["id"], view, ref_variant), direction)
-    check = {"check": "view_blind", "view": view, "blind": blind, "reference": ref,
-             "reference_variant": ref_variant}
+    check = {
+        "check": "view_blind",
+        "view": view,
+        "blind": blind,
+        "reference": ref,
+        "reference_variant": ref_variant,
+    }
     if blind is None or ref is None:
         check.update(passed=False, reason="view-blind check incomplete: an execution failed")
     elif abs(blind - ref) > EQUAL_TOL:
-        check.update(passed=False, reason=(
-            f"predictions depend on the view's identity: {blind:.6g} on a disguised copy of "
-            f"{view} vs {ref:.6g} on {view} ({ref_variant})"))
+        check.update(
+            passed=False,
+            reason=(
+                f"predictions depend on the view's identity: {blind:.6g} on a disguised copy of "
+                f"{view} vs {ref:.6g} on {view} ({ref_variant})"
+            ),
+        )
     else:
         check.update(passed=True, reason="same score on the disguised copy")
     return check
@@ -109,15 +121,23 @@ def _view_blind_check(ring, layout, node: dict) -> dict:
 
 def _review_command(ring, layout, node_id: str) -> dict:
     command = ring["config"]["review"]
-    argv = shlex.split(command) + [str(layout.node_dir(node_id))]
+    argv = [*shlex.split(command), str(layout.node_dir(node_id))]
     try:
-        proc = subprocess.run(argv, cwd=layout.root, capture_output=True, text=True,
-                              timeout=ring["config"]["scorer_timeout_min"] * 60)
+        proc = subprocess.run(
+            argv,
+            cwd=layout.root,
+            capture_output=True,
+            text=True,
+            timeout=ring["config"]["scorer_timeout_min"] * 60,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"check": "review_command", "passed": False, "reason": f"review failed: {exc}"}
     text = (proc.stdout + proc.stderr).strip()
-    return {"check": "review_command", "passed": proc.returncode == 0,
-            "reason": text[-2000:] or f"exit code {proc.returncode}"}
+    return {
+        "check": "review_command",
+        "passed": proc.returncode == 0,
+        "reason": text[-2000:] or f"exit code {proc.returncode}",
+    }
 
 
 def review(ring_dir, node_id: str) -> dict:
@@ -127,8 +147,12 @@ def review(ring_dir, node_id: str) -> dict:
     if ring["config"]["review"]:
         checks.append(_review_command(ring, layout, node_id))
     passed = all(c["passed"] for c in checks)
-    record = {"node": node_id, "passed": passed, "checks": checks,
-              "reasons": [c["reason"] for c in checks if not c["passed"]]}
+    record = {
+        "node": node_id,
+        "passed": passed,
+        "checks": checks,
+        "reasons": [c["reason"] for c in checks if not c["passed"]],
+    }
     atomic_write_json(layout.review(node_id), record)
     if not passed:
         emit_event(layout.root, "review_failed", node=node_id, reasons=record["reasons"])
@@ -139,8 +163,10 @@ def guard_table(ring, layout, node: str) -> dict[int, float | None]:
     """Per guard seed: the side's mean over the search views (None when anything is missing)."""
     direction = ring["task"]["direction"]
     scores = {
-        seed: {view: usable(read_score(layout, node, view, f"g{seed}"), direction)
-               for view in ring["search_views"]}
+        seed: {
+            view: usable(read_score(layout, node, view, f"g{seed}"), direction)
+            for view in ring["search_views"]
+        }
         for seed in ring["guard_seeds"]
     }
     return guardstats.per_seed_side_scores(scores, ring["search_views"])
@@ -154,8 +180,9 @@ def verdict(ring_dir, rank: int) -> dict:
     rev = read_json(layout.review(node))
     record["review"] = rev
     if not rev["passed"]:
-        record.update(eligible=False, replace=False,
-                      reason="review failed: " + "; ".join(rev["reasons"]))
+        record.update(
+            eligible=False, replace=False, reason="review failed: " + "; ".join(rev["reasons"])
+        )
         atomic_write_json(layout.verdict(rank), record)
         return record
     guard = ring["config"]["guard"]
@@ -166,10 +193,15 @@ def verdict(ring_dir, rank: int) -> dict:
     a_prime = guardstats.alpha_prime(guard["alpha"], ring["config"]["final_top_k"])
     stats = None
     if complete:
-        stats = guardstats.paired_lcb([cand_side[s] for s in seeds], [base_side[s] for s in seeds],
-                                      alpha=a_prime, direction=ring["task"]["direction"])
-    replace, why = guardstats.guard_verdict(stats or {"lcb": None}, margin=guard["margin"],
-                                            complete=complete)
+        stats = guardstats.paired_lcb(
+            [cand_side[s] for s in seeds],
+            [base_side[s] for s in seeds],
+            alpha=a_prime,
+            direction=ring["task"]["direction"],
+        )
+    replace, why = guardstats.guard_verdict(
+        stats or {"lcb": None}, margin=guard["margin"], complete=complete
+    )
     record.update(
         eligible=True,
         replace=replace,
@@ -200,11 +232,16 @@ def _weights_fingerprint(ring, node_id: str) -> dict:
     for view in ring["search_views"]:
         key = node["executions"][view]["s0"].get("key")
         entry = store.entry(node["tree_hash"], key) if key else None
-        views[view] = {"key": key,
-                       "files": None if entry is None else
-                       [{"path": f["path"], "sha256": f["sha256"]} for f in entry["files"]]}
-    return {"per_view": views, "sha256": sha256_json(views) if any(
-        v["files"] for v in views.values()) else None}
+        views[view] = {
+            "key": key,
+            "files": None
+            if entry is None
+            else [{"path": f["path"], "sha256": f["sha256"]} for f in entry["files"]],
+        }
+    return {
+        "per_view": views,
+        "sha256": sha256_json(views) if any(v["files"] for v in views.values()) else None,
+    }
 
 
 def choose(ring: dict, seated: dict, ranking: dict, verdicts: list[dict]):
@@ -220,7 +257,11 @@ def choose(ring: dict, seated: dict, ranking: dict, verdicts: list[dict]):
             return item["node"], item["reason"], item
     if not verdicts:
         return base, "baseline kept: no finalist", None
-    return base, "baseline kept: " + "; ".join(f"{v['node']}: {v['reason']}" for v in verdicts), None
+    return (
+        base,
+        "baseline kept: " + "; ".join(f"{v['node']}: {v['reason']}" for v in verdicts),
+        None,
+    )
 
 
 def verdicts_in_order(ring: dict, layout: RingLayout) -> list[dict]:
@@ -236,7 +277,7 @@ def verdicts_in_order(ring: dict, layout: RingLayout) -> list[dict]:
 
 
 def decide(ring_dir) -> dict:
-    ring, layout, index = _ctx(ring_dir)
+    ring, layout, _ = _ctx(ring_dir)
     seated = read_json(layout.seated)
     final_view = ring["final_view"]
     direction = ring["task"]["direction"]
@@ -249,13 +290,19 @@ def decide(ring_dir) -> dict:
     base = seated["baseline"]
     chosen, reason, chosen_verdict = choose(ring, seated, ranking, verdicts)
     if chosen is None:
-        record = {"decision": "none", "reason": "no baseline and no finalist", "final_written": False}
+        record = {
+            "decision": "none",
+            "reason": "no baseline and no finalist",
+            "final_written": False,
+        }
         atomic_write_json(layout.decision, record)
         return record
     promoted = {row["node"]: row for row in ranking["ranked"]}
-    guard = chosen_verdict["guard"] if chosen_verdict else (verdicts[-1]["guard"]
-                                                           if verdicts and "guard" in verdicts[-1]
-                                                           else None)
+    guard = (
+        chosen_verdict["guard"]
+        if chosen_verdict
+        else (verdicts[-1]["guard"] if verdicts and "guard" in verdicts[-1] else None)
+    )
     record = {
         "decision": "baseline" if chosen == base else "candidate",
         "chosen": chosen,
@@ -267,13 +314,15 @@ def decide(ring_dir) -> dict:
         "verdicts": verdicts,
         "reviews": [v["review"] for v in verdicts],
         "promotion_mean": promoted.get(chosen, {}).get("score"),
-        "guard_mean": (fmean(guard["candidate"]) if chosen != base and guard
-                       and guard["complete"] else None),
+        "guard_mean": (
+            fmean(guard["candidate"]) if chosen != base and guard and guard["complete"] else None
+        ),
         "final_view": {
             "view": final_view,
             "chosen": usable(read_score(layout, chosen, final_view, "s0"), direction),
-            "baseline": None if base is None else
-            usable(read_score(layout, base, final_view, "s0"), direction),
+            "baseline": None
+            if base is None
+            else usable(read_score(layout, base, final_view, "s0"), direction),
         },
         "weights": _weights_fingerprint(ring, chosen),
         "note": "Guard and promotion scores are conditional on the frozen weights and the "
@@ -283,8 +332,9 @@ def decide(ring_dir) -> dict:
     }
     write_final(ring, layout, chosen, record)
     atomic_write_json(layout.decision, record)
-    Ledger(layout.ledger).append("final_decided", decision=record["decision"], chosen=chosen,
-                                 baseline=base)
+    Ledger(layout.ledger).append(
+        "final_decided", decision=record["decision"], chosen=chosen, baseline=base
+    )
     emit_event(layout.root, "final_decided", decision=record["decision"], chosen=chosen)
     return record
 
@@ -310,11 +360,19 @@ def repro(ring_dir) -> dict:
     for node in nodes:
         s0 = usable(read_score(layout, node, view, "s0"), direction)
         fresh = usable(read_score(layout, node, view, "fresh-s0"), direction)
-        same = _output_hash(layout, node, view, "s0") == _output_hash(layout, node, view,
-                                                                      "fresh-s0")
-        rows.append({"node": node, "view": view, "s0": s0, "fresh_s0": fresh,
-                     "difference": None if s0 is None or fresh is None else fresh - s0,
-                     "outputs_identical": same})
+        same = _output_hash(layout, node, view, "s0") == _output_hash(
+            layout, node, view, "fresh-s0"
+        )
+        rows.append(
+            {
+                "node": node,
+                "view": view,
+                "s0": s0,
+                "fresh_s0": fresh,
+                "difference": None if s0 is None or fresh is None else fresh - s0,
+                "outputs_identical": same,
+            }
+        )
     record = {"diagnostic_only": True, "checks": rows}
     if layout.final_dir.exists():
         atomic_write_json(layout.repro, record)

@@ -128,8 +128,13 @@ def import_static(ring: dict) -> dict:
         nodes.append(node)
         if node["status"] == REJECTED:
             emit_event(layout.root, "candidate_rejected", node=node_id, error=node["error"])
-        ledger.append("node_created", node=node_id, role=role, status=node["status"],
-                      tree_hash=node.get("tree_hash"))
+        ledger.append(
+            "node_created",
+            node=node_id,
+            role=role,
+            status=node["status"],
+            tree_hash=node.get("tree_hash"),
+        )
     index = {
         "nodes": [
             {"id": n["id"], "name": n["name"], "role": n["role"], "status": n["status"]}

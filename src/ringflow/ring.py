@@ -171,8 +171,11 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
     CutoffFile(layout.cutoff).ensure(cutoff, reserve_min=config["timeline"]["final_reserve_min"])
     atomic_write_json(layout.ring_json, ring, mode=0o444)
     Ledger(layout.ledger).append(
-        "ring_locked", ring_id=ring["ring_id"], config_sha256=ring["config_sha256"],
-        search_hash=ring["search_hash"], env_key=ring["env_key"],
+        "ring_locked",
+        ring_id=ring["ring_id"],
+        config_sha256=ring["config_sha256"],
+        search_hash=ring["search_hash"],
+        env_key=ring["env_key"],
     )
     emit_event(layout.root, "ring_started", start=now, stop_at=stop_at, cutoff=cutoff)
     return ring

@@ -1,4 +1,8 @@
-"""The isolated evaluator (SPEC 4, 8): validate, then score on hidden labels, outside the sandbox."""
+"""The isolated evaluator (SPEC 4, 8): validate, then score on hidden labels.
+
+It runs outside the sandbox, after the program's whole tree is gone, so the program never
+holds the labels; its waits give up at the execution's (moving) deadline.
+"""
 
 from __future__ import annotations
 
@@ -17,9 +21,10 @@ from .task import command_argv
 
 
 def _run(argv: list[str], cwd: str, deadline: float, log) -> tuple[int | None, str]:
-    """Run a scorer or validator; give up at the (moving) deadline. Returns (code, stderr)."""
-    proc = subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    """Run a scorer or validator; None as exit code when the deadline came first."""
+    proc = subprocess.Popen(
+        argv, cwd=cwd, stdout=log, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     while True:
         try:
             _, err = proc.communicate(timeout=0.25)
@@ -29,6 +34,11 @@ def _run(argv: list[str], cwd: str, deadline: float, log) -> tuple[int | None, s
                 proc.kill()
                 proc.communicate()
                 return None, "gave up: deadline reached"
+
+
+def _last_line(err: str, code: int | None) -> str:
+    lines = err.strip().splitlines()
+    return lines[-1] if lines else f"exit code {code}"
 
 
 def _check_score(raw: object, path: Path) -> dict:
@@ -44,63 +54,64 @@ def _check_score(raw: object, path: Path) -> dict:
     return {"score": float(score), "valid": valid, "reason": reason}
 
 
+def _evaluate(ring: dict, exec_dir: Path, view: str, variant: str, seed: int) -> dict:
+    """Validator first (invalid output never reaches the labels), then the scorer."""
+    task = ring["task"]
+    limit_s = ring["config"]["scorer_timeout_min"] * 60
+    deadline = min(deadline_for(ring, view, variant)(), time.time() + limit_s)
+    pred = exec_dir / "output"
+    view_dir = Path(ring["views"][view]["dir"])
+    inputs = disguised_inputs(ring, view) if variant == "blind-s0" else view_dir / "inputs"
+    with open(exec_dir / "scorer.log", "w") as log:
+        if task["validator"]:
+            argv = [*command_argv(task["validator"]), "--pred", str(pred), "--inputs", str(inputs)]
+            code, err = _run(argv, task["dir"], deadline, log)
+            if code is None:
+                return {"budget_cut": True, "reason": "validation cut by the deadline"}
+            if code != 0:
+                # Invalid output scores zero with its reason (SPEC 8).
+                why = _last_line(err, code)
+                return {"score": 0.0, "valid": False, "scored": True, "reason": f"invalid: {why}"}
+        raw_path = exec_dir / "score.raw.json"
+        raw_path.unlink(missing_ok=True)
+        argv = [
+            *command_argv(task["scorer"]),
+            *("--pred", str(pred), "--labels", str(view_dir / "labels")),
+            *("--seed", str(seed), "--out", str(raw_path)),
+        ]
+        code, err = _run(argv, task["dir"], deadline, log)
+        log.write(err)
+    if code is None:
+        return {"budget_cut": True, "reason": "scoring cut by the deadline"}
+    if code != 0 or not raw_path.exists():
+        return {"reason": f"scorer failed: {_last_line(err, code)}"}
+    try:
+        return {**_check_score(read_json(raw_path), raw_path), "scored": True}
+    except InputError as exc:
+        return {"reason": f"scorer failed: {exc}"}
+
+
 def score_execution(ring_dir: str | Path, node: str, view: str, variant: str) -> dict:
     ring = load_ring(ring_dir)
     layout = RingLayout(Path(ring["ring_dir"]))
-    exec_dir = layout.exec_dir(node, view, variant)
     result = read_json(layout.result(node, view, variant))
-    out = layout.score(node, view, variant)
     seed = variant_seed(variant)
-    record = {"node": node, "view": view, "variant": variant, "seed": seed, "scored": False}
+    record = {
+        "node": node,
+        "view": view,
+        "variant": variant,
+        "seed": seed,
+        "scored": False,
+        "score": None,
+        "valid": False,
+    }
     if result["status"] != statuses.OK:
-        record.update(score=None, valid=False,
-                      reason=f"not scored: execution {result['status']}")
-        atomic_write_json(out, record)
-        return record
-    task_dir = ring["task"]["dir"]
-    config_limit = ring["config"]["scorer_timeout_min"] * 60
-    deadline = min(deadline_for(ring, view, variant)(), time.time() + config_limit)
-    pred = exec_dir / "output"
-    inputs = (disguised_inputs(ring, view) if variant == "blind-s0"
-              else Path(ring["views"][view]["dir"]) / "inputs")
-    started = time.time()
-    with open(exec_dir / "scorer.log", "w") as log:
-        if ring["task"]["validator"]:
-            argv = command_argv(ring["task"]["validator"]) + ["--pred", str(pred),
-                                                                "--inputs", str(inputs)]
-            code, err = _run(argv, task_dir, deadline, log)
-            if code is None:
-                record.update(score=None, valid=False, budget_cut=True,
-                              reason="validation cut by the deadline")
-                atomic_write_json(out, record)
-                return record
-            if code != 0:
-                why = err.strip().splitlines()[-1] if err.strip() else f"exit code {code}"
-                # Invalid output scores zero and never reaches the hidden labels (SPEC 8).
-                record.update(score=0.0, valid=False, scored=True,
-                              reason=f"invalid output: {why}")
-                atomic_write_json(out, record)
-                return record
-        raw_path = exec_dir / "score.raw.json"
-        raw_path.unlink(missing_ok=True)
-        labels = Path(ring["views"][view]["dir"]) / "labels"
-        argv = command_argv(ring["task"]["scorer"]) + [
-            "--pred", str(pred), "--labels", str(labels), "--seed", str(seed),
-            "--out", str(raw_path)]
-        code, err = _run(argv, task_dir, deadline, log)
-        log.write(err)
-    record["scoring_s"] = time.time() - started
-    if code is None:
-        record.update(score=None, valid=False, budget_cut=True, reason="scoring cut by the deadline")
-    elif code != 0 or not raw_path.exists():
-        why = err.strip().splitlines()[-1] if err.strip() else f"exit code {code}"
-        record.update(score=None, valid=False, reason=f"scorer failed: {why}")
+        record["reason"] = f"not scored: execution {result['status']}"
     else:
-        try:
-            record.update(_check_score(read_json(raw_path), raw_path), scored=True)
-        except InputError as exc:
-            record.update(score=None, valid=False, reason=f"scorer failed: {exc}")
-    atomic_write_json(out, record)
+        started = time.time()
+        record.update(_evaluate(ring, layout.exec_dir(node, view, variant), view, variant, seed))
+        record["scoring_s"] = time.time() - started
+    atomic_write_json(layout.score(node, view, variant), record)
     return record
 
 

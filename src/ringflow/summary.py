@@ -30,8 +30,12 @@ def executions(layout: RingLayout):
     """Every result.json of the ring, as (node, view, variant, result)."""
     for path in sorted(layout.root.glob("nodes/*/exec/*/*/result.json")):
         variant_dir = path.parent
-        yield (variant_dir.parent.parent.parent.name, variant_dir.parent.name,
-               variant_dir.name, read_json(path))
+        yield (
+            variant_dir.parent.parent.parent.name,
+            variant_dir.parent.name,
+            variant_dir.name,
+            read_json(path),
+        )
 
 
 def _fmt(value) -> str:
@@ -53,9 +57,13 @@ def render_summary(ring_dir) -> str:
         f"{'node':<22} {'role':<10} {'status':<9} {'seed-0':>8} {'3-seed':>8}",
     ]
     for node in index["nodes"]:
-        s0 = node_mean(ring, layout, node["id"], "s0")["mean"] if node["status"] == "ready" else None
-        lines.append(f"{node['id']:<22} {node['role']:<10} {node['status']:<9} "
-                     f"{_fmt(s0):>8} {_fmt(three_seed.get(node['id'])):>8}")
+        s0 = (
+            node_mean(ring, layout, node["id"], "s0")["mean"] if node["status"] == "ready" else None
+        )
+        lines.append(
+            f"{node['id']:<22} {node['role']:<10} {node['status']:<9} "
+            f"{_fmt(s0):>8} {_fmt(three_seed.get(node['id'])):>8}"
+        )
     modes = Counter(r["weights_mode"] for *_, r in executions(layout))
     statuses = Counter(r["status"] for *_, r in executions(layout))
     lines += [
@@ -65,11 +73,16 @@ def render_summary(ring_dir) -> str:
     ]
     if layout.decision.exists():
         decision = read_json(layout.decision)
-        lines += ["", f"final decision: {decision['decision']}"
-                  + (f" -> {decision.get('chosen')}" if decision.get("chosen") else ""),
-                  f"  {decision.get('reason', '')}"]
+        lines += [
+            "",
+            f"final decision: {decision['decision']}"
+            + (f" -> {decision.get('chosen')}" if decision.get("chosen") else ""),
+            f"  {decision.get('reason', '')}",
+        ]
         guard = decision.get("guard")
         if guard and guard.get("lcb") is not None:
-            lines.append(f"  guard: LCB {guard['lcb']:.4f} at alpha {guard['alpha']:.4g}, "
-                         f"margin {guard['margin']}, seeds {guard['seeds']}")
+            lines.append(
+                f"  guard: LCB {guard['lcb']:.4f} at alpha {guard['alpha']:.4g}, "
+                f"margin {guard['margin']}, seeds {guard['seeds']}"
+            )
     return "\n".join(lines) + "\n"

@@ -53,8 +53,11 @@ def workload(ring: dict, layout: RingLayout) -> tuple[reserve.FinalWorkload, dic
     means = {n: node_mean(ring, layout, n, "s0")["mean"] for n in candidates}
     ranked = sorted(
         candidates,
-        key=lambda n: (means[n] is None, -(means[n] or 0) if direction == "maximize"
-                       else (means[n] or 0), n),
+        key=lambda n: (
+            means[n] is None,
+            -(means[n] or 0) if direction == "maximize" else (means[n] or 0),
+            n,
+        ),
     )
     top = ranked[: ring["config"]["final_top_k"]]
     guard_seeds = ring["guard_seeds"] if ring["config"]["guard"]["enabled"] else []
@@ -62,21 +65,26 @@ def workload(ring: dict, layout: RingLayout) -> tuple[reserve.FinalWorkload, dic
     for node in top:
         record = read_json(layout.node_json(node))
         reviews = 2 if record["solution"]["per_view_paths"] else 1
-        finalists.append(reserve.FinalistWork(
-            node=node,
-            view_checks_pending=sum(not layout.score(node, v, "s0").exists() for v in views),
-            reviews_pending=0 if layout.review(node).exists() else reviews,
-            promotion_seeds_missing=sum(_missing(layout, node, views, s) for s in ("s1", "s2")),
-            guard_seeds_pending=sum(_missing(layout, node, views, f"g{s}") for s in guard_seeds),
-        ))
+        finalists.append(
+            reserve.FinalistWork(
+                node=node,
+                view_checks_pending=sum(not layout.score(node, v, "s0").exists() for v in views),
+                reviews_pending=0 if layout.review(node).exists() else reviews,
+                promotion_seeds_missing=sum(_missing(layout, node, views, s) for s in ("s1", "s2")),
+                guard_seeds_pending=sum(
+                    _missing(layout, node, views, f"g{s}") for s in guard_seeds
+                ),
+            )
+        )
     base = index["baseline"]
     work = reserve.FinalWorkload(
         finalists=tuple(finalists),
         search_views=len(views),
         guard_seeds=len(guard_seeds),
         has_baseline=base is not None,
-        baseline_guard_seeds_pending=None if base is None else sum(
-            _missing(layout, base, views, f"g{s}") for s in guard_seeds),
+        baseline_guard_seeds_pending=None
+        if base is None
+        else sum(_missing(layout, base, views, f"g{s}") for s in guard_seeds),
         baseline_final_pending=base is not None
         and not layout.score(base, ring["final_view"], "s0").exists(),
     )
@@ -105,14 +113,26 @@ def tick(ring_dir: str | Path, now: float | None = None) -> dict:
     current = cutoffs.cutoff()
     proposed = reserve.next_cutoff(current, ring["stop_at"], ring["start"], reserve_min)
     moved = proposed < current and cutoffs.move_earlier(
-        proposed, reserve_min=reserve_min, estimate_s=estimate_s,
+        proposed,
+        reserve_min=reserve_min,
+        estimate_s=estimate_s,
         at=time.time() if now is None else now,
     )
     if moved:
-        emit_event(layout.root, "cutoff_moved", cutoff=proposed, previous=current,
-                   reserve_min=reserve_min, estimate_s=estimate_s)
-    return {"moved": moved, "cutoff": min(current, proposed), "reserve_min": reserve_min,
-            "estimate_s": estimate_s}
+        emit_event(
+            layout.root,
+            "cutoff_moved",
+            cutoff=proposed,
+            previous=current,
+            reserve_min=reserve_min,
+            estimate_s=estimate_s,
+        )
+    return {
+        "moved": moved,
+        "cutoff": min(current, proposed),
+        "reserve_min": reserve_min,
+        "estimate_s": estimate_s,
+    }
 
 
 def start_in_background(ring_dir: str | Path, every_s: float = TICK_S) -> threading.Thread:

@@ -32,8 +32,9 @@ def verify_ring(ring_dir) -> list[str]:
                 if not ledger.exists():
                     problems.append(f"ancestor {ancestor['ring_dir']}: ledger missing")
                     continue
-                problems += [f"ancestor {ancestor['ring_dir']}: {p}"
-                             for p in Ledger(ledger).verify()]
+                problems += [
+                    f"ancestor {ancestor['ring_dir']}: {p}" for p in Ledger(ledger).verify()
+                ]
         except InputError as exc:
             problems.append(f"ancestors: {exc}")
     return problems

@@ -16,8 +16,8 @@ from ringflow.sandbox.as_user import describe_owner, first_untraversable, unread
 from ringflow.sandbox.commands import INSIDE, bwrap_root_argv, drop_privileges_argv
 from ringflow.sandbox.layout import Layout
 from ringflow.sandbox.model import SandboxPlan, SandboxRequest
-from ringflow.sandbox.probe import interpreter_paths
 from ringflow.sandbox.ownership import OwnershipLoan, refuse_shared_inodes
+from ringflow.sandbox.probe import interpreter_paths
 from ringflow.sandbox.program_env import drop_untouched_progress, ensure_progress_file, program_env
 
 INSIDE_SOLUTION = INSIDE / "solution"
