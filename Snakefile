@@ -12,7 +12,6 @@ configfile: workflow.source_path("config/config.yaml")
 include: "rules/common.smk"
 include: "rules/import.smk"
 include: "rules/execute.smk"
-include: "rules/score.smk"
 include: "rules/search.smk"
 include: "rules/promote.smk"
 include: "rules/final.smk"

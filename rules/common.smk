@@ -7,10 +7,10 @@ from snakemake.utils import validate
 
 from ringflow import timekeeper
 from ringflow.config import coerce_config
-from ringflow.final import choose, trained_finalists
-from ringflow.jsonio import read_json
+from ringflow.final import choose, ends_selection, trained_finalists
+from ringflow.jsonio import read_json_cached as read_json
 from ringflow.layout import NODE_PATTERN, VARIANT_PATTERN, VIEW_PATTERN, RingLayout
-from ringflow.ring import check_existing_lock
+from ringflow.lock import check_existing_lock
 
 coerce_config(config, workflow.source_path("../config/config.schema.yaml"))
 validate(config, "../config/config.schema.yaml")
@@ -91,12 +91,14 @@ def score_files(nodes, variants, views=None):
 def execution_inputs(wildcards):
     """A replayer takes its key's target as input, so weight reuse is target existence.
 
-    Both inputs are `ancient`: re-running a trainer (say, after its result.json was
-    deleted) re-creates the key target without re-running every replay of the key.
+    The input is `ancient`: re-running a trainer (say, after its result.json was deleted)
+    re-creates the key target without re-running every replay of the key. node.json is
+    not declared: reading it here already waits for the import checkpoint, and the
+    scheduler stats every input of every ready job on each pass.
     """
     node = node_record(wildcards.node)
     spec = node["executions"][wildcards.view][wildcards.variant]
-    inputs = {"node": ancient(path(RING.node_json(wildcards.node)))}
+    inputs = {}
     key = spec.get("key")
     if key:
         owner = nodes_index()["keys"][key]
@@ -168,14 +170,14 @@ def verdict_inputs(wildcards):
 
 
 def verdict_ranks():
-    """Finalists in rank order until one replaces the baseline (SPEC 10)."""
+    """Finalists in rank order until one replaces the baseline or its guard is incomplete."""
     lock = ring_lock()
     if not lock["config"]["guard"]["enabled"] or baseline_node() is None:
         return []
     ranks = []
     for rank in range(1, len(finalists()) + 1):
         ranks.append(rank)
-        if read_json(checkpoints.verdict.get(rank=rank).output.verdict)["replace"]:
+        if ends_selection(read_json(checkpoints.verdict.get(rank=rank).output.verdict)):
             break
     return ranks
 

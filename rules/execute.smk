@@ -1,6 +1,9 @@
 # Execute: one run of a node's program on a view under a seed and variant, inside the
-# sandbox and under the health supervisor. A failing candidate is a recorded status in
-# result.json, never a failed job. Each weights key gets a target made by its trainer.
+# sandbox and under the health supervisor, then scored by the isolated evaluator (the
+# task's validator and scorer, outside the sandbox, once the program's tree is gone).
+# One job does both: a second job per execution doubled what the scheduler had to carry.
+# A failing candidate is a recorded status in result.json, never a failed job. Each
+# weights key gets a target made by its trainer.
 
 
 rule execute:
@@ -8,6 +11,7 @@ rule execute:
         unpack(execution_inputs),
     output:
         result=path(RING.result("{node}", "{view}", "{variant}")),
+        score=path(RING.score("{node}", "{view}", "{variant}")),
     log:
         log_for("execute", "{node}.{view}.{variant}"),
     priority: execution_priority

@@ -111,8 +111,8 @@ def test_killing_snakemake_leaves_no_process_of_the_execution(tmp_path):
 
 
 def _lock_and_import(tmp_path: Path, cands: Path, ring_id: str, **extra) -> Path:
+    from ringflow.lock import lock_ring
     from ringflow.nodes import import_static
-    from ringflow.ring import lock_ring
 
     config = write_config(
         tmp_path,

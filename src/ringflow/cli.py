@@ -27,9 +27,12 @@ def cmd_import_nodes(args) -> int:
 
 def cmd_execute(args) -> int:
     from .execute import run_execution
+    from .scoring import score_execution
 
     result = run_execution(args.ring_dir, args.node, args.view, args.variant)
     print(json.dumps({k: result[k] for k in ("status", "budget_cut", "weights_mode", "reason")}))
+    score = score_execution(args.ring_dir, args.node, args.view, args.variant)
+    print(json.dumps({k: score.get(k) for k in ("score", "valid", "reason")}))
     return 0
 
 
@@ -152,8 +155,7 @@ def cmd_verify(args) -> int:
 
 def cmd_key(args) -> int:
     from .keys import explain
-    from .nodes import load_node
-    from .ring import load_ring
+    from .ring import load_node, load_ring
 
     ring = load_ring(args.ring_dir)
     spec = load_node(ring, args.node)["executions"][args.view][args.variant]
@@ -206,8 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("reserve", cmd_reserve, "re-estimate the final reserve once (may move the cutoff)")
     add("import-nodes", cmd_import_nodes, "(rule) create the ring's nodes")
-    add("execute", cmd_execute, "(rule) run one execution", *execution)
-    add("score", cmd_score, "(rule) score one execution", *execution)
+    add("execute", cmd_execute, "(rule) run one execution, then score it", *execution)
+    add("score", cmd_score, "score one finished execution again", *execution)
     add("key-target", cmd_key_target, "(rule) write a weights key's target", (("key",), {}))
     add("search-summary", cmd_search_summary, "(rule) record the end of the search")
     add("promote", cmd_promote, "(rule) promote the top nodes by seed-0 score")

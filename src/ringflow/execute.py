@@ -8,20 +8,28 @@ candidate is a recorded status here, never an exception.
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import keys, sandbox, statuses
 from .candidate import PROGRESS_FILE, weights_dirs
 from .disguise import alias, disguised_inputs
-from .errors import AcceptanceError, DeadlineReached, ReplayCheckFailed, RingflowError
-from .jsonio import atomic_write_json, read_json
+from .errors import (
+    AcceptanceError,
+    DeadlineReached,
+    ReplayCheckFailed,
+    RingflowError,
+    SandboxError,
+)
+from .jsonio import atomic_write_json
 from .layout import RingLayout
 from .ledger import Ledger, emit_event
-from .nodes import load_node
-from .ring import deadline_for, load_ring
+from .ring import deadline_for, load_node, load_ring
 from .store import WeightsStore
 from .supervisor import HealthSettings, ResourceLimits, supervise
 from .task import command_argv
@@ -36,10 +44,14 @@ THREAD_VARS = (
     "VECLIB_MAXIMUM_THREADS",
     "BLIS_NUM_THREADS",
 )
+OUTCOME_FIELDS = (
+    "status", "budget_cut", "exit_code", "signal", "wall_s", "cpu_s", "reap_left", "reason",
+    "events", "limits",
+)  # fmt: skip
 
 
 def thread_env(threads: int) -> dict[str, str]:
-    return {name: str(threads) for name in THREAD_VARS}
+    return dict.fromkeys(THREAD_VARS, str(threads))
 
 
 def check_environment(ring: dict) -> None:
@@ -53,61 +65,36 @@ def check_environment(ring: dict) -> None:
         )
 
 
-def _base_result(node: str, view: str, variant: str, spec: dict) -> dict:
-    return {
-        "node": node,
-        "view": view,
-        "variant": variant,
-        "seed": spec["seed"],
-        "ablate": spec["ablate"],
-        "status": statuses.INTERRUPTED,
-        "budget_cut": False,
-        "exit_code": None,
-        "signal": None,
-        "wall_s": 0.0,
-        "cpu_s": 0.0,
-        "weights_mode": statuses.NONE,
-        "weights_key": spec.get("key"),
-        "reap_left": [],
-        "reason": "",
-        "started_at": time.time(),
-    }
+@dataclass
+class Execution:
+    """Everything one execution needs, resolved once."""
+
+    ring: dict
+    layout: RingLayout
+    node: dict
+    view: str
+    variant: str
+    spec: dict
+    dir: Path
+    deadline: object
+
+    @property
+    def config(self) -> dict:
+        return self.ring["config"]
+
+    @property
+    def blind(self) -> bool:
+        return self.variant == "blind-s0"
+
+    @property
+    def work(self) -> Path:
+        return self.dir / "work" / "solution"
+
+    def should_stop(self) -> str | None:
+        return "deadline passed" if self.deadline() <= time.time() else None
 
 
-def _hidden_paths(ring: dict) -> tuple[Path, ...]:
-    task_views = Path(ring["task"]["dir"]) / "views"
-    labels = [task_views / view / "labels" for view in ring["task"]["views"]]
-    return (*labels, Path(ring["store"]))
-
-
-def _weights_for(
-    spec: dict,
-    store: WeightsStore,
-    tree: str,
-    work: Path,
-    solution: dict,
-    stack: ExitStack,
-    should_stop,
-    verify: str,
-) -> tuple[str, str | None]:
-    """Settle the weights mode; while training, the key lock stays held (on `stack`)."""
-    if spec["weights"] == "none":
-        return statuses.NONE, None
-    per_view = solution["per_view_paths"]
-    if spec["weights"] == "fresh":
-        return statuses.FRESH, None
-    key = spec["key"]
-    stack.enter_context(store.key_lock(key, should_stop=should_stop))
-    entry = store.entry(tree, key)
-    if entry is not None:
-        method = store.replay_into(entry, work, verify=verify)
-        stack.close()
-        return statuses.REPLAY, method
-    store.make_private(work, per_view)
-    return statuses.TRAIN, None
-
-
-def run_execution(ring_dir: str | Path, node_id: str, view: str, variant: str) -> dict:
+def _load(ring_dir, node_id: str, view: str, variant: str) -> Execution:
     ring = load_ring(ring_dir)
     check_environment(ring)
     layout = RingLayout(Path(ring["ring_dir"]))
@@ -118,211 +105,201 @@ def run_execution(ring_dir: str | Path, node_id: str, view: str, variant: str) -
         spec = node["executions"][view][variant]
     except KeyError:
         raise RingflowError(f"node {node_id} has no execution {view}/{variant}") from None
-    exec_dir = layout.exec_dir(node_id, view, variant)
-    exec_dir.mkdir(parents=True, exist_ok=True)
-    result = _base_result(node_id, view, variant, spec)
-    deadline = deadline_for(ring, view, variant)
+    folder = layout.exec_dir(node_id, view, variant)
+    folder.mkdir(parents=True, exist_ok=True)
+    return Execution(ring, layout, node, view, variant, spec, folder,
+                     deadline_for(ring, view, variant))  # fmt: skip
 
-    def should_stop() -> str | None:
-        return "deadline passed" if deadline() <= time.time() else None
 
-    if should_stop():
+def _new_result(ex: Execution) -> dict:
+    return {
+        "node": ex.node["id"],
+        "view": ex.view,
+        "variant": ex.variant,
+        "seed": ex.spec["seed"],
+        "ablate": ex.spec["ablate"],
+        "status": statuses.INTERRUPTED,
+        "budget_cut": False,
+        "exit_code": None,
+        "signal": None,
+        "wall_s": 0.0,
+        "cpu_s": 0.0,
+        "weights_mode": statuses.NONE,
+        "weights_key": ex.spec.get("key"),
+        "reap_left": [],
+        "reason": "",
+        "started_at": time.time(),
+    }
+
+
+def run_execution(ring_dir: str | Path, node_id: str, view: str, variant: str) -> dict:
+    ex = _load(ring_dir, node_id, view, variant)
+    result = _new_result(ex)
+    if ex.should_stop():
         result.update(budget_cut=True, reason="not started: the deadline had passed")
-        return _finish(layout, exec_dir, result)
-
-    work = reset_dir(exec_dir / "work") / "solution"
-    link_tree(layout.submission(node_id), work)
-    output = reset_dir(exec_dir / "output")
-    health_dir = reset_dir(exec_dir / "health")
-    config = ring["config"]
-    store = WeightsStore(ring["store"])
-    solution = node["solution"]
-    blind = variant == "blind-s0"
-    inputs = disguised_inputs(ring, view) if blind else Path(ring["views"][view]["dir"]) / "inputs"
-    view_name = alias(ring, view) if blind else view
-
-    with ExitStack() as stack:
+        return _finish(ex, result)
+    reset_dir(ex.dir / "work")
+    link_tree(ex.layout.submission(node_id), ex.work)
+    store = WeightsStore(ex.ring["store"])
+    with ExitStack() as lock:
         try:
-            mode, method = _weights_for(
-                spec,
-                store,
-                node["tree_hash"],
-                work,
-                solution,
-                stack,
-                should_stop,
-                config["replay_verify"],
-            )
+            mode, method = _settle_weights(ex, store, lock)
         except DeadlineReached as exc:
             result.update(budget_cut=True, reason=f"gave up waiting for the weights lock: {exc}")
-            return _finish(layout, exec_dir, result)
+            return _finish(ex, result)
         except ReplayCheckFailed as exc:
+            # Never a silent retrain: the run stops here and says which file (SPEC 6).
             result.update(weights_mode=statuses.REPLAY, reason=f"replay check failed: {exc}")
-            emit_event(
-                layout.root,
-                "replay_check_failed",
-                node=node_id,
-                view=view,
-                variant=variant,
-                file=exc.path,
-                reason=exc.reason,
-            )
-            return _finish(layout, exec_dir, result)
+            emit_event(ex.layout.root, "replay_check_failed", node=node_id, view=view,
+                       variant=variant, file=exc.path, reason=exc.reason)  # fmt: skip
+            return _finish(ex, result)
         result.update(weights_mode=mode, replay_method=method)
-        writable: tuple[Path, ...] = ()
-        if mode in (statuses.TRAIN, statuses.FRESH):
-            writable = tuple(work / d for d in weights_dirs(solution["per_view_paths"]))
-            for folder in writable:
-                folder.mkdir(parents=True, exist_ok=True)
-        outcome, plan = _run_program(
-            ring,
-            node,
-            spec,
-            view_name,
-            variant,
-            work,
-            inputs,
-            output,
-            health_dir,
-            exec_dir,
-            writable,
-            deadline,
-            blind,
-        )
-        result.update(outcome)
-        result["sandbox"] = plan
+        try:
+            result.update(_run_program(ex, training=mode in (statuses.TRAIN, statuses.FRESH)))
+        except SandboxError as exc:
+            result.update(status=statuses.CRASH, reason=f"the sandbox could not start it: {exc}")
+            return _finish(ex, result)
         if mode == statuses.TRAIN and result["status"] == statuses.OK:
-            _register(ring, layout, store, node, view, variant, spec, work, result)
-    return _finish(layout, exec_dir, result)
+            _register(ex, store, result)
+    return _finish(ex, result)
 
 
-def _run_program(
-    ring,
-    node,
-    spec,
-    view_name,
-    variant,
-    work,
-    inputs,
-    output,
-    health_dir,
-    exec_dir,
-    writable,
-    deadline,
-    blind,
-) -> tuple[dict, dict]:
-    config = ring["config"]
-    threads = config["limits"]["threads"]
-    argv = command_argv(" ".join(node["solution"]["command"]))
-    argv += ["--seed", str(spec["seed"])]
-    if spec["ablate"]:
-        argv.append("--ablate")
-    base_env = {
+def _settle_weights(ex: Execution, store: WeightsStore, lock: ExitStack):
+    """(weights mode, replay method); a training keeps the key lock held on `lock`."""
+    if ex.spec["weights"] == "none":
+        return statuses.NONE, None
+    if ex.spec["weights"] == "fresh":
+        return statuses.FRESH, None
+    key = ex.spec["key"]
+    lock.enter_context(store.key_lock(key, should_stop=ex.should_stop))
+    entry = store.entry(ex.node["tree_hash"], key)
+    if entry is not None:
+        method = store.replay_into(entry, ex.work, verify=ex.config["replay_verify"])
+        lock.close()
+        return statuses.REPLAY, method
+    store.make_private(ex.work, ex.node["solution"]["per_view_paths"])
+    return statuses.TRAIN, None
+
+
+def _program_env(ex: Execution) -> dict[str, str]:
+    return {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "LANG": os.environ.get("LANG", "C.UTF-8"),
         "PYTHONDONTWRITEBYTECODE": "1",
-        "RINGFLOW_VIEW": view_name,
-        "RINGFLOW_SEED": str(spec["seed"]),
-        **thread_env(threads),
+        # A blind run sees the disguised view's name, never the real one.
+        "RINGFLOW_VIEW": alias(ex.ring, ex.view) if ex.blind else ex.view,
+        "RINGFLOW_SEED": str(ex.spec["seed"]),
+        **thread_env(ex.config["limits"]["threads"]),
     }
-    request = sandbox.SandboxRequest(
-        solution_dir=work,
+
+
+def _hidden_paths(ring: dict) -> tuple[Path, ...]:
+    task_views = Path(ring["task"]["dir"]) / "views"
+    labels = [task_views / view / "labels" for view in ring["task"]["views"]]
+    return (*labels, Path(ring["store"]))
+
+
+def _sandbox_request(ex: Execution, output: Path, writable: tuple[Path, ...]):
+    box = ex.config["sandbox"]
+    inputs = (disguised_inputs(ex.ring, ex.view) if ex.blind
+              else Path(ex.ring["views"][ex.view]["dir"]) / "inputs")  # fmt: skip
+    return sandbox.SandboxRequest(
+        solution_dir=ex.work,
         input_dir=inputs,
         output_dir=output,
-        progress_file=work / PROGRESS_FILE,
+        progress_file=ex.work / PROGRESS_FILE,
         writable_dirs=writable,
-        hidden_paths=_hidden_paths(ring),
-        blind=blind,
-        uid=config["sandbox"]["uid"],
-        gid=config["sandbox"]["gid"],
-        staging_root=Path(config["sandbox"]["staging_root"])
-        if config["sandbox"]["staging_root"]
-        else None,
+        hidden_paths=_hidden_paths(ex.ring),
+        blind=ex.blind,
+        uid=box["uid"],
+        gid=box["gid"],
+        staging_root=Path(box["staging_root"]) if box["staging_root"] else None,
     )
-    weights_rel = weights_dirs(node["solution"]["per_view_paths"])
-    plan = sandbox.plan(request, argv, base_env, weights_rel[0] if weights_rel else None)
+
+
+def _run_program(ex: Execution, training: bool) -> dict:
+    output = reset_dir(ex.dir / "output")
+    health_dir = reset_dir(ex.dir / "health")
+    weights_rel = weights_dirs(ex.node["solution"]["per_view_paths"])
+    writable = tuple(ex.work / d for d in weights_rel) if training else ()
+    for folder in writable:
+        folder.mkdir(parents=True, exist_ok=True)
+    argv = command_argv(" ".join(ex.node["solution"]["command"]))
+    argv += ["--seed", str(ex.spec["seed"]), *(["--ablate"] if ex.spec["ablate"] else [])]
+    sandbox.probe_for(ex.config["sandbox"])
+    plan = sandbox.plan(_sandbox_request(ex, output, writable), argv, _program_env(ex),
+                        weights_rel[0] if weights_rel else None)  # fmt: skip
     try:
         outcome = supervise(
             plan.argv,
             cwd=plan.cwd,
             env=plan.env,
-            stdout_path=exec_dir / "stdout.log",
-            stderr_path=exec_dir / "stderr.log",
+            stdout_path=ex.dir / "stdout.log",
+            stderr_path=ex.dir / "stderr.log",
             health_dir=health_dir,
-            settings=HealthSettings.from_config(config["exec_health"]),
-            limits=ResourceLimits.from_config(config["limits"]),
-            deadline=deadline,
+            settings=HealthSettings.from_config(ex.config["exec_health"]),
+            limits=ResourceLimits.from_config(ex.config["limits"]),
+            deadline=ex.deadline,
             watch_output=[output],
             watch_writable=list(writable),
-            progress_file=work / PROGRESS_FILE,
+            progress_file=ex.work / PROGRESS_FILE,
             wrappers=plan.wrappers,
         )
     finally:
         plan.finish()
-    sandbox_info = {
-        "mode": plan.mode,
-        "network_isolated": plan.network_isolated,
-        "notes": plan.notes,
-    }
+    if plan.mode != "bwrap":
+        _announce_degraded_sandbox(ex.layout, plan)
     record = outcome.to_dict()
-    fields = (
-        "status",
-        "budget_cut",
-        "exit_code",
-        "signal",
-        "wall_s",
-        "cpu_s",
-        "reap_left",
-        "reason",
-        "events",
-        "limits",
-    )
-    result = {k: record[k] for k in fields}
-    result["health"] = {"jsonl": record["health_jsonl"], "latest": record["health_latest"]}
-    return result, sandbox_info
+    return {
+        **{k: record[k] for k in OUTCOME_FIELDS},
+        "health": {"jsonl": record["health_jsonl"], "latest": record["health_latest"]},
+        "sandbox": {
+            "mode": plan.mode,
+            "network_isolated": plan.network_isolated,
+            "notes": plan.notes,
+        },
+    }
 
 
-def _register(ring, layout, store, node, view, variant, spec, work, result) -> None:
+def _announce_degraded_sandbox(layout: RingLayout, plan) -> None:
+    """Say once per ring that programs run without bubblewrap (no network isolation)."""
+    marker = layout.root / "sandbox_degraded.json"
+    try:
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as handle:
+        json.dump({"mode": plan.mode, "notes": plan.notes}, handle)
+    emit_event(layout.root, "sandbox_degraded", mode=plan.mode, notes=plan.notes)
+    print(f"ringflow: warning: sandbox mode {plan.mode}: {'; '.join(plan.notes)}", file=sys.stderr)
+
+
+def _register(ex: Execution, store: WeightsStore, result: dict) -> None:
     if result["reap_left"]:
+        # A tree that could not be fully stopped may still be writing (SPEC 7.4).
         result["reason"] = "weights not registered: processes were left after the stop"
         return
-    who = {"ring": ring["ring_id"], "node": node["id"], "execution": f"{view}/{variant}"}
-    limit = int(ring["config"]["max_weights_gb"] * 1024**3)
+    node, key = ex.node, ex.spec["key"]
+    who = {"ring": ex.ring["ring_id"], "node": node["id"], "execution": f"{ex.view}/{ex.variant}"}
+    limit = int(ex.config["max_weights_gb"] * 1024**3)
+    paths = node["solution"]["per_view_paths"]
     try:
-        entry, created = store.register(
-            node["tree_hash"], spec["key"], work, node["solution"]["per_view_paths"], who, limit
-        )
+        entry, created = store.register(node["tree_hash"], key, ex.work, paths, who, limit)
     except AcceptanceError as exc:
         result.update(status=statuses.CRASH, reason=f"weights not accepted: {exc}")
         return
     if created:
-        Ledger(layout.ledger).append(
-            "weights_registered",
-            key=spec["key"],
-            tree=node["tree_hash"],
-            node=node["id"],
-            view=view,
-            variant=variant,
-            files=[{"path": f["path"], "sha256": f["sha256"]} for f in entry["files"]],
-        )
+        files = [{"path": f["path"], "sha256": f["sha256"]} for f in entry["files"]]
+        Ledger(ex.layout.ledger).append(
+            "weights_registered", key=key, tree=node["tree_hash"], node=node["id"],
+            view=ex.view, variant=ex.variant, files=files,
+        )  # fmt: skip
 
 
-def _finish(layout: RingLayout, exec_dir: Path, result: dict) -> dict:
+def _finish(ex: Execution, result: dict) -> dict:
     result["ended_at"] = time.time()
-    atomic_write_json(exec_dir / "result.json", result)
-    emit_event(
-        layout.root,
-        "execution_finished",
-        node=result["node"],
-        view=result["view"],
-        variant=result["variant"],
-        status=result["status"],
-        budget_cut=result["budget_cut"],
-        weights_mode=result["weights_mode"],
-    )
+    atomic_write_json(ex.dir / "result.json", result)
+    emit_event(ex.layout.root, "execution_finished", node=result["node"], view=result["view"],
+               variant=result["variant"], status=result["status"],
+               budget_cut=result["budget_cut"], weights_mode=result["weights_mode"])  # fmt: skip
     return result
-
-
-def read_result(layout: RingLayout, node: str, view: str, variant: str) -> dict | None:
-    path = layout.result(node, view, variant)
-    return read_json(path) if path.exists() else None

@@ -15,9 +15,8 @@ from .hashing import listing, listing_hash
 from .jsonio import atomic_write_json, read_json, sha256_json
 from .layout import RingLayout
 from .ledger import Ledger, emit_event
-from .nodes import load_node
 from .promote import node_mean
-from .ring import load_ring
+from .ring import load_node, load_ring
 from .scoring import read_score, usable
 from .store import WeightsStore
 
@@ -264,14 +263,20 @@ def choose(ring: dict, seated: dict, ranking: dict, verdicts: list[dict]):
     )
 
 
+def ends_selection(verdict: dict) -> bool:
+    """A replacement ends final selection, and so does an incomplete guard: the baseline
+    stays, and no other finalist is tried in its place to save time (SPEC 10)."""
+    return verdict["replace"] or (verdict["eligible"] and not verdict["guard"]["complete"])
+
+
 def verdicts_in_order(ring: dict, layout: RingLayout) -> list[dict]:
-    """The finalists' verdicts in rank order, up to the first that replaces the baseline."""
+    """The finalists' verdicts in rank order, up to the first that ends selection."""
     verdicts = []
     for rank in range(1, ring["config"]["final_top_k"] + 1):
         if not layout.verdict(rank).exists():
             break
         verdicts.append(read_json(layout.verdict(rank)))
-        if verdicts[-1]["replace"]:
+        if ends_selection(verdicts[-1]):
             break
     return verdicts
 

@@ -71,6 +71,26 @@ def read_json(path: str | os.PathLike, what: str | None = None) -> Any:
         ) from None
 
 
+_cache: dict[str, tuple[tuple[int, int, int], Any]] = {}
+
+
+def read_json_cached(path: str | os.PathLike) -> Any:
+    """read_json for a long-lived process that reads the same files again and again.
+
+    Snakemake evaluates input functions for every job, often more than once; the files
+    they read (RING.json, the node index, node.json) are replaced atomically, never edited
+    in place, so (inode, mtime, size) identifies a version. Callers must not mutate the
+    result.
+    """
+    st = os.stat(path)
+    key = (st.st_ino, st.st_mtime_ns, st.st_size)
+    hit = _cache.get(str(path))
+    if hit is None or hit[0] != key:
+        hit = (key, read_json(path))
+        _cache[str(path)] = hit
+    return hit[1]
+
+
 def append_jsonl(path: str | os.PathLike, obj: Any, fsync: bool = True) -> None:
     """Append one line; O_APPEND keeps concurrent writers' lines whole."""
     line = (json.dumps(obj, sort_keys=True, ensure_ascii=False) + "\n").encode()

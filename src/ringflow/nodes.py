@@ -145,7 +145,3 @@ def import_static(ring: dict) -> dict:
     }
     atomic_write_json(layout.nodes_index, index)
     return index
-
-
-def load_node(ring: dict, node_id: str) -> dict:
-    return read_json(RingLayout(Path(ring["ring_dir"])).node_json(node_id))

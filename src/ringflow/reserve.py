@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
-
 from .errors import InputError
 from .jsonio import atomic_write_json, read_json
 
@@ -268,6 +266,13 @@ def settle_deadline(
     return max(bounded, cutoff)
 
 
+def _file_lock(path: str, **kwargs):
+    # Imported here: every job reads the cutoff, few ever move it.
+    from filelock import FileLock
+
+    return FileLock(path, **kwargs)
+
+
 class CutoffFile:
     """The ring's live cutoff, persisted; supervisors re-read it as the deadline.
 
@@ -278,7 +283,6 @@ class CutoffFile:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        self._lock = FileLock(str(self.path) + ".lock", timeout=LOCK_TIMEOUT_S)
         self._cache_key: tuple[int, int, int] | None = None
         self._cache: dict | None = None
 
@@ -310,7 +314,7 @@ class CutoffFile:
     ) -> dict:
         """Create the file with the initial cutoff unless it exists (a resumed ring keeps its
         persisted cutoff); returns the state."""
-        with self._lock:
+        with _file_lock(str(self.path) + ".lock", timeout=LOCK_TIMEOUT_S):
             if self.path.exists():
                 return self.read()
             now = time.time()
@@ -332,7 +336,7 @@ class CutoffFile:
         """
         if not math.isfinite(new_cutoff):
             raise ValueError(f"cutoff must be a finite epoch time, got {new_cutoff!r}")
-        with self._lock:
+        with _file_lock(str(self.path) + ".lock", timeout=LOCK_TIMEOUT_S):
             state = self.read()
             previous = float(state["cutoff"])
             if not new_cutoff < previous:

@@ -12,11 +12,10 @@ import time
 from pathlib import Path
 
 from . import statuses
-from .disguise import disguised_inputs
 from .errors import InputError
 from .jsonio import atomic_write_json, read_json
 from .layout import RingLayout, variant_seed
-from .ring import deadline_for, load_ring
+from .ring import load_ring, scoring_deadline_for
 from .task import command_argv
 
 
@@ -58,10 +57,15 @@ def _evaluate(ring: dict, exec_dir: Path, view: str, variant: str, seed: int) ->
     """Validator first (invalid output never reaches the labels), then the scorer."""
     task = ring["task"]
     limit_s = ring["config"]["scorer_timeout_min"] * 60
-    deadline = min(deadline_for(ring, view, variant)(), time.time() + limit_s)
+    deadline = min(scoring_deadline_for(ring, view, variant)(), time.time() + limit_s)
     pred = exec_dir / "output"
     view_dir = Path(ring["views"][view]["dir"])
-    inputs = disguised_inputs(ring, view) if variant == "blind-s0" else view_dir / "inputs"
+    if variant == "blind-s0":
+        from .disguise import disguised_inputs
+
+        inputs = disguised_inputs(ring, view)
+    else:
+        inputs = view_dir / "inputs"
     with open(exec_dir / "scorer.log", "w") as log:
         if task["validator"]:
             argv = [*command_argv(task["validator"]), "--pred", str(pred), "--inputs", str(inputs)]

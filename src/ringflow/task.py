@@ -7,8 +7,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from .errors import InputError
 
 DIRECTIONS = ("maximize", "minimize")
@@ -44,6 +42,8 @@ class Task:
 
 def load_task(task_dir: str | Path) -> Task:
     """Read and check a task folder; every fault names the file and what is wrong."""
+    import yaml  # only the lock reads task.yaml; jobs need command_argv alone
+
     task_dir = Path(task_dir).resolve()
     spec_path = task_dir / "task.yaml"
     if not spec_path.is_file():

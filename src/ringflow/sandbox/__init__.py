@@ -22,17 +22,36 @@ from ringflow.errors import SandboxError
 from ringflow.sandbox.bwrap_mode import interpreter_binds, plan_bwrap
 from ringflow.sandbox.layout import resolve_layout
 from ringflow.sandbox.model import SandboxPlan, SandboxRequest
-from ringflow.sandbox.probe import interpreter_problem, probe, requested_mode, resolve_program
+from ringflow.sandbox.probe import (
+    MODE_VARIABLE,
+    interpreter_problem,
+    probe,
+    requested_mode,
+    resolve_program,
+)
 from ringflow.sandbox.user_only import plan_user_only
 
 __all__ = [
+    "MODE_VARIABLE",
     "SandboxError",
     "SandboxPlan",
     "SandboxRequest",
     "interpreter_problem",
     "plan",
     "probe",
+    "probe_for",
 ]
+
+
+def probe_for(settings: dict) -> dict:
+    """What confinement this process gets under a ring's `sandbox` settings.
+
+    The mode travels in RINGFLOW_SANDBOX; a ring that does not say `auto` sets it for
+    this process.
+    """
+    if settings["mode"] != "auto":
+        os.environ[MODE_VARIABLE] = settings["mode"]
+    return probe(settings["uid"], settings["gid"])
 
 
 def plan(

@@ -1,0 +1,202 @@
+"""Locking a ring (RING.json): configuration, evaluation spec and clock, frozen at start."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+
+from filelock import FileLock
+
+from . import keys, sandbox, seeds
+from .errors import InputError
+from .hashing import HashMemo, view_content_hash
+from .jsonio import atomic_write_json, read_json, sha256_json
+from .layout import RingLayout
+from .ledger import Ledger, emit_event
+from .reserve import CutoffFile
+from .task import Task, load_task, split_views
+
+# Keys that may differ between the command that locked a ring and a later command that
+# continues it: they name where things are, not what the ring computes.
+UNFROZEN_KEYS = ("resources_dir",)
+
+
+def _resolve(path: str, workdir: Path) -> Path:
+    p = Path(path).expanduser()
+    return (p if p.is_absolute() else workdir / p).resolve()
+
+
+def resolve_paths(config: dict, workdir: Path | None = None) -> dict:
+    """Where the task, candidates, baseline, store and ring folder are (absolute)."""
+    workdir = Path(workdir or os.getcwd())
+    demo = not config["task"]
+    if demo:
+        from . import demo as demo_task
+
+        task_dir = demo_task.materialise_task(
+            _resolve(config["resources_dir"], workdir) / "demo" / "task"
+        )
+    else:
+        task_dir = _resolve(config["task"], workdir)
+    if config["candidates"]:
+        candidates = _resolve(config["candidates"], workdir)
+    elif demo:
+        candidates = demo_task.candidates_dir()
+    else:
+        raise InputError("config: 'candidates' must name a folder of solution folders")
+    baseline = config["baseline"]
+    if baseline == "":
+        if not demo:
+            raise InputError(
+                "config: 'baseline' must name a solution folder, or be null for no baseline"
+            )
+        baseline_dir = demo_task.baseline_dir()
+    else:
+        baseline_dir = None if baseline is None else _resolve(baseline, workdir)
+    if not candidates.is_dir():
+        raise InputError(f"config: candidates folder {candidates} not found")
+    if baseline_dir is not None and not baseline_dir.is_dir():
+        raise InputError(f"config: baseline folder {baseline_dir} not found")
+    ring_dir = _resolve(config["runs_dir"], workdir) / config["ring_id"]
+    previous = None
+    if config.get("continue_from"):
+        previous = _resolve(config["continue_from"], workdir)
+        if not (previous / "RING.json").is_file():
+            raise InputError(f"config: continue_from {previous} is not a ring (no RING.json)")
+    return {
+        "task": task_dir,
+        "candidates": candidates,
+        "baseline": baseline_dir,
+        "store": _resolve(config["store"], workdir),
+        "ring": ring_dir,
+        "previous": previous,
+    }
+
+
+def _frozen(config: dict) -> dict:
+    return {k: v for k, v in config.items() if k not in UNFROZEN_KEYS}
+
+
+def scorer_version(task: Task) -> str:
+    """Hash of the task folder outside views/: task.yaml, scorer, validator and helpers."""
+    digest = hashlib.sha256()
+    for path in sorted(task.dir.rglob("*")):
+        rel = path.relative_to(task.dir)
+        if rel.parts[0] == "views" or not path.is_file() or "__pycache__" in rel.parts:
+            continue
+        digest.update(rel.as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def lock_ring(config: dict, workdir: Path | None = None, now: float | None = None) -> dict:
+    """Create RING.json, the view manifests and the live cutoff, or return the existing lock.
+
+    A ring is locked once: a later command with a different configuration is refused, so no
+    work is ever described as done under a configuration it did not run with.
+    """
+    paths = resolve_paths(config, workdir)
+    layout = RingLayout(paths["ring"])
+    layout.root.mkdir(parents=True, exist_ok=True)
+    layout.locks.mkdir(exist_ok=True)
+    with FileLock(str(layout.locks / "ring.lock")):
+        if layout.ring_json.exists():
+            ring = read_json(layout.ring_json)
+            check_config_matches(ring, config)
+            return ring
+        return _create(config, paths, layout, time.time() if now is None else now)
+
+
+def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
+    task = load_task(paths["task"])
+    search_views, final_view = split_views(
+        task, list(config["views"]["search"]), config["views"]["final"]
+    )
+    store = paths["store"]
+    store.mkdir(parents=True, exist_ok=True, mode=0o700)
+    memo = HashMemo(store / "cache" / "hashmemo.json")
+    limits = dict(config["limits"])
+    views = {}
+    for view in (*search_views, final_view):
+        content_hash, listing = view_content_hash(task.view_dir(view), memo)
+        views[view] = {
+            "name": view,
+            "dir": str(task.view_dir(view)),
+            "content_hash": content_hash,
+            "files": len(listing),
+            "bytes": sum(entry["size"] for entry in listing),
+            "limits": limits,
+        }
+        atomic_write_json(layout.view_manifest(view), views[view])
+    memo.save()
+    environment = keys.environment(limits["threads"])
+    evaluation = {
+        "task": task.name,
+        "direction": task.direction,
+        "views": {v: views[v]["content_hash"] for v in search_views},
+        "search_views": search_views,
+        "limits": limits,
+        "scorer_version": scorer_version(task),
+    }
+    seed_plan = seeds.plan_seeds(paths["previous"], config["guard"]["seeds"])
+    duration_s = config["timeline"]["duration_min"] * 60
+    stop_at = now + duration_s
+    cutoff = stop_at - config["timeline"]["final_reserve_min"] * 60
+    previous = paths["previous"]
+    ring = {
+        "ring_id": config["ring_id"],
+        "ring_dir": str(layout.root),
+        "created_at": now,
+        "start": now,
+        "stop_at": stop_at,
+        "initial_cutoff": cutoff,
+        "config": config,
+        "config_sha256": sha256_json(_frozen(config)),
+        "task": task.to_dict(),
+        "candidates_dir": str(paths["candidates"]),
+        "baseline_dir": None if paths["baseline"] is None else str(paths["baseline"]),
+        "store": str(store),
+        "views": views,
+        "search_views": search_views,
+        "final_view": final_view,
+        "evaluation": evaluation,
+        "search_hash": sha256_json(evaluation),
+        "environment": environment,
+        "env_key": keys.environment_key(environment),
+        "guard_seeds": seed_plan["guard_seeds"],
+        "chain_exposed_seeds": seed_plan["chain_exposed_seeds"],
+        "continue_from": None if previous is None else os.path.relpath(previous, layout.root),
+        "sandbox": sandbox.probe_for(config["sandbox"]),
+    }
+    CutoffFile(layout.cutoff).ensure(cutoff, reserve_min=config["timeline"]["final_reserve_min"])
+    atomic_write_json(layout.ring_json, ring, mode=0o444)
+    Ledger(layout.ledger).append(
+        "ring_locked",
+        ring_id=ring["ring_id"],
+        config_sha256=ring["config_sha256"],
+        search_hash=ring["search_hash"],
+        env_key=ring["env_key"],
+    )
+    emit_event(layout.root, "ring_started", start=now, stop_at=stop_at, cutoff=cutoff)
+    return ring
+
+
+def check_config_matches(ring: dict, config: dict) -> None:
+    frozen = _frozen(ring["config"])
+    given = _frozen(config)
+    if sha256_json(frozen) == sha256_json(given):
+        return
+    differ = sorted(k for k in set(frozen) | set(given) if frozen.get(k) != given.get(k))
+    raise InputError(
+        f"ring {ring['ring_dir']} is locked with another configuration "
+        f"(differs in: {', '.join(differ)}); use a new ring_id to run with this one"
+    )
+
+
+def check_existing_lock(config: dict, workdir: Path | None = None) -> None:
+    """At workflow start: refuse to continue a ring under a changed configuration."""
+    workdir = Path(workdir or os.getcwd())
+    lock = _resolve(config["runs_dir"], workdir) / config["ring_id"] / "RING.json"
+    if lock.is_file():
+        check_config_matches(read_json(lock), config)
