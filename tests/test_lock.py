@@ -1,0 +1,85 @@
+"""Locking a ring: frozen once, refused under another configuration or environment."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ringflow.errors import InputError, RingflowError
+from ringflow.execute import check_environment
+from ringflow.lock import check_existing_lock, lock_ring
+from ringtools import make_candidate, make_task
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def config(tmp_path):
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    make_candidate(tmp_path / "cands" / "a", mean=0.5)
+    config.update(
+        task=str(make_task(tmp_path)),
+        candidates=str(tmp_path / "cands"),
+        baseline=None,
+        ring_id="locked",
+    )
+    return config
+
+
+def test_a_ring_is_locked_once_with_its_clock_and_views(tmp_path, config):
+    ring = lock_ring(config, tmp_path, now=1000.0)
+    again = lock_ring(config, tmp_path, now=5000.0)
+    assert again == ring and ring["start"] == 1000.0
+    assert ring["stop_at"] == 1000.0 + 60 * config["timeline"]["duration_min"]
+    assert ring["search_views"] == ["proxy", "x3"] and ring["final_view"] == "final"
+    manifest = json.loads((tmp_path / "runs" / "locked" / "views" / "proxy.json").read_text())
+    assert manifest["content_hash"] == ring["views"]["proxy"]["content_hash"]
+    assert manifest["limits"] == config["limits"]
+    cutoff = json.loads((tmp_path / "runs" / "locked" / "cutoff.json").read_text())
+    assert cutoff["cutoff"] == ring["stop_at"] - 60 * config["timeline"]["final_reserve_min"]
+
+
+def test_another_configuration_is_refused_naming_what_differs(tmp_path, config):
+    lock_ring(config, tmp_path)
+    changed = copy.deepcopy(config)
+    changed["promote_top_k"] = 9
+    with pytest.raises(InputError, match="differs in: promote_top_k"):
+        check_existing_lock(changed, tmp_path)
+    with pytest.raises(InputError, match="locked with another configuration"):
+        lock_ring(changed, tmp_path)
+
+
+def test_a_job_in_another_environment_refuses_to_run(tmp_path, config):
+    ring = lock_ring(config, tmp_path)
+    check_environment(ring)
+    moved = copy.deepcopy(ring)
+    moved["environment"]["packages_sha256"] = "0" * 64
+    moved["env_key"] = "f" * 64
+    with pytest.raises(RingflowError, match=r"environment differs.*packages_sha256"):
+        check_environment(moved)
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("candidates", "", "'candidates' must name a folder"),
+        ("baseline", "", "'baseline' must name a solution folder, or be null"),
+        ("candidates", "missing-folder", r"candidates folder .* not found"),
+        ("continue_from", "runs/nothing", "is not a ring"),
+    ],
+)
+def test_bad_paths_get_clear_errors(tmp_path, config, key, value, message):
+    config[key] = value
+    with pytest.raises(InputError, match=message):
+        lock_ring(config, tmp_path)
+
+
+def test_a_bad_task_is_refused(tmp_path, config):
+    task = Path(config["task"])
+    (task / "task.yaml").write_text("name: t\ndirection: upward\nscorer: s\n")
+    with pytest.raises(InputError, match="direction must be one of"):
+        lock_ring(config, tmp_path)
