@@ -8,10 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from .errors import CandidateError, InputError
+from .hashing import CACHE_DIR_NAMES, PROGRESS_FILE, is_cache
 from .jsonio import read_json
-
-PROGRESS_FILE = "progress.json"
-CACHE_NAMES = {"__pycache__", ".ipynb_checkpoints", ".git", ".pytest_cache"}
 
 
 @dataclass(frozen=True)
@@ -43,11 +41,6 @@ class Solution:
 def weights_dirs(per_view_paths) -> list[str]:
     """The subfolders that hold per-view files (writable only while training)."""
     return sorted({str(PurePosixPath(p).parent) for p in per_view_paths})
-
-
-def is_cache(relpath: str) -> bool:
-    parts = PurePosixPath(relpath).parts
-    return any(p in CACHE_NAMES for p in parts) or relpath.endswith(".pyc")
 
 
 def _check_symlinks(root: Path) -> None:
@@ -152,7 +145,7 @@ def copy_submission(solution: Solution, dest: Path) -> None:
     skip = set(solution.per_view_paths) | {PROGRESS_FILE}
     for dirpath, dirnames, filenames in os.walk(solution.dir):
         rel_dir = Path(dirpath).relative_to(solution.dir)
-        dirnames[:] = [d for d in dirnames if d not in CACHE_NAMES]
+        dirnames[:] = [d for d in dirnames if d not in CACHE_DIR_NAMES]
         for name in filenames:
             rel = (rel_dir / name).as_posix()
             if rel in skip or is_cache(rel):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import keys, sandbox, statuses
-from .candidate import PROGRESS_FILE, weights_dirs
+from .candidate import weights_dirs
 from .disguise import alias, disguised_inputs
 from .errors import (
     AcceptanceError,
@@ -26,6 +26,7 @@ from .errors import (
     RingflowError,
     SandboxError,
 )
+from .hashing import PROGRESS_FILE
 from .jsonio import atomic_write_json
 from .layout import RingLayout
 from .ledger import Ledger, emit_event

@@ -30,7 +30,7 @@ RACY_WINDOW_NS = 1_000_000_000
 # Retries when a file changes while it is being read.
 MAX_HASH_ATTEMPTS = 3
 
-CACHE_DIR_NAMES = frozenset({"__pycache__", ".ipynb_checkpoints", ".git"})
+CACHE_DIR_NAMES = frozenset({"__pycache__", ".ipynb_checkpoints", ".git", ".pytest_cache"})
 PROGRESS_FILE = "progress.json"
 
 Exclude = Callable[[str], bool]
@@ -261,7 +261,7 @@ def view_content_hash(
     return listing_hash(entries), entries
 
 
-def _is_cache(rel: str) -> bool:
+def is_cache(rel: str) -> bool:
     parts = rel.rstrip("/").split("/")
     if any(part in CACHE_DIR_NAMES for part in parts):
         return True
@@ -283,7 +283,7 @@ def solution_tree_hash(
 
     def excluded(rel: str) -> bool:
         bare = rel.rstrip("/")
-        if bare == PROGRESS_FILE or _is_cache(rel):
+        if bare == PROGRESS_FILE or is_cache(rel):
             return True
         return any(bare == p or bare.startswith(p + "/") for p in per_view)
 

@@ -12,7 +12,7 @@ from .candidate import Solution, copy_submission, load_solution
 from .errors import CandidateError
 from .hashing import solution_tree_hash
 from .jsonio import atomic_write_json, read_json
-from .layout import RingLayout
+from .layout import RingLayout, variant_seed
 from .ledger import Ledger, emit_event
 from .store import WeightsStore
 
@@ -35,8 +35,6 @@ def planned_variants(ring: dict) -> dict[str, list[str]]:
 
 
 def execution_spec(ring: dict, solution: Solution, tree: str, view: str, variant: str) -> dict:
-    from .layout import variant_seed
-
     seed = variant_seed(variant)
     ablate = variant == "s0-ablate"
     spec = {"seed": seed, "ablate": ablate, "weights": "none", "key": None}

@@ -1,0 +1,61 @@
+"""The ring's clock as jobs see it: search work ends at the live cutoff, its scoring may
+settle a little longer, final selection runs to stop_at minus the margin."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ringflow.lock import lock_ring
+from ringflow.reserve import CutoffFile
+from ringflow.ring import deadline_for, final_deadline, scoring_deadline_for, settle_deadline
+from ringtools import make_candidate, make_task
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def make_ring(tmp_path, final_reserve_min: float) -> dict:
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    make_candidate(tmp_path / "cands" / "a", mean=0.5)
+    config.update(
+        task=str(make_task(tmp_path)),
+        candidates=str(tmp_path / "cands"),
+        baseline=None,
+        ring_id="clock",
+    )
+    config["timeline"].update(
+        duration_min=60, final_reserve_min=final_reserve_min, settle_extra_s=30, stop_margin_s=60
+    )
+    config["exec_health"]["term_grace_s"] = 10
+    return lock_ring(config, tmp_path, now=0.0)
+
+
+@pytest.fixture
+def ring(tmp_path):
+    return make_ring(tmp_path, final_reserve_min=20)
+
+
+def test_search_work_follows_the_live_cutoff(ring):
+    search = deadline_for(ring, "proxy", "s0")
+    assert search() == 3600 - 1200
+    CutoffFile(Path(ring["ring_dir"]) / "cutoff.json").move_earlier(1000.0, why="test")
+    assert search() == 1000.0
+    assert deadline_for(ring, "proxy", "s0-ablate")() == 1000.0
+
+
+def test_final_selection_runs_to_stop_at_minus_the_margin(ring):
+    for view, variant in (("proxy", "s1"), ("x3", "g3"), ("proxy", "blind-s0"), ("final", "s0")):
+        assert deadline_for(ring, view, variant)() == final_deadline(ring) == 3600 - 60
+
+
+def test_scoring_of_search_work_settles_after_the_cutoff(ring):
+    assert settle_deadline(ring) == 2400 + 10 + 30
+    assert scoring_deadline_for(ring, "proxy", "s0")() == 2440
+    assert scoring_deadline_for(ring, "x3", "g4")() == 3540
+
+
+def test_the_settle_phase_never_runs_past_stop_at_minus_the_margin(tmp_path):
+    late = make_ring(tmp_path, final_reserve_min=1.5)  # cutoff 3510
+    assert settle_deadline(late) == 3540
