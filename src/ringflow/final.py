@@ -39,14 +39,20 @@ def guard_refused(ring: dict, index: dict) -> bool:
     return ring["config"]["guard"]["enabled"] and usable_baseline(index) is None
 
 
-def write_final(ring: dict, layout: RingLayout, node: str, record: dict) -> None:
-    """Replace final/ as a whole: build it beside, then swap, so it is never half-written."""
+def write_final(layout: RingLayout, node: str, record: dict) -> None:
+    """Replace final/ as a whole: build it beside, then swap, so it is never half-written.
+
+    Between the two renames a crash leaves `.final.old`; the next write puts it back first,
+    so a written final/ is never lost.
+    """
+    old = layout.root / ".final.old"
+    if old.exists() and not layout.final_dir.exists():
+        old.rename(layout.final_dir)
     staging = layout.root / f".final.tmp-{os.getpid()}"
     if staging.exists():
         shutil.rmtree(staging)
     shutil.copytree(layout.submission(node), staging / "solution")
     atomic_write_json(staging / "FINAL.json", record)
-    old = layout.root / ".final.old"
     if old.exists():
         shutil.rmtree(old)
     if layout.final_dir.exists():
@@ -80,7 +86,7 @@ def seat_baseline(ring_dir) -> dict:
             "baseline_search": node_mean(ring, layout, base, "s0"),
             "complete": False,
         }
-        write_final(ring, layout, base, record)
+        write_final(layout, base, record)
         seated = {"refused": False, "baseline": base, "reason": "baseline seated"}
         emit_event(layout.root, "baseline_seated", node=base)
     seated["at"] = time.time()
@@ -335,7 +341,7 @@ def decide(ring_dir) -> dict:
         "of the paired difference) pass reliably; raise guard.seeds for smaller ones.",
         "decided_at": time.time(),
     }
-    write_final(ring, layout, chosen, record)
+    write_final(layout, chosen, record)
     atomic_write_json(layout.decision, record)
     Ledger(layout.ledger).append(
         "final_decided", decision=record["decision"], chosen=chosen, baseline=base
