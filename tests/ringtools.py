@@ -189,3 +189,18 @@ def results(ring: Path) -> dict[tuple[str, str, str], dict]:
 
 def dedent(text: str) -> str:
     return textwrap.dedent(text)
+
+
+_demo_ring: Path | None = None
+
+
+def finished_demo_ring() -> Path:
+    """The embedded demo ring, run once per test session (fast health settings, 1 thread)."""
+    global _demo_ring
+    if _demo_ring is None:
+        import tempfile
+
+        work = Path(tempfile.mkdtemp(prefix="ringflow-demo-"))
+        snakemake(work, write_config(work, ring_id="demo"))
+        _demo_ring = work / "runs" / "demo"
+    return _demo_ring

@@ -173,3 +173,26 @@ def test_verify_fails_on_an_edited_ledger(tmp_path):
     (ring / "ledger.jsonl").write_text("\n".join(lines) + "\n")
     out = subprocess.run(verify, capture_output=True, text=True)
     assert out.returncode == 1 and "line 2" in out.stdout
+
+
+def test_a_failing_review_command_makes_the_finalist_ineligible(tmp_path):
+    reviewer = tmp_path / "reviewer.py"
+    reviewer.write_text(
+        "import sys, pathlib\n"
+        "node = pathlib.Path(sys.argv[1])\n"
+        "print(f'{node.name}: method not signed off')\n"
+        "sys.exit(0 if (node / 'SIGNED').exists() else 1)\n"
+    )
+    ring = run_ring(
+        tmp_path,
+        "reviewed",
+        baseline={"mean": 0.5, "sd": 0.01},
+        candidates={"good": {"mean": 0.9, "sd": 0.01}},
+        review=f"{sys.executable} {reviewer}",
+    )
+    review = json.loads((ring / "selection" / "review-n001-good.json").read_text())
+    assert review["passed"] is False
+    assert [c["check"] for c in review["checks"]] == ["view_blind", "review_command"]
+    assert review["checks"][0]["passed"] and "not signed off" in review["reasons"][0]
+    final = final_of(ring)
+    assert final["decision"] == "baseline" and "review failed" in final["reason"]

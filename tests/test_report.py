@@ -14,18 +14,16 @@ from pathlib import Path
 import pytest
 
 from ringflow.report import render_report, write_report
+from ringtools import finished_demo_ring
 
-DEMO = Path(__file__).resolve().parents[1] / "runs" / "demo"
 START = 1_800_000_000.0
 
 
 def copy_demo(dest: Path) -> Path:
     """A copy of the finished demo ring (without program outputs and logs)."""
-    if not (DEMO / "RING.json").is_file():
-        pytest.skip(f"{DEMO} not found: the finished demo ring is produced by `make demo`")
     target = dest / "demo"
     shutil.copytree(
-        DEMO,
+        finished_demo_ring(),
         target,
         ignore=shutil.ignore_patterns(
             "output", "solution", "work", "logs", "*.log", "report.html", "*.lock", ".locks"

@@ -86,9 +86,9 @@ def plan(
     program = resolve_program(program_argv[0], search_path)
     problem = interpreter_problem(str(program), request.uid, request.gid)
     if info["bwrap"]:
-        reach = interpreter_binds(program, request.uid, request.gid) if problem else []
+        reach = interpreter_binds(program, request.uid, request.gid)
         if reach is None:
-            raise SandboxError(problem)
+            raise SandboxError(problem or f"the sandbox cannot reach the interpreter {program}")
         return plan_bwrap(request, layout, program_argv, program, base_env, info, reach)
     if problem is not None:
         raise SandboxError(problem)

@@ -38,7 +38,6 @@ def plan_bwrap(
 
     `reach` holds the binds (from interpreter_binds) that make the interpreter reachable.
     """
-    _refuse_invisible_program(program_path, layout)
     for folder, what in ((layout.solution, "working copy"), (layout.inputs, "inputs")):
         unreadable = unreadable_by_bits(folder, request.uid, request.gid)
         if unreadable:
@@ -95,16 +94,6 @@ def plan_bwrap(
     )
 
 
-def _refuse_invisible_program(program: Path, layout: Layout) -> None:
-    real = Path(os.path.realpath(program))
-    for covered in [Path("/tmp"), *layout.hidden]:
-        if real.is_relative_to(covered) or program.is_relative_to(covered):
-            raise SandboxError(
-                f"program {program} lies under {covered}, which the sandbox replaces or hides; "
-                "install the interpreter elsewhere"
-            )
-
-
 def _hide(hidden: tuple[Path, ...]) -> list[str]:
     """An empty tmpfs over each hidden folder, /dev/null over each hidden file."""
     args: list[str] = []
@@ -130,31 +119,52 @@ def _execution_binds(layout: Layout) -> list[str]:
     return args
 
 
-def interpreter_binds(program: Path, uid: int, gid: int) -> list[str] | None:
-    """Binds that let uid reach an interpreter installed under a private folder, or None.
+# Host folders the sandbox replaces with fresh, empty mounts.
+REPLACED_MOUNTS = (Path("/tmp"), Path("/dev/shm"))
 
-    A private host folder on the way (say /root, mode 0700, above a pyenv install) is
-    replaced inside the sandbox by an empty 0755 tmpfs that holds a read-only bind of
-    just the subtree the interpreter lives in; the rest of that folder stays unseen.
-    None when a folder further down is private too (then nothing short of moving the
-    interpreter helps).
+
+def interpreter_binds(program: Path, uid: int, gid: int) -> list[str] | None:
+    """Binds that make the interpreter reachable for uid inside the sandbox, or None.
+
+    Two cases need them. An install under a folder the sandbox replaces (a virtual
+    environment in a checkout under /tmp) is bound back, read-only, at its own path. An
+    install under a private host folder (pyenv under /root, mode 0700) gets that folder
+    replaced by an empty 0755 tmpfs holding a read-only bind of just the subtree the
+    interpreter lives in; the rest of the folder stays unseen. None when a folder further
+    down is private too: nothing short of moving the interpreter helps then.
     """
     args: list[str] = []
     covered: set[Path] = set()
+
+    def bind(path: Path) -> None:
+        if path in covered:
+            return
+        # bwrap would make missing parents inside a fresh mount mode 0700: make them first.
+        mount = next((m for m in REPLACED_MOUNTS if path.is_relative_to(m)), None)
+        if mount is not None:
+            for parent in reversed(path.parents):
+                if parent.is_relative_to(mount) and parent != mount and parent not in covered:
+                    args.extend(["--perms", "0755", "--dir", str(parent)])
+                    covered.add(parent)
+        args.extend(["--ro-bind", str(path), str(path)])
+        covered.add(path)
+
     for needed in interpreter_paths(program):
+        real = Path(os.path.realpath(needed))
+        for path in {needed, real}:
+            if any(path.is_relative_to(mount) for mount in REPLACED_MOUNTS):
+                # The install's root: the venv or prefix above bin/ or lib/.
+                bind(path.parent.parent if path == needed and needed == program else path.parent)
         blocked = first_untraversable(uid, gid, needed, include_self=needed.is_dir())
         if blocked is None:
             continue
-        real = Path(os.path.realpath(needed))
         if real == blocked or not real.is_relative_to(blocked):
             return None
         subtree = blocked / real.relative_to(blocked).parts[0]
         if blocked not in covered:
             args += ["--perms", "0755", "--tmpfs", str(blocked)]
             covered.add(blocked)
-        if subtree not in covered:
-            args += ["--ro-bind", str(subtree), str(subtree)]
-            covered.add(subtree)
+        bind(subtree)
         chain = [subtree, *(p for p in real.parents if p.is_relative_to(subtree))]
         if any(not _traversable_by_bits(p, uid, gid) for p in chain if p.is_dir()):
             return None
