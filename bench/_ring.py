@@ -29,27 +29,7 @@ SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 
 # Short health sampling and one thread per execution, as the end-to-end tests use: the
 # benchmarks measure the machinery, not the defaults meant for hour-long trainings.
-FAST = {
-    "exec_health": {
-        "enforce": False,
-        "collect_s": 0.5,
-        "interval_s": 2,
-        "hang_min": 5,
-        "term_grace_s": 2,
-        "failed_after_s": 60,
-        "min_cpu_frac": 0.01,
-        "min_io_kbps": 64,
-    },
-    "limits": {"memory_gb": 4, "time_limit_min": 10, "threads": 1},
-    "timeline": {
-        "duration_min": 30,
-        "final_reserve_min": 10,
-        "node_tail_min": 1,
-        "settle_extra_s": 5,
-        "stop_margin_s": 5,
-        "reserve_pad_min": 1,
-    },
-}
+FAST = yaml.safe_load((REPO / "config" / "quick.yaml").read_text())
 
 
 def merged(base: dict, overrides: dict) -> dict:

@@ -4,7 +4,6 @@ scripted candidates, and a runner for Snakemake on a temporary folder."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -118,61 +117,52 @@ def make_candidate(
     return folder
 
 
-FAST = {
-    "exec_health": {
-        "enforce": False,
-        "collect_s": 0.5,
-        "interval_s": 2,
-        "hang_min": 5,
-        "term_grace_s": 2,
-        "failed_after_s": 60,
-        "min_cpu_frac": 0.01,
-        "min_io_kbps": 64,
-    },
-    "limits": {"memory_gb": 4, "time_limit_min": 10, "threads": 1},
-    "timeline": {
-        "duration_min": 30,
-        "final_reserve_min": 10,
-        "node_tail_min": 1,
-        "settle_extra_s": 5,
-        "stop_margin_s": 5,
-        "reserve_pad_min": 1,
-    },
-}
+FAST = yaml.safe_load((REPO / "config" / "quick.yaml").read_text())
+DEFAULTS = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+
+
+def merged(base: dict, overrides: dict) -> dict:
+    """`base` with `overrides` laid over it, nested mappings merged key by key."""
+    out = json.loads(json.dumps(base))
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key].update(value)
+        else:
+            out[key] = value
+    return out
+
+
+def full_config(**overrides) -> dict:
+    """Every key, as a Snakemake run would see it: defaults, quick settings, overrides."""
+    return merged(merged(DEFAULTS, FAST), overrides)
+
+
+def scripted_config(workdir: Path, ring_id: str, **overrides) -> dict:
+    """The full configuration of a ring over the scripted task, one candidate, no baseline."""
+    make_candidate(workdir / "cands" / "a", mean=0.5)
+    return full_config(ring_id=ring_id, task=str(make_task(workdir)),
+                       candidates=str(workdir / "cands"), baseline=None, **overrides)  # fmt: skip
 
 
 def write_config(workdir: Path, **overrides) -> Path:
-    config = json.loads(json.dumps(FAST))
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(config.get(key), dict):
-            config[key].update(value)
-        else:
-            config[key] = value
+    config = merged(FAST, overrides)
     path = workdir / f"{config.get('ring_id', 'ring')}-config.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
 
 
+def snakemake_argv(workdir: Path, configfile: Path, *extra: str) -> list[str]:
+    # Targets and extra options go first: --configfile takes every word that follows it.
+    return [str(SNAKEMAKE), *extra, "-s", str(REPO / "Snakefile"), "--directory",
+            str(workdir), "--profile", str(REPO / "profiles" / "local"), "--cores", "2",
+            "--configfile", str(configfile)]  # fmt: skip
+
+
 def snakemake(
     workdir: Path, configfile: Path, *extra: str, check: bool = True, timeout: float = 900
 ) -> subprocess.CompletedProcess:
-    # Targets and extra options go first: --configfile takes every word that follows it.
-    argv = [
-        str(SNAKEMAKE),
-        *extra,
-        "-s",
-        str(REPO / "Snakefile"),
-        "--directory",
-        str(workdir),
-        "--profile",
-        str(REPO / "profiles" / "local"),
-        "--cores",
-        "2",
-        "--configfile",
-        str(configfile),
-    ]
-    env = dict(os.environ)
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    argv = snakemake_argv(workdir, configfile, *extra)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(
             f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"

@@ -14,8 +14,17 @@ from pathlib import Path
 import psutil
 import pytest
 
+from ringflow.lock import lock_ring
+from ringflow.nodes import import_static
 from ringflow.reserve import CutoffFile
-from ringtools import REPO, SNAKEMAKE, make_candidate, make_task, snakemake, write_config
+from ringtools import (
+    full_config,
+    make_candidate,
+    make_task,
+    snakemake,
+    snakemake_argv,
+    write_config,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -73,21 +82,11 @@ def test_killing_snakemake_leaves_no_process_of_the_execution(tmp_path):
         candidates=str(tmp_path / "cands"),
         baseline=None,
     )
-    argv = [
-        str(SNAKEMAKE),
-        "-s",
-        str(REPO / "Snakefile"),
-        "--directory",
-        str(tmp_path),
-        "--profile",
-        str(REPO / "profiles" / "local"),
-        "--cores",
-        "2",
-        "--configfile",
-        str(config),
-    ]
     driver = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        snakemake_argv(tmp_path, config),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     try:
         assert wait_until(lambda: len(marked(marker)) >= 2, 60), "the program never started"
@@ -111,26 +110,9 @@ def test_killing_snakemake_leaves_no_process_of_the_execution(tmp_path):
 
 
 def _lock_and_import(tmp_path: Path, cands: Path, ring_id: str, **extra) -> Path:
-    from ringflow.lock import lock_ring
-    from ringflow.nodes import import_static
-
-    config = write_config(
-        tmp_path,
-        ring_id=ring_id,
-        task=str(make_task(tmp_path)),
-        candidates=str(cands),
-        baseline=None,
-        **extra,
-    )
-    import yaml
-
-    full = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    for key, value in yaml.safe_load(config.read_text()).items():
-        if isinstance(value, dict):
-            full[key].update(value)
-        else:
-            full[key] = value
-    ring = lock_ring(full, tmp_path)
+    config = full_config(ring_id=ring_id, task=str(make_task(tmp_path)), candidates=str(cands),
+                         baseline=None, **extra)  # fmt: skip
+    ring = lock_ring(config, tmp_path)
     import_static(ring)
     return Path(ring["ring_dir"])
 
@@ -182,21 +164,11 @@ def test_the_reserve_moves_the_cutoff_earlier_and_it_survives_a_restart(tmp_path
         timeline=timeline,
     )
     ring = tmp_path / "runs" / "reserve"
-    argv = [
-        str(SNAKEMAKE),
-        "-s",
-        str(REPO / "Snakefile"),
-        "--directory",
-        str(tmp_path),
-        "--profile",
-        str(REPO / "profiles" / "local"),
-        "--cores",
-        "2",
-        "--configfile",
-        str(config),
-    ]
     driver = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        snakemake_argv(tmp_path, config),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     try:
         assert wait_until(lambda: any(ring.glob("nodes/*/exec/*/s0/score.json")), 120)

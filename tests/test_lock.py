@@ -7,27 +7,16 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from ringflow.errors import InputError, RingflowError
 from ringflow.execute import check_environment
 from ringflow.lock import check_existing_lock, lock_ring
-from ringtools import make_candidate, make_task
-
-REPO = Path(__file__).resolve().parents[1]
+from ringtools import scripted_config
 
 
 @pytest.fixture
 def config(tmp_path):
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    make_candidate(tmp_path / "cands" / "a", mean=0.5)
-    config.update(
-        task=str(make_task(tmp_path)),
-        candidates=str(tmp_path / "cands"),
-        baseline=None,
-        ring_id="locked",
-    )
-    return config
+    return scripted_config(tmp_path, "locked")
 
 
 def test_a_ring_is_locked_once_with_its_clock_and_views(tmp_path, config):

@@ -6,29 +6,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
 from ringflow.lock import lock_ring
 from ringflow.reserve import CutoffFile
 from ringflow.ring import deadline_for, final_deadline, scoring_deadline_for, settle_deadline
-from ringtools import make_candidate, make_task
-
-REPO = Path(__file__).resolve().parents[1]
+from ringtools import scripted_config
 
 
 def make_ring(tmp_path, final_reserve_min: float) -> dict:
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    make_candidate(tmp_path / "cands" / "a", mean=0.5)
-    config.update(
-        task=str(make_task(tmp_path)),
-        candidates=str(tmp_path / "cands"),
-        baseline=None,
-        ring_id="clock",
-    )
-    config["timeline"].update(
-        duration_min=60, final_reserve_min=final_reserve_min, settle_extra_s=30, stop_margin_s=60
-    )
-    config["exec_health"]["term_grace_s"] = 10
+    timeline = {"duration_min": 60, "final_reserve_min": final_reserve_min,
+                "settle_extra_s": 30, "stop_margin_s": 60}  # fmt: skip
+    config = scripted_config(tmp_path, "clock", timeline=timeline,
+                             exec_health={"term_grace_s": 10})  # fmt: skip
     return lock_ring(config, tmp_path, now=0.0)
 
 

@@ -21,10 +21,16 @@ pytestmark = pytest.mark.e2e
 GUARD = [3, 4, 5, 6, 7]
 
 
+def spine_config(work: Path, ring_id: str) -> Path:
+    return write_config(work, ring_id=ring_id, task=str(work / "task"),
+                        candidates=str(work / "candidates"), baseline=str(work / "baseline"),
+                        promote_top_k=2, final_top_k=1, max_weights_gb=2e-6)  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def ring1(tmp_path_factory):
     work = tmp_path_factory.mktemp("spine")
-    task = make_task(work)
+    make_task(work)
     cands = work / "candidates"
     make_candidate(cands / "steady", mean=0.9, sd=0.01, weights=True)
     make_candidate(cands / "seedy", mean=0.8, sd=0.01, weights=True, seed_affects_training=True)
@@ -46,17 +52,8 @@ def ring1(tmp_path_factory):
     (cands / "huge" / "ARTIFACTS.json").write_text(
         json.dumps([{"path": "weights/big.bin", "per_view": False}])
     )
-    base = make_candidate(work / "baseline", mean=0.5, sd=0.01)
-    config = write_config(
-        work,
-        ring_id="r1",
-        task=str(task),
-        candidates=str(cands),
-        baseline=str(base),
-        promote_top_k=2,
-        final_top_k=1,
-        max_weights_gb=2e-6,
-    )
+    make_candidate(work / "baseline", mean=0.5, sd=0.01)
+    config = spine_config(work, "r1")
     snakemake(work, config)
     return work, config, work / "runs" / "r1"
 
@@ -198,18 +195,7 @@ def test_deleting_a_result_reruns_only_that_execution_in_replay_mode(ring1):
 def test_a_second_ring_sharing_the_store_replays_what_the_first_registered(ring1):
     work, _, ring = ring1
     registered = {r["weights_key"] for r in results(ring).values() if r["weights_mode"] == "train"}
-    task, cands, base = work / "task", work / "candidates", work / "baseline"
-    config2 = write_config(
-        work,
-        ring_id="r2",
-        task=str(task),
-        candidates=str(cands),
-        baseline=str(base),
-        promote_top_k=2,
-        final_top_k=1,
-        max_weights_gb=2e-6,
-    )
-    snakemake(work, config2)
+    snakemake(work, spine_config(work, "r2"))
     res2 = results(work / "runs" / "r2")
     shared = [r for r in res2.values() if r["weights_key"] in registered]
     assert shared, "the second ring shares no key with the first"
