@@ -144,6 +144,18 @@ def scripted_config(workdir: Path, ring_id: str, **overrides) -> dict:
                        candidates=str(workdir / "cands"), baseline=None, **overrides)  # fmt: skip
 
 
+def locked_ring(workdir: Path, candidates: Path, ring_id: str, **overrides) -> Path:
+    """A ring over the scripted task, locked and with its nodes imported, not run."""
+    from ringflow.lock import lock_ring
+    from ringflow.nodes import import_static
+
+    config = full_config(ring_id=ring_id, task=str(make_task(workdir)),
+                         candidates=str(candidates), baseline=None, **overrides)  # fmt: skip
+    ring = lock_ring(config, workdir)
+    import_static(ring)
+    return Path(ring["ring_dir"])
+
+
 def write_config(workdir: Path, **overrides) -> Path:
     config = merged(FAST, overrides)
     path = workdir / f"{config.get('ring_id', 'ring')}-config.yaml"

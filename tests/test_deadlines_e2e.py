@@ -14,11 +14,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ringflow.lock import lock_ring
-from ringflow.nodes import import_static
 from ringflow.reserve import CutoffFile
 from ringtools import (
-    full_config,
+    locked_ring,
     make_candidate,
     make_task,
     snakemake,
@@ -109,21 +107,13 @@ def test_killing_snakemake_leaves_no_process_of_the_execution(tmp_path):
         assert "orphan" in result["reason"]
 
 
-def _lock_and_import(tmp_path: Path, cands: Path, ring_id: str, **extra) -> Path:
-    config = full_config(ring_id=ring_id, task=str(make_task(tmp_path)), candidates=str(cands),
-                         baseline=None, **extra)  # fmt: skip
-    ring = lock_ring(config, tmp_path)
-    import_static(ring)
-    return Path(ring["ring_dir"])
-
-
 def test_an_earlier_cutoff_shortens_a_running_execution_and_a_lock_wait(tmp_path):
     cands = tmp_path / "cands"
     # Identical trees share one weights key: the first trains (slowly) under the key lock,
     # the second waits for that lock.
     for name in ("twin-a", "twin-b"):
         make_candidate(cands / name, mean=0.5, weights=True, sleep=120, ignore_term=True)
-    ring = _lock_and_import(tmp_path, cands, "cut")
+    ring = locked_ring(tmp_path, cands, "cut")
     index = json.loads((ring / "nodes" / "index.json").read_text())
     nodes = [n["id"] for n in index["nodes"]]
     run = [sys.executable, "-m", "ringflow", "execute", str(ring)]
@@ -208,6 +198,8 @@ def test_the_reserve_moves_the_cutoff_earlier_and_it_survives_a_restart(tmp_path
     )
     assert CutoffFile(ring / "cutoff.json").cutoff() <= after
     assert again["cutoff"] <= after
+    # The latest estimate is recorded, moved or not, for `ringflow status`.
+    assert CutoffFile(ring / "cutoff.json").read()["estimate_s"] == again["estimate_s"]
 
 
 CHECKPOINTER = """\
@@ -228,7 +220,7 @@ def test_a_sandboxed_program_writes_its_checkpoint_within_the_grace(tmp_path):
     cands = tmp_path / "cands"
     (cands / "saver").mkdir(parents=True)
     (cands / "saver" / "run.py").write_text(CHECKPOINTER)
-    ring = _lock_and_import(tmp_path, cands, "grace")
+    ring = locked_ring(tmp_path, cands, "grace")
     run = [sys.executable, "-m", "ringflow", "execute", str(ring), "n001-saver", "proxy", "s0"]
     proc = subprocess.Popen(run)
     exec_dir = ring / "nodes" / "n001-saver" / "exec" / "proxy" / "s0"

@@ -353,3 +353,10 @@ class CutoffFile:
                     state[key] = why[key]
             atomic_write_json(self.path, state)
             return True
+
+    def note_estimate(self, *, reserve_min: float, estimate_s: float) -> None:
+        """Record the latest estimate without moving the cutoff (status shows it)."""
+        with _file_lock(str(self.path) + ".lock", timeout=LOCK_TIMEOUT_S):
+            state = self.read()
+            state.update(reserve_min=reserve_min, estimate_s=estimate_s, estimated_at=time.time())
+            atomic_write_json(self.path, state)

@@ -118,7 +118,9 @@ def tick(ring_dir: str | Path, now: float | None = None) -> dict:
         estimate_s=estimate_s,
         at=time.time() if now is None else now,
     )
-    if moved:
+    if not moved:
+        cutoffs.note_estimate(reserve_min=reserve_min, estimate_s=estimate_s)
+    else:
         emit_event(
             layout.root,
             "cutoff_moved",

@@ -1,0 +1,41 @@
+"""One execution at a time, driven through `ringflow execute` as a rule would."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ringtools import locked_ring, make_candidate
+
+pytestmark = pytest.mark.e2e
+
+
+def test_two_executions_of_one_key_started_together_train_exactly_once(tmp_path):
+    cands = tmp_path / "cands"
+    # Identical trees: one weights key for both nodes' seed-0 run on a view.
+    for name in ("twin-a", "twin-b"):
+        make_candidate(cands / name, mean=0.5, weights=True, sleep=1)
+    ring = locked_ring(tmp_path, cands, "twins")
+    run = [sys.executable, "-m", "ringflow", "execute", str(ring)]
+    procs = [subprocess.Popen([*run, node, "proxy", "s0"], stdout=subprocess.DEVNULL)
+             for node in ("n001-twin-a", "n002-twin-b")]  # fmt: skip
+    assert [p.wait(timeout=60) for p in procs] == [0, 0]
+    results = [json.loads((ring / "nodes" / n / "exec" / "proxy" / "s0" / "result.json")
+                          .read_text()) for n in ("n001-twin-a", "n002-twin-b")]  # fmt: skip
+    assert sorted(r["weights_mode"] for r in results) == ["replay", "train"]
+    assert results[0]["weights_key"] == results[1]["weights_key"]
+    assert all(r["status"] == "ok" for r in results)
+    assert len(list((tmp_path / "store" / "per_view").glob("*/*.json"))) == 1
+
+
+def test_an_execution_of_a_rejected_node_is_refused_with_its_error(tmp_path):
+    cands = tmp_path / "cands"
+    (cands / "empty").mkdir(parents=True)
+    ring = locked_ring(tmp_path, cands, "rejected")
+    argv = [sys.executable, "-m", "ringflow", "execute", str(ring), "n001-empty", "proxy", "s0"]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "rejected at import" in done.stderr and "missing program" in done.stderr
