@@ -150,6 +150,14 @@ def test_the_good_candidates_finish_and_final_is_written(ring1):
     assert subprocess.run([sys.executable, "-m", "ringflow", "verify", str(ring)]).returncode == 0
 
 
+def test_the_summary_names_the_decision_and_each_nodes_runs(ring1):
+    _, _, ring = ring1
+    summary = (ring / "summary.txt").read_text()
+    assert "final decision: candidate -> " + _node(ring, "steady") in summary
+    line = next(x for x in summary.splitlines() if x.startswith(_node(ring, "no-program")))
+    assert "rejected" in line and " 0/0 " in line
+
+
 def test_key_explain_lists_every_component(ring1):
     _, _, ring = ring1
     out = subprocess.run(

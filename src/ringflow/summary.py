@@ -54,18 +54,20 @@ def render_summary(ring_dir) -> str:
         f"  final    {layout.final_dir}" + ("" if layout.final_dir.exists() else " (not written)"),
         f"  report   {layout.report}",
         "",
-        f"{'node':<22} {'role':<10} {'status':<9} {'seed-0':>8} {'3-seed':>8}",
+        f"{'node':<22} {'role':<10} {'status':<9} {'runs ok':>8} {'seed-0':>8} {'3-seed':>8}",
     ]
+    runs = list(executions(layout))
     for node in index["nodes"]:
-        s0 = (
-            node_mean(ring, layout, node["id"], "s0")["mean"] if node["status"] == "ready" else None
-        )
+        ready = node["status"] == "ready"
+        s0 = node_mean(ring, layout, node["id"], "s0")["mean"] if ready else None
+        mine = [r for n, *_, r in runs if n == node["id"]]
+        ok = f"{sum(r['status'] == 'ok' for r in mine)}/{len(mine)}"
         lines.append(
-            f"{node['id']:<22} {node['role']:<10} {node['status']:<9} "
+            f"{node['id']:<22} {node['role']:<10} {node['status']:<9} {ok:>8} "
             f"{_fmt(s0):>8} {_fmt(three_seed.get(node['id'])):>8}"
         )
-    modes = Counter(r["weights_mode"] for *_, r in executions(layout))
-    statuses = Counter(r["status"] for *_, r in executions(layout))
+    modes = Counter(r["weights_mode"] for *_, r in runs)
+    statuses = Counter(r["status"] for *_, r in runs)
     lines += [
         "",
         "executions: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())),
