@@ -42,6 +42,7 @@ from .settings import HealthSettings, ResourceLimits
 TICK_S = 0.25  # deadline, signal and orphan checks happen at least this often
 GPU_POLL_S = 1.0  # NVML per-process samples are integrated at this cadence
 KILL_SWEEPS = 20
+LEFTOVER_SETTLE_S = 0.5
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -430,8 +431,13 @@ class _Supervision:
     # -- stopping --------------------------------------------------------------------
     def _finish(self, stop: tuple[str, bool, str] | None, prev: Sample) -> Outcome:
         if stop is None:
-            # The program ended by itself; anything it left behind is swept.
+            # The program ended by itself; anything it left behind is swept. A wrapper's
+            # own helpers (bubblewrap's init) may still be exiting: give them a moment.
             leftovers = alive(self.tree.discover())
+            settle_end = time.monotonic() + LEFTOVER_SETTLE_S
+            while leftovers and time.monotonic() < settle_end:
+                self.wait(0.02)
+                leftovers = alive(self.tree.discover())
             if leftovers:
                 self.event(
                     "leftover_descendants",
