@@ -129,6 +129,25 @@ def execution_threads(wildcards):
     return ring_lock()["config"]["limits"]["threads"]
 
 
+def execution_mem_mb(wildcards):
+    """What the execution may use (limits.memory_gb), plus room for the supervisor."""
+    return int(ring_lock()["config"]["limits"]["memory_gb"] * 1024) + 512
+
+
+def execution_runtime(wildcards):
+    """Minutes a scheduler must allow: the time limit, the grace, and scoring."""
+    config = ring_lock()["config"]
+    grace_min = config["exec_health"]["term_grace_s"] / 60
+    return (
+        int(
+            config["limits"]["time_limit_min"]
+            + grace_min
+            + config["scorer_timeout_min"]
+        )
+        + 1
+    )
+
+
 # ---- search, promotion and final selection ------------------------------------------------
 
 

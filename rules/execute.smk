@@ -18,6 +18,9 @@ rule execute:
     conda:
         "../envs/ringflow.yaml"
     threads: execution_threads
+    resources:
+        mem_mb=execution_mem_mb,
+        runtime=execution_runtime,
     params:
         ringflow=RINGFLOW,
         ring=RING.root,

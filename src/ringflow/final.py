@@ -256,7 +256,9 @@ def choose(ring: dict, seated: dict, ranking: dict, verdicts: list[dict]):
     if base is None:
         return top, "no baseline and guard disabled: the top finalist by 3-seed mean", None
     if not ring["config"]["guard"]["enabled"]:
-        return top or base, "guard disabled: the top finalist by 3-seed mean (no protection)", None
+        if top is None:
+            return base, "guard disabled and no finalist: baseline kept", None
+        return top, "guard disabled: the top finalist by 3-seed mean (no protection)", None
     for item in verdicts:
         if item["replace"]:
             return item["node"], item["reason"], item
