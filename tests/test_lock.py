@@ -72,3 +72,11 @@ def test_a_bad_task_is_refused(tmp_path, config):
     (task / "task.yaml").write_text("name: t\ndirection: upward\nscorer: s\n")
     with pytest.raises(InputError, match="direction must be one of"):
         lock_ring(config, tmp_path)
+
+
+def test_locking_makes_the_labels_owner_only(tmp_path, config):
+    labels = Path(config["task"]) / "views" / "proxy" / "labels"
+    labels.chmod(0o755)
+    lock_ring(config, tmp_path)
+    assert labels.stat().st_mode & 0o777 == 0o700
+    assert (labels / "truth.txt").read_text()  # the owner (the scorer) still reads them

@@ -79,6 +79,17 @@ def _frozen(config: dict) -> dict:
     return {k: v for k, v in config.items() if k not in UNFROZEN_KEYS}
 
 
+def restrict_labels(task: Task) -> None:
+    """Labels folders become owner-only: without bubblewrap to hide them, file permissions
+    are what keeps them from the program's unprivileged user (the scorer runs as the owner).
+    """
+    for view in task.views:
+        labels = task.view_dir(view) / "labels"
+        mode = labels.stat().st_mode & 0o7777
+        if mode & 0o077:
+            os.chmod(labels, mode & ~0o077)
+
+
 def scorer_version(task: Task) -> str:
     """Hash of the task folder outside views/: task.yaml, scorer, validator and helpers."""
     digest = hashlib.sha256()
@@ -110,6 +121,7 @@ def lock_ring(config: dict, workdir: Path | None = None, now: float | None = Non
 
 def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
     task = load_task(paths["task"])
+    restrict_labels(task)
     search_views, final_view = split_views(
         task, list(config["views"]["search"]), config["views"]["final"]
     )
