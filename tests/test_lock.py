@@ -80,3 +80,15 @@ def test_locking_makes_the_labels_owner_only(tmp_path, config):
     lock_ring(config, tmp_path)
     assert labels.stat().st_mode & 0o777 == 0o700
     assert (labels / "truth.txt").read_text()  # the owner (the scorer) still reads them
+
+
+def test_a_ring_refuses_to_continue_from_an_ancestor_that_does_not_verify(tmp_path, config):
+    first = lock_ring(config, tmp_path)
+    ledger = Path(first["ring_dir"]) / "ledger.jsonl"
+    record = json.loads(ledger.read_text().splitlines()[0])
+    record["ring_id"] = "someone-else"
+    ledger.write_text(json.dumps(record) + "\n")
+    second = {**config, "ring_id": "next", "continue_from": "runs/locked"}
+    with pytest.raises(InputError, match="does not verify"):
+        lock_ring(second, tmp_path)
+    assert not (tmp_path / "runs" / "next" / "RING.json").exists()

@@ -90,6 +90,20 @@ def restrict_labels(task: Task) -> None:
             os.chmod(labels, mode & ~0o077)
 
 
+def check_ancestors(previous: Path | None) -> None:
+    """Refuse to continue from a chain whose rings or ledgers do not verify (SPEC 12)."""
+    if previous is None:
+        return
+    for ancestor in seeds.chain_rings(previous):
+        ledger = Path(ancestor["ring_dir"]) / "ledger.jsonl"
+        problems = Ledger(ledger).verify() if ledger.exists() else ["ledger.jsonl missing"]
+        if problems:
+            raise InputError(
+                f"refusing to continue from {previous}: ancestor {ancestor['ring_dir']} does not "
+                f"verify ({'; '.join(problems[:3])})"
+            )
+
+
 def scorer_version(task: Task) -> str:
     """Hash of the task folder outside views/: task.yaml, scorer, validator and helpers."""
     digest = hashlib.sha256()
@@ -151,6 +165,7 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
         "limits": limits,
         "scorer_version": scorer_version(task),
     }
+    check_ancestors(paths["previous"])
     seed_plan = seeds.plan_seeds(paths["previous"], config["guard"]["seeds"])
     duration_s = config["timeline"]["duration_min"] * 60
     stop_at = now + duration_s
