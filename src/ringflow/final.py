@@ -95,30 +95,30 @@ def seat_baseline(ring_dir) -> dict:
 
 
 def _view_blind_check(ring, layout, node: dict) -> dict:
+    """Same program, same seed, the same view under another name and path: same score?
+
+    A trained program retrains on the disguised copy, so it is compared with its own
+    retrain on the real view (fresh-s0); a difference no larger than the one between that
+    retrain and its registered weights (s0) is retraining noise, not the view's identity.
+    """
     view = ring["search_views"][0]
     direction = ring["task"]["direction"]
-    blind = usable(read_score(layout, node["id"], view, "blind-s0"), direction)
-    # A trained program is compared with its own retrain on the real view (fresh-s0), so
-    # that training noise is not mistaken for view dependence; others with seed 0.
-    ref_variant = "fresh-s0" if node["solution"]["per_view_paths"] else "s0"
-    ref = usable(read_score(layout, node["id"], view, ref_variant), direction)
-    check = {
-        "check": "view_blind",
-        "view": view,
-        "blind": blind,
-        "reference": ref,
-        "reference_variant": ref_variant,
-    }
-    if blind is None or ref is None:
+    trained = bool(node["solution"]["per_view_paths"])
+    score_of = {v: usable(read_score(layout, node["id"], view, v), direction)
+                for v in ("s0", "blind-s0", *(["fresh-s0"] if trained else []))}  # fmt: skip
+    blind, ref = score_of["blind-s0"], score_of["fresh-s0" if trained else "s0"]
+    check = {"check": "view_blind", "view": view, "blind": blind, "reference": ref,
+             "reference_variant": "fresh-s0" if trained else "s0"}  # fmt: skip
+    if blind is None or ref is None or (trained and score_of["s0"] is None):
         check.update(passed=False, reason="view-blind check incomplete: an execution failed")
-    elif abs(blind - ref) > EQUAL_TOL:
-        check.update(
-            passed=False,
-            reason=(
-                f"predictions depend on the view's identity: {blind:.6g} on a disguised copy of "
-                f"{view} vs {ref:.6g} on {view} ({ref_variant})"
-            ),
-        )
+        return check
+    noise = abs(ref - score_of["s0"]) if trained else 0.0
+    check["retrain_noise"] = noise
+    if abs(blind - ref) > max(noise, EQUAL_TOL):
+        check.update(passed=False, reason=(
+            f"predictions depend on the view's identity: {blind:.6g} on a disguised copy of "
+            f"{view} vs {ref:.6g} on {view} ({check['reference_variant']}), beyond the "
+            f"retraining noise of {noise:.3g}"))  # fmt: skip
     else:
         check.update(passed=True, reason="same score on the disguised copy")
     return check
