@@ -170,6 +170,12 @@ def snakemake_argv(workdir: Path, configfile: Path, *extra: str) -> list[str]:
             "--configfile", str(configfile)]  # fmt: skip
 
 
+def start_snakemake(workdir: Path, configfile: Path) -> subprocess.Popen:
+    """Snakemake in the background, in its own session, so a test can kill it alone."""
+    return subprocess.Popen(snakemake_argv(workdir, configfile), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+
+
 def snakemake(
     workdir: Path, configfile: Path, *extra: str, check: bool = True, timeout: float = 900
 ) -> subprocess.CompletedProcess:

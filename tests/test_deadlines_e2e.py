@@ -20,7 +20,7 @@ from ringtools import (
     make_candidate,
     make_task,
     snakemake,
-    snakemake_argv,
+    start_snakemake,
     write_config,
 )
 
@@ -80,12 +80,7 @@ def test_killing_snakemake_leaves_no_process_of_the_execution(tmp_path):
         candidates=str(tmp_path / "cands"),
         baseline=None,
     )
-    driver = subprocess.Popen(
-        snakemake_argv(tmp_path, config),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    driver = start_snakemake(tmp_path, config)
     try:
         assert wait_until(lambda: len(marked(marker)) >= 2, 60), "the program never started"
         driver.kill()
@@ -154,12 +149,7 @@ def test_the_reserve_moves_the_cutoff_earlier_and_it_survives_a_restart(tmp_path
         timeline=timeline,
     )
     ring = tmp_path / "runs" / "reserve"
-    driver = subprocess.Popen(
-        snakemake_argv(tmp_path, config),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    driver = start_snakemake(tmp_path, config)
     try:
         assert wait_until(lambda: any(ring.glob("nodes/*/exec/*/s0/score.json")), 120)
         lock = json.loads((ring / "RING.json").read_text())
