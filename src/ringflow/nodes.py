@@ -15,6 +15,7 @@ from .jsonio import atomic_write_json, read_json
 from .layout import RingLayout, variant_seed
 from .ledger import Ledger, emit_event
 from .store import WeightsStore
+from .workcopy import make_readonly_tree
 
 READY = "ready"
 REJECTED = "rejected"
@@ -71,6 +72,8 @@ def _make_node(ring, layout, store, node_id, role, source: Path, max_bytes) -> d
         return node
     submission = layout.submission(node_id)
     copy_submission(solution, submission)
+    # Working copies hardlink these files: read-only, so none of them can change it.
+    make_readonly_tree(submission)
     tree, _ = solution_tree_hash(submission, set(solution.per_view_paths))
     executions = {
         view: {v: execution_spec(ring, solution, tree, view, v) for v in variants}

@@ -122,18 +122,6 @@ def _copy_hashing(source: str | os.PathLike, dest_fd: int) -> str:
     return _hash_fd(dest_fd)
 
 
-def _remove_any(path: Path) -> None:
-    """Remove whatever is at path: a file, a link, or a folder."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(path)
-    else:
-        path.unlink()
-
-
 def _temp_beside(path: Path, tag: str) -> Path:
     """An unused name in the same folder, so the final rename stays on one filesystem."""
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.{tag}-", dir=path.parent)
