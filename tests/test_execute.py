@@ -39,3 +39,23 @@ def test_an_execution_of_a_rejected_node_is_refused_with_its_error(tmp_path):
     done = subprocess.run(argv, capture_output=True, text=True)
     assert done.returncode == 2
     assert "rejected at import" in done.stderr and "missing program" in done.stderr
+
+
+def test_a_fixed_file_beside_the_per_view_weights_does_not_stop_training(tmp_path):
+    cands = tmp_path / "cands"
+    folder = make_candidate(cands / "vocab", mean=0.5, weights=True)
+    (folder / "weights").mkdir()
+    (folder / "weights" / "vocab.txt").write_text("a b c\n")
+    (folder / "ARTIFACTS.json").write_text(json.dumps([
+        {"path": "weights/model.txt", "per_view": True},
+        {"path": "weights/vocab.txt", "per_view": False},
+    ]))  # fmt: skip
+    ring = locked_ring(tmp_path, cands, "fixed")
+    run = [sys.executable, "-m", "ringflow", "execute", str(ring), "n001-vocab", "proxy"]
+    for variant, mode in (("s0", "train"), ("s1", "replay")):
+        subprocess.run([*run, variant], check=True, capture_output=True)
+        result_path = ring / "nodes" / "n001-vocab" / "exec" / "proxy" / variant / "result.json"
+        result = json.loads(result_path.read_text())
+        assert (result["status"], result["weights_mode"]) == ("ok", mode), result["reason"]
+    submission = ring / "nodes" / "n001-vocab" / "solution" / "weights" / "vocab.txt"
+    assert submission.read_text() == "a b c\n"

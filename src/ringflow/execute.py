@@ -34,7 +34,7 @@ from .ring import deadline_for, load_node, load_ring
 from .store import WeightsStore
 from .supervisor import HealthSettings, ResourceLimits, supervise
 from .task import command_argv
-from .workcopy import link_tree, reset_dir
+from .workcopy import link_tree, reset_dir, unshare_files
 
 THREAD_VARS = (
     "OMP_NUM_THREADS",
@@ -225,6 +225,7 @@ def _run_program(ex: Execution, training: bool) -> dict:
     writable = tuple(ex.work / d for d in weights_rel) if training else ()
     for folder in writable:
         folder.mkdir(parents=True, exist_ok=True)
+        unshare_files(folder)
     argv = command_argv(" ".join(ex.node["solution"]["command"]))
     argv += ["--seed", str(ex.spec["seed"]), *(["--ablate"] if ex.spec["ablate"] else [])]
     sandbox.probe_for(ex.config["sandbox"])

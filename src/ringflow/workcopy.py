@@ -43,3 +43,23 @@ def reset_dir(path: Path) -> Path:
         shutil.rmtree(path)
     path.mkdir(parents=True)
     return path
+
+
+def unshare_files(folder: Path) -> list[str]:
+    """Replace every hardlinked file under `folder` with a private, writable copy.
+
+    A training run may rewrite its weights folder; files there that are hardlinked to the
+    node's submission (a fixed artifact beside the per-view weights) must not be shared.
+    """
+    copied = []
+    for dirpath, _dirnames, filenames in os.walk(folder):
+        for name in filenames:
+            path = Path(dirpath) / name
+            st = path.lstat()
+            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                private = path.with_name(f".{name}.private")
+                shutil.copy2(path, private)
+                os.chmod(private, stat.S_IMODE(st.st_mode) | 0o200)
+                os.replace(private, path)
+                copied.append(str(path.relative_to(folder)))
+    return copied
