@@ -7,7 +7,7 @@ from snakemake.utils import validate
 
 from ringflow import timekeeper
 from ringflow.config import coerce_config
-from ringflow.final import choose, ends_selection, trained_finalists
+from ringflow.final import choose, ends_selection, trained_finalists, usable_baseline
 from ringflow.jsonio import read_json_cached as read_json
 from ringflow.layout import NODE_PATTERN, VARIANT_PATTERN, VIEW_PATTERN, RingLayout
 from ringflow.lock import check_existing_lock
@@ -70,8 +70,6 @@ def ready_nodes(role=None):
 
 
 def baseline_node():
-    from ringflow.final import usable_baseline
-
     return usable_baseline(nodes_index())
 
 

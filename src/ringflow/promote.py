@@ -26,7 +26,8 @@ def node_mean(ring: dict, layout: RingLayout, node: str, variant: str) -> dict:
     return {"per_view": per_view, "mean": mean}
 
 
-def _sort_key(direction: str):
+def rank_key(direction: str):
+    """Best first under the task's direction; ties broken by node id."""
     sign = -1.0 if direction == "maximize" else 1.0
     return lambda row: (sign * row["score"], row["node"])
 
@@ -47,7 +48,7 @@ def promote(ring_dir: str | Path) -> dict:
             unscored.append({"node": node, "per_view": s0["per_view"]})
         else:
             scored.append({"node": node, "score": s0["mean"], "per_view": s0["per_view"]})
-    scored.sort(key=_sort_key(direction))
+    scored.sort(key=rank_key(direction))
     k = ring["config"]["promote_top_k"]
     promotion = {
         "direction": direction,
@@ -72,7 +73,7 @@ def rank(ring_dir: str | Path) -> dict:
             incomplete.append({"node": node, "seeds": seeds})
             continue
         rows.append({"node": node, "score": fmean(seeds.values()), "seeds": seeds})
-    rows.sort(key=_sort_key(promotion["direction"]))
+    rows.sort(key=rank_key(promotion["direction"]))
     k = ring["config"]["final_top_k"]
     ranking = {
         "direction": promotion["direction"],

@@ -36,9 +36,6 @@ class Task:
             "reorder_rows": list(self.reorder_rows),
         }
 
-    def better(self, a: float, b: float) -> bool:
-        return a > b if self.direction == "maximize" else a < b
-
 
 def load_task(task_dir: str | Path) -> Task:
     """Read and check a task folder; every fault names the file and what is wrong."""

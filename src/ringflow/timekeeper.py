@@ -17,7 +17,7 @@ from . import reserve
 from .jsonio import read_json
 from .layout import RingLayout
 from .ledger import emit_event
-from .promote import candidate_ids, node_mean
+from .promote import candidate_ids, node_mean, rank_key
 
 TICK_S = 60.0
 FALLBACK_SEED_S = 60.0
@@ -51,14 +51,9 @@ def workload(ring: dict, layout: RingLayout) -> tuple[reserve.FinalWorkload, dic
     candidates = candidate_ids(index)
     direction = ring["task"]["direction"]
     means = {n: node_mean(ring, layout, n, "s0")["mean"] for n in candidates}
-    ranked = sorted(
-        candidates,
-        key=lambda n: (
-            means[n] is None,
-            -(means[n] or 0) if direction == "maximize" else (means[n] or 0),
-            n,
-        ),
-    )
+    scored = [{"node": n, "score": means[n]} for n in candidates if means[n] is not None]
+    unscored = [n for n in candidates if means[n] is None]
+    ranked = [row["node"] for row in sorted(scored, key=rank_key(direction))] + unscored
     top = ranked[: ring["config"]["final_top_k"]]
     guard_seeds = ring["guard_seeds"] if ring["config"]["guard"]["enabled"] else []
     finalists = []
