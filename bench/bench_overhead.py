@@ -36,8 +36,8 @@ TARGET_RATIO = 2.5
 VIEWS = ("proxy", "final")
 SEARCH_VIEW = "proxy"
 WARM_IMPORTS = (
-    "import ringflow.cli, ringflow.execute, ringflow.scoring, ringflow.keytarget, "
-    "ringflow.nodes, ringflow.summary, ringflow.ring, snakemake.cli, snakemake.api"
+    "import ringflow.cli, ringflow.execute, ringflow.scoring, ringflow.weights.keytarget, "
+    "ringflow.nodes, ringflow.reporting.summary, ringflow.ring.clock, snakemake.cli, snakemake.api"
 )
 
 PROGRAM = """\

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ringflow.store import WeightsStore
+from ringflow.weights.store import WeightsStore
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_replay.json"
 BLOCK = 16 << 20

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import _ring
 from ringflow.demo import candidates_dir, materialise_task
-from ringflow.lock import lock_ring
 from ringflow.nodes import import_static
+from ringflow.ring.lock import lock_ring
 
 NAME = "bench_reuse"
 TARGET_RATIO = 3.0

@@ -7,10 +7,10 @@ from snakemake.utils import validate
 
 from ringflow import timekeeper
 from ringflow.config import coerce_config
-from ringflow.final import choose, ends_selection, trained_finalists, usable_baseline
+from ringflow.selection.final import choose, ends_selection, trained_finalists, usable_baseline
 from ringflow.jsonio import read_json_cached as read_json
-from ringflow.layout import NODE_PATTERN, VARIANT_PATTERN, VIEW_PATTERN, RingLayout
-from ringflow.lock import check_existing_lock
+from ringflow.ring.layout import NODE_PATTERN, VARIANT_PATTERN, VIEW_PATTERN, RingLayout
+from ringflow.ring.lock import check_existing_lock
 
 coerce_config(config, workflow.source_path("../config/config.schema.yaml"))
 validate(config, "../config/config.schema.yaml")

@@ -1,6 +1,6 @@
 """Lock the ring: RING.json, the view manifests and the live cutoff (SPEC 9, 13)."""
 
-from ringflow.lock import lock_ring
+from ringflow.ring.lock import lock_ring
 
 # The snakemake object is injected by Snakemake's script directive.
 with open(snakemake.log[0], "w") as log:  # noqa: F821

@@ -146,8 +146,8 @@ def scripted_config(workdir: Path, ring_id: str, **overrides) -> dict:
 
 def locked_ring(workdir: Path, candidates: Path, ring_id: str, **overrides) -> Path:
     """A ring over the scripted task, locked and with its nodes imported, not run."""
-    from ringflow.lock import lock_ring
     from ringflow.nodes import import_static
+    from ringflow.ring.lock import lock_ring
 
     config = full_config(ring_id=ring_id, task=str(make_task(workdir)),
                          candidates=str(candidates), baseline=None, **overrides)  # fmt: skip

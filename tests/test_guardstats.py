@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ringflow.guardstats import (
+from ringflow.selection.guardstats import (
     alpha_prime,
     guard_verdict,
     paired_lcb,

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from ringflow.errors import InputError
-from ringflow.hashing import (
+from ringflow.weights.hashing import (
     HashMemo,
     hash_files,
     listing,
@@ -100,7 +100,7 @@ def test_memo_save_merges_concurrent_processes(tmp_path):
     script = textwrap.dedent(
         """
         import sys
-        from ringflow.hashing import HashMemo, hash_files
+        from ringflow.weights.hashing import HashMemo, hash_files
         memo = HashMemo(sys.argv[1])
         hash_files(sys.argv[2:], memo=memo)
         """

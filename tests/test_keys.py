@@ -10,7 +10,13 @@ import pytest
 
 from ringflow.errors import InputError
 from ringflow.jsonio import sha256_json
-from ringflow.keys import environment, environment_key, explain, installed_packages, weights_key
+from ringflow.weights.keys import (
+    environment,
+    environment_key,
+    explain,
+    installed_packages,
+    weights_key,
+)
 
 
 def digest(text: str) -> str:

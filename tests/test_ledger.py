@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ringflow.errors import InputError, RingflowError
-from ringflow.ledger import GENESIS, Ledger, emit_event, record_hash
+from ringflow.ring.ledger import GENESIS, Ledger, emit_event, record_hash
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -126,7 +126,7 @@ def test_concurrent_appenders_keep_one_chain(tmp_path):
     script = textwrap.dedent(
         """
         import sys
-        from ringflow.ledger import Ledger
+        from ringflow.ring.ledger import Ledger
         book = Ledger(sys.argv[1])
         for i in range(40):
             book.append("tick", writer=sys.argv[2], i=i)

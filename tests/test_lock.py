@@ -10,7 +10,7 @@ import pytest
 
 from ringflow.errors import InputError, RingflowError
 from ringflow.execute import check_environment
-from ringflow.lock import check_existing_lock, lock_ring
+from ringflow.ring.lock import check_existing_lock, lock_ring
 from ringtools import scripted_config
 
 

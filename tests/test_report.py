@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ringflow.report import render_report, write_report
+from ringflow.reporting.report import render_report, write_report
 from ringtools import finished_demo_ring
 
 START = 1_800_000_000.0

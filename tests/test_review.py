@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from ringflow.final import review
 from ringflow.jsonio import atomic_write_json
+from ringflow.selection.final import review
 from ringtools import locked_ring, make_candidate
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ringflow.lock import lock_ring
 from ringflow.reserve import CutoffFile
-from ringflow.ring import deadline_for, final_deadline, scoring_deadline_for, settle_deadline
+from ringflow.ring.clock import deadline_for, final_deadline, scoring_deadline_for, settle_deadline
+from ringflow.ring.lock import lock_ring
 from ringtools import scripted_config
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ringflow.store import WeightsStore
+from ringflow.weights.store import WeightsStore
 from ringtools import make_candidate, make_task, results, snakemake, write_config
 
 pytestmark = pytest.mark.e2e

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ringflow.errors import InputError
-from ringflow.seeds import chain_rings, pick_guard_seeds, plan_seeds
+from ringflow.selection.seeds import chain_rings, pick_guard_seeds, plan_seeds
 
 
 def lock_ring(ring_dir: Path, plan: dict, continue_from: str | None) -> None:

@@ -7,8 +7,8 @@ import json
 import subprocess
 import sys
 
-from ringflow.report import format_time
-from ringflow.status import render_status
+from ringflow.reporting.report import format_time
+from ringflow.reporting.status import render_status
 from test_report import START, add_node, copy_demo, finished, hand_ring, in_flight, write
 
 

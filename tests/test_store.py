@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ringflow.errors import AcceptanceError, DeadlineReached, ReplayCheckFailed, StoreError
-from ringflow.store import WeightsStore
+from ringflow.weights.store import WeightsStore
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 TREE = hashlib.sha256(b"tree").hexdigest()
@@ -287,7 +287,7 @@ RACER = textwrap.dedent(
     """
     import json, os, sys, time
     from pathlib import Path
-    from ringflow.store import WeightsStore
+    from ringflow.weights.store import WeightsStore
 
     root, tree, key, work, go, name = sys.argv[1:]
     store = WeightsStore(root)
@@ -345,7 +345,7 @@ HOLDER = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    from ringflow.store import WeightsStore
+    from ringflow.weights.store import WeightsStore
 
     root, key, held, release = sys.argv[1:]
     with WeightsStore(root).key_lock(key):

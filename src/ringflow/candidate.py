@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from .errors import CandidateError, InputError
-from .hashing import CACHE_DIR_NAMES, PROGRESS_FILE, is_cache
 from .jsonio import read_json
+from .weights.hashing import CACHE_DIR_NAMES, PROGRESS_FILE, is_cache
 
 
 @dataclass(frozen=True)

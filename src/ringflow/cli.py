@@ -17,7 +17,7 @@ def _ring(args) -> Path:
 
 def cmd_import_nodes(args) -> int:
     from .nodes import import_static
-    from .ring import load_ring
+    from .ring.clock import load_ring
 
     index = import_static(load_ring(args.ring_dir))
     for node in index["nodes"]:
@@ -44,56 +44,56 @@ def cmd_score(args) -> int:
 
 
 def cmd_key_target(args) -> int:
-    from .keytarget import write_key_target
+    from .weights.keytarget import write_key_target
 
     print(json.dumps(write_key_target(args.ring_dir, args.key)))
     return 0
 
 
 def cmd_search_summary(args) -> int:
-    from .summary import write_search_summary
+    from .reporting.summary import write_search_summary
 
     write_search_summary(args.ring_dir)
     return 0
 
 
 def cmd_promote(args) -> int:
-    from .promote import promote
+    from .selection.promote import promote
 
     print(json.dumps(promote(args.ring_dir)["promoted"]))
     return 0
 
 
 def cmd_rank(args) -> int:
-    from .promote import rank
+    from .selection.promote import rank
 
     print(json.dumps(rank(args.ring_dir)["finalists"]))
     return 0
 
 
 def cmd_seat_baseline(args) -> int:
-    from .final import seat_baseline
+    from .selection.final import seat_baseline
 
     print(json.dumps(seat_baseline(args.ring_dir)))
     return 0
 
 
 def cmd_review(args) -> int:
-    from .final import review
+    from .selection.final import review
 
     print(json.dumps(review(args.ring_dir, args.node)))
     return 0
 
 
 def cmd_verdict(args) -> int:
-    from .final import verdict
+    from .selection.final import verdict
 
     print(json.dumps(verdict(args.ring_dir, args.rank)))
     return 0
 
 
 def cmd_decide(args) -> int:
-    from .final import decide
+    from .selection.final import decide
 
     record = decide(args.ring_dir)
     print(json.dumps({k: record.get(k) for k in ("decision", "chosen", "reason")}))
@@ -101,7 +101,7 @@ def cmd_decide(args) -> int:
 
 
 def cmd_repro(args) -> int:
-    from .final import repro
+    from .selection.final import repro
 
     print(json.dumps(repro(args.ring_dir)))
     return 0
@@ -116,7 +116,7 @@ def cmd_reserve(args) -> int:
 
 def cmd_summary(args) -> int:
     from .jsonio import atomic_write_text
-    from .summary import render_summary
+    from .reporting.summary import render_summary
 
     text = render_summary(args.ring_dir)
     if args.write:
@@ -126,7 +126,7 @@ def cmd_summary(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .report import write_report
+    from .reporting.report import write_report
 
     out = write_report(args.ring_dir, args.out)
     print(f"report written to {out}")
@@ -134,7 +134,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from .status import render_status
+    from .reporting.status import render_status
 
     print(render_status(args.ring_dir))
     return 0
@@ -154,8 +154,8 @@ def cmd_verify(args) -> int:
 
 
 def cmd_key(args) -> int:
-    from .keys import explain
-    from .ring import load_node, load_ring
+    from .ring.clock import load_node, load_ring
+    from .weights.keys import explain
 
     ring = load_ring(args.ring_dir)
     spec = load_node(ring, args.node)["executions"][args.view][args.variant]

@@ -16,9 +16,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import keys, sandbox, statuses
+from . import sandbox, statuses
 from .candidate import weights_dirs
-from .disguise import alias, disguised_inputs
 from .errors import (
     AcceptanceError,
     DeadlineReached,
@@ -26,14 +25,16 @@ from .errors import (
     RingflowError,
     SandboxError,
 )
-from .hashing import PROGRESS_FILE
 from .jsonio import atomic_write_json
-from .layout import RingLayout
-from .ledger import Ledger, emit_event
-from .ring import deadline_for, load_node, load_ring
-from .store import WeightsStore
+from .ring.clock import deadline_for, load_node, load_ring
+from .ring.layout import RingLayout
+from .ring.ledger import Ledger, emit_event
+from .selection.disguise import alias, disguised_inputs
 from .supervisor import HealthSettings, ResourceLimits, supervise
 from .task import command_argv
+from .weights import keys
+from .weights.hashing import PROGRESS_FILE
+from .weights.store import WeightsStore
 from .workcopy import link_tree, reset_dir, unshare_files
 
 THREAD_VARS = (

@@ -7,14 +7,14 @@ import re
 import time
 from pathlib import Path
 
-from . import keys
 from .candidate import Solution, copy_submission, load_solution
 from .errors import CandidateError
-from .hashing import solution_tree_hash
 from .jsonio import atomic_write_json, read_json
-from .layout import RingLayout, variant_seed
-from .ledger import Ledger, emit_event
-from .store import WeightsStore
+from .ring.layout import RingLayout, variant_seed
+from .ring.ledger import Ledger, emit_event
+from .weights import keys
+from .weights.hashing import solution_tree_hash
+from .weights.store import WeightsStore
 from .workcopy import make_readonly_tree
 
 READY = "ready"

@@ -14,8 +14,8 @@ from pathlib import Path
 from . import statuses
 from .errors import InputError
 from .jsonio import atomic_write_json, read_json
-from .layout import RingLayout, variant_seed
-from .ring import load_ring, scoring_deadline_for
+from .ring.clock import load_ring, scoring_deadline_for
+from .ring.layout import RingLayout, variant_seed
 from .task import command_argv
 
 
@@ -61,7 +61,7 @@ def _evaluate(ring: dict, exec_dir: Path, view: str, variant: str, seed: int) ->
     pred = exec_dir / "output"
     view_dir = Path(ring["views"][view]["dir"])
     if variant == "blind-s0":
-        from .disguise import disguised_inputs
+        from .selection.disguise import disguised_inputs
 
         inputs = disguised_inputs(ring, view)
     else:

@@ -15,9 +15,9 @@ from statistics import fmean
 
 from . import reserve
 from .jsonio import read_json
-from .layout import RingLayout
-from .ledger import emit_event
-from .promote import candidate_ids, node_mean, rank_key
+from .ring.layout import RingLayout
+from .ring.ledger import emit_event
+from .selection.promote import candidate_ids, node_mean, rank_key
 
 TICK_S = 60.0
 FALLBACK_SEED_S = 60.0

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from .errors import InputError
-from .layout import RingLayout
-from .ledger import Ledger
-from .ring import load_ring
-from .seeds import chain_rings
-from .store import WeightsStore
+from .ring.clock import load_ring
+from .ring.layout import RingLayout
+from .ring.ledger import Ledger
+from .selection.seeds import chain_rings
+from .weights.store import WeightsStore
 
 
 def verify_ring(ring_dir) -> list[str]:

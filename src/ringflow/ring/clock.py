@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import InputError
-from .jsonio import read_json
+from ..errors import InputError
+from ..jsonio import read_json
+from ..reserve import CutoffFile
+from ..reserve import settle_deadline as bounded_settle
 from .layout import RingLayout
-from .reserve import CutoffFile
-from .reserve import settle_deadline as bounded_settle
 
 
 def load_ring(ring_dir: str | Path) -> dict:

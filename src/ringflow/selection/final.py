@@ -10,15 +10,15 @@ import time
 from pathlib import Path
 from statistics import fmean
 
+from ..jsonio import atomic_write_json, read_json, sha256_json
+from ..ring.clock import load_node, load_ring
+from ..ring.layout import RingLayout
+from ..ring.ledger import Ledger, emit_event
+from ..scoring import read_score, usable
+from ..weights.hashing import listing, listing_hash
+from ..weights.store import WeightsStore
 from . import guardstats
-from .hashing import listing, listing_hash
-from .jsonio import atomic_write_json, read_json, sha256_json
-from .layout import RingLayout
-from .ledger import Ledger, emit_event
 from .promote import node_mean
-from .ring import load_node, load_ring
-from .scoring import read_score, usable
-from .store import WeightsStore
 
 EQUAL_TOL = 1e-9
 

@@ -6,10 +6,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from .jsonio import atomic_write_json, read_json
-from .layout import RingLayout
-from .promote import node_mean
-from .ring import load_ring
+from ..jsonio import atomic_write_json, read_json
+from ..ring.clock import load_ring
+from ..ring.layout import RingLayout
+from ..selection.promote import node_mean
 
 
 def write_search_summary(ring_dir) -> dict:

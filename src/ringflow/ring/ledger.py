@@ -17,8 +17,8 @@ from typing import Any
 
 from filelock import FileLock
 
-from .errors import InputError, RingflowError
-from .jsonio import append_jsonl, canonical_json, fsync_dir, sha256_json
+from ..errors import InputError, RingflowError
+from ..jsonio import append_jsonl, canonical_json, fsync_dir, sha256_json
 
 GENESIS = "0" * 64
 RESERVED_FIELDS = frozenset({"seq", "ts", "kind", "prev", "hash"})

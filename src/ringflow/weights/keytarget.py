@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from .jsonio import atomic_write_json, read_json
-from .layout import RingLayout
-from .ring import load_ring
+from ..jsonio import atomic_write_json, read_json
+from ..ring.clock import load_ring
+from ..ring.layout import RingLayout
 from .store import WeightsStore
 
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from filelock import FileLock
 
-from .errors import InputError
-from .jsonio import atomic_write_bytes, canonical_json, sha256_json
+from ..errors import InputError
+from ..jsonio import atomic_write_bytes, canonical_json, sha256_json
 
 CHUNK_BYTES = 1 << 20
 

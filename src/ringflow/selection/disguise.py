@@ -9,8 +9,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from .jsonio import atomic_write_bytes
-from .layout import RingLayout
+from ..jsonio import atomic_write_bytes
+from ..ring.layout import RingLayout
 
 
 def alias(ring: dict, view: str) -> str:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import InputError
-from .jsonio import read_json
+from ..errors import InputError
+from ..jsonio import read_json
 
 RING_FILE = "RING.json"
 FIRST_GUARD_SEED = 3  # 0 is authoritative, 1 and 2 are promotion seeds

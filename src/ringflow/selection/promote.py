@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from statistics import fmean
 
-from .jsonio import atomic_write_json, read_json
-from .layout import RingLayout
-from .ledger import emit_event
-from .ring import load_ring
-from .scoring import read_score, usable
+from ..jsonio import atomic_write_json, read_json
+from ..ring.clock import load_ring
+from ..ring.layout import RingLayout
+from ..ring.ledger import emit_event
+from ..scoring import read_score, usable
 
 PROMOTION_SEEDS = ("s0", "s1", "s2")
 

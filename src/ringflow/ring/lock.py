@@ -9,14 +9,16 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from . import keys, sandbox, seeds
-from .errors import InputError
-from .hashing import HashMemo, view_content_hash
-from .jsonio import atomic_write_json, read_json, sha256_json
+from .. import sandbox
+from ..errors import InputError
+from ..jsonio import atomic_write_json, read_json, sha256_json
+from ..reserve import CutoffFile
+from ..selection import seeds
+from ..task import Task, load_task, split_views
+from ..weights import keys
+from ..weights.hashing import HashMemo, view_content_hash
 from .layout import RingLayout
 from .ledger import Ledger, emit_event
-from .reserve import CutoffFile
-from .task import Task, load_task, split_views
 
 # Keys that may differ between the command that locked a ring and a later command that
 # continues it: they name where things are, not what the ring computes.
@@ -33,7 +35,7 @@ def resolve_paths(config: dict, workdir: Path | None = None) -> dict:
     workdir = Path(workdir or os.getcwd())
     demo = not config["task"]
     if demo:
-        from . import demo as demo_task
+        from .. import demo as demo_task
 
         task_dir = demo_task.materialise_task(
             _resolve(config["resources_dir"], workdir) / "demo" / "task"

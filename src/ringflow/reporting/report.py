@@ -18,12 +18,12 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader
 
-from . import statuses
-from .errors import InputError
-from .jsonio import atomic_write_text, read_json
-from .layout import SEARCH_VARIANTS, RingLayout
-from .ring import load_ring
-from .scoring import usable
+from .. import statuses
+from ..errors import InputError
+from ..jsonio import atomic_write_text, read_json
+from ..ring.clock import load_ring
+from ..ring.layout import SEARCH_VARIANTS, RingLayout
+from ..scoring import usable
 
 HEALTH_EVENTS = ("would_hang", "busy_no_progress")
 LATE_VARIANTS = ("blind-s0", "fresh-s0")

@@ -30,15 +30,15 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from .errors import (
+from ..errors import (
     AcceptanceError,
     DeadlineReached,
     InputError,
     ReplayCheckFailed,
     StoreError,
 )
+from ..jsonio import fsync_dir
 from .hashing import CHUNK_BYTES, hash_files, sha256_file
-from .jsonio import fsync_dir
 from .keys import SHA256_PATTERN
 
 OBJECT_MODE = 0o444

@@ -13,8 +13,8 @@ import re
 import sys
 from typing import Any
 
-from .errors import InputError
-from .jsonio import canonical_json, sha256_json
+from ..errors import InputError
+from ..jsonio import canonical_json, sha256_json
 
 SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
 
