@@ -188,8 +188,8 @@ def _program_env(ex: Execution) -> dict[str, str]:
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "LANG": os.environ.get("LANG", "C.UTF-8"),
         "PYTHONDONTWRITEBYTECODE": "1",
-        # A blind run sees the disguised view's name, never the real one.
-        "RINGFLOW_VIEW": alias(ex.ring, ex.view) if ex.blind else ex.view,
+        # Every run sees an alias, so a view-blind run looks like any other.
+        "RINGFLOW_VIEW": alias(ex.ring, ex.view, "disguised" if ex.blind else "real"),
         "RINGFLOW_SEED": str(ex.spec["seed"]),
         **thread_env(ex.config["limits"]["threads"]),
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 import time
 from pathlib import Path
 
@@ -197,6 +198,8 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
         "chain_exposed_seeds": seed_plan["chain_exposed_seeds"],
         "continue_from": None if previous is None else os.path.relpath(previous, layout.root),
         "sandbox": sandbox.probe_for(config["sandbox"]),
+        # Names the programs see for views (selection.disguise.alias); never in their reach.
+        "alias_salt": secrets.token_hex(16),
     }
     CutoffFile(layout.cutoff).ensure(cutoff, reserve_min=config["timeline"]["final_reserve_min"])
     atomic_write_json(layout.ring_json, ring, mode=0o444)

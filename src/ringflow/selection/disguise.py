@@ -13,9 +13,17 @@ from ..jsonio import atomic_write_bytes
 from ..ring.layout import RingLayout
 
 
-def alias(ring: dict, view: str) -> str:
-    """Another name for the view, stable within the ring, that does not reveal it."""
-    return "view-" + hashlib.sha256(f"{ring['ring_id']}/{view}".encode()).hexdigest()[:8]
+def alias(ring: dict, view: str, copy: str = "disguised") -> str:
+    """The name a program is given for a view: `view-` and 8 hex digits.
+
+    Every run gets one, real or disguised (`copy` says which: "real", "disguised", or the
+    name of a further disguised copy), so that a program cannot tell a view-blind run by
+    its name. It is drawn from the ring's `alias_salt`, fresh randomness frozen in the
+    lock that no program can read, so neither the ring id nor the view name predicts it.
+    """
+    salt = ring.get("alias_salt") or ring["ring_id"]
+    digest = hashlib.sha256(f"{salt}/{view}/{copy}".encode()).hexdigest()
+    return "view-" + digest[:8]
 
 
 def _reorder_csv(data: bytes, seed: int) -> bytes:
