@@ -20,7 +20,7 @@ import yaml
 
 from ringflow.demo import baseline_dir, candidates_dir, materialise_task
 
-VIEWS = ("proxy", "x3", "final")
+VIEWS = ("proxy", "x3", "guard", "final")
 CANDIDATES = ("mlp", "forest", "knn", "logreg", "crasher")
 
 
@@ -125,6 +125,8 @@ def test_task_yaml_declares_name_direction_scorer_and_validator(task):
         "direction": "maximize",
         "scorer": "python scorer.py",
         "validator": "python validator.py",
+        "views": {"search": ["proxy", "x3"], "guard": ["guard"], "final": "final"},
+        "scorer_bootstrap": True,
     }
     for view in VIEWS:
         for rel in ("inputs/train.csv", "inputs/test.csv", "labels/test.csv"):
@@ -212,13 +214,13 @@ def test_bad_predictions_are_invalid_with_a_reason(task, tmp_path, content, reas
         first = true_labels(task, "proxy")[0][0]
         (pred / "predictions.csv").write_text(content.format(first=first))
     result = score(task, pred, "proxy", 0, tmp_path / "score.json")
-    assert result["valid"] is False and result["score"] == 0.0
+    assert result["valid"] is False and result["score"] is None
     assert reason_part in result["reason"]
 
 
 def test_score_of_imperfect_predictions_depends_on_the_scoring_seed(task, tmp_path):
     truth = true_labels(task, "x3")
-    # Every third prediction wrong: about 67% accuracy, varying with the subsample.
+    # Every third prediction wrong: about 67% accuracy, varying with the resample.
     rows = [(i, (label + 1) % 10 if n % 3 == 0 else label) for n, (i, label) in enumerate(truth)]
     pred = write_predictions(tmp_path / "pred", rows)
     scores = [
@@ -227,6 +229,22 @@ def test_score_of_imperfect_predictions_depends_on_the_scoring_seed(task, tmp_pa
     assert all(0.55 < s < 0.8 for s in scores)
     assert len(set(scores)) > 1
     assert score(task, pred, "x3", 1, tmp_path / "again.json")["score"] == scores[1]
+
+
+def test_bootstrap_scores_in_one_call_equal_one_call_per_seed(task, tmp_path):
+    truth = true_labels(task, "guard")
+    rows = [(i, (label + 1) % 10 if n % 4 == 0 else label) for n, (i, label) in enumerate(truth)]
+    pred = write_predictions(tmp_path / "pred", rows)
+    out = tmp_path / "batch.json"
+    labels = task / "views" / "guard" / "labels"
+    done = run_task_script(
+        task, "scorer.py", pred=pred, labels=labels, seed=100, out=out, bootstrap=5
+    )
+    assert done.returncode == 0, done.stderr
+    batch = json.loads(out.read_text())
+    singles = [score(task, pred, "guard", 100 + b, tmp_path / f"b{b}.json") for b in range(5)]
+    assert batch["bootstrap"] == [single["score"] for single in singles]
+    assert batch["score"] == singles[0]["score"] and len(set(batch["bootstrap"])) > 1
 
 
 def test_validator_accepts_good_output_and_rejects_a_missing_id(task, tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import InputError
@@ -21,6 +21,10 @@ class Task:
     validator: str | None
     views: tuple[str, ...]
     reorder_rows: tuple[str, ...]
+    # What each view is for, as task.yaml declares it ({} when it lists views only).
+    roles: dict = field(default_factory=dict)
+    # The scorer returns many bootstrap scores in one call (`--bootstrap N`).
+    scorer_bootstrap: bool = False
 
     def view_dir(self, view: str) -> Path:
         return self.dir / "views" / view
@@ -34,6 +38,8 @@ class Task:
             "validator": self.validator,
             "views": list(self.views),
             "reorder_rows": list(self.reorder_rows),
+            "roles": self.roles,
+            "scorer_bootstrap": self.scorer_bootstrap,
         }
 
 
@@ -66,9 +72,15 @@ def load_task(task_dir: str | Path) -> Task:
     if not views_root.is_dir():
         raise InputError(f"task {task_dir}: views/ folder not found")
     found = sorted(p.name for p in views_root.iterdir() if p.is_dir())
-    order = spec.get("views") or found
+    roles = view_roles(spec.get("views"), spec_path)
+    if roles:
+        order = [*roles["search"], *roles["guard"], *([roles["final"]] if roles["final"] else [])]
+    else:
+        order = spec.get("views") or found
     if not isinstance(order, list) or not all(isinstance(v, str) for v in order):
         raise InputError(f"{spec_path}: 'views' must be a list of view names")
+    if len(set(order)) != len(order):
+        raise InputError(f"{spec_path}: a view may have only one role, got {order}")
     for view in order:
         for part in ("inputs", "labels"):
             if not (views_root / view / part).is_dir():
@@ -84,7 +96,46 @@ def load_task(task_dir: str | Path) -> Task:
         validator=validator,
         views=tuple(order),
         reorder_rows=tuple(reorder),
+        roles=roles,
+        scorer_bootstrap=_flag(spec, "scorer_bootstrap", spec_path),
     )
+
+
+def _flag(spec: dict, key: str, spec_path: Path) -> bool:
+    value = spec.get(key, False)
+    if not isinstance(value, bool):
+        raise InputError(f"{spec_path}: '{key}' must be true or false, got {value!r}")
+    return value
+
+
+def view_roles(declared, spec_path: Path) -> dict:
+    """`views: {search: [...], guard: [...], final: <view>}` checked; {} for a plain list."""
+    if declared is None or isinstance(declared, list):
+        return {}
+    if not isinstance(declared, dict):
+        raise InputError(
+            f"{spec_path}: 'views' must be a list of view names or a mapping "
+            "{search: [...], guard: [...], final: <view>}"
+        )
+    unknown = set(declared) - {"search", "guard", "final"}
+    if unknown:
+        raise InputError(
+            f"{spec_path}: 'views' has unknown role(s) {sorted(unknown)}; "
+            "the roles are search, guard and final"
+        )
+    roles = {}
+    for role in ("search", "guard"):
+        value = declared.get(role) or []
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise InputError(f"{spec_path}: 'views.{role}' must be a list of view names")
+        roles[role] = value
+    if not roles["search"]:
+        raise InputError(f"{spec_path}: 'views.search' must name at least one view")
+    final = declared.get("final")
+    if final is not None and (not isinstance(final, str) or not final):
+        raise InputError(f"{spec_path}: 'views.final' must be a view name")
+    roles["final"] = final
+    return roles
 
 
 def command_argv(command: str) -> list[str]:
@@ -101,16 +152,30 @@ def command_argv(command: str) -> list[str]:
     return argv
 
 
-def split_views(task: Task, search: list[str], final: str) -> tuple[list[str], str]:
-    """Search views in order (the first has top priority) and the final view."""
+def split_views(
+    task: Task, search: list[str], final: str | None, guard: list[str] | None = None
+) -> tuple[list[str], list[str], str]:
+    """(search views in order, guard views, final view): the ring's config where it says
+    so, else the task's declared roles, else every view but `final` is a search view."""
+    roles = task.roles
+    final = final or roles.get("final") or "final"
     if final not in task.views:
         raise InputError(f"final view {final!r} is not a view of task {task.name!r}")
-    chosen = search or [v for v in task.views if v != final]
-    for view in chosen:
-        if view not in task.views:
-            raise InputError(f"search view {view!r} is not a view of task {task.name!r}")
-        if view == final:
-            raise InputError(f"the final view {final!r} cannot also be a search view")
+    declared_search = roles.get("search") or [v for v in task.views if v != final]
+    guard = list(roles.get("guard", []) if guard is None else guard)
+    chosen = search or [v for v in declared_search if v not in guard]
+    for role, views in (("search", chosen), ("guard", guard)):
+        for view in views:
+            if view not in task.views:
+                raise InputError(f"{role} view {view!r} is not a view of task {task.name!r}")
+            if view == final:
+                raise InputError(f"the final view {final!r} cannot also be a {role} view")
+    both = set(chosen) & set(guard)
+    if both:
+        raise InputError(
+            f"view(s) {sorted(both)} cannot be both search and guard views: the guard must "
+            "score rows the search never saw"
+        )
     if not chosen:
         raise InputError(f"task {task.name!r} has no search view besides {final!r}")
-    return chosen, final
+    return chosen, guard, final

@@ -1,8 +1,9 @@
 """The built-in demo task: handwritten digits from scikit-learn's bundled `load_digits`.
 
 Nothing is downloaded. `materialise_task` turns the bundled data into a task folder
-(SPEC section 4) with three views, and the package ships candidate solutions and a
-baseline (SPEC section 3) that run against it in a few seconds each on one thread.
+(SPEC section 4) with four views (search: proxy, x3; guard: guard; final: final), and
+the package ships candidate solutions and a baseline (SPEC section 3) that run against
+it in a few seconds each on one thread.
 
 How rows are split (1797 digits, each row has an opaque `id`, its position in a fixed
 shuffle, so ids carry no hint of the label):
@@ -10,8 +11,9 @@ shuffle, so ids carry no hint of the label):
 - every view has its own test rows; the test rows of all views are pairwise disjoint
   and no test row appears in the training rows of any view, so no view can leak the
   answers of another;
-- `proxy` and `x3` train on disjoint halves of a shared training pool, `final` trains
-  on the whole pool (more data, as a final fit would).
+- `proxy` and `x3` train on disjoint parts of a shared training pool; `guard` and
+  `final` train on the whole pool (more data, as a final fit would). `guard`'s test rows
+  are scored only by the final guard, never by the search.
 """
 
 from __future__ import annotations
@@ -26,11 +28,11 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 TASK_FILES_DIR = PACKAGE_DIR / "task_files"
 TASK_FILES = ("task.yaml", "scorer.py", "validator.py")
 
-VIEW_NAMES = ("proxy", "x3", "final")
+VIEW_NAMES = ("proxy", "x3", "guard", "final")
 # Test rows of each view, taken in this order from the front of the shuffle.
-TEST_SIZES = {"proxy": 200, "x3": 250, "final": 300}
+TEST_SIZES = {"proxy": 200, "x3": 250, "guard": 250, "final": 300}
 # Training rows as a slice of the pool that follows the test rows (None = to the end).
-TRAIN_SLICES = {"proxy": (0, 500), "x3": (500, None), "final": (0, None)}
+TRAIN_SLICES = {"proxy": (0, 400), "x3": (400, None), "guard": (0, None), "final": (0, None)}
 # A fixed text, not a numpy seed: the shuffle must not depend on numpy's stream,
 # because view content hashes (and so weights keys) must stay stable across installs.
 SHUFFLE_SALT = "ringflow-digits-demo-v1"

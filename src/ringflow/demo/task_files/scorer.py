@@ -1,11 +1,15 @@
-"""Score digit predictions: accuracy on a seeded subsample of the test rows.
+"""Score digit predictions: accuracy on a full-size bootstrap resample of the test rows.
 
-    python scorer.py --pred DIR --labels DIR --seed N --out FILE
+    python scorer.py --pred DIR --labels DIR --seed N --out FILE [--bootstrap B]
 
-FILE receives {"score": float, "valid": bool, "reason": str}. Bad predictions (missing
-file, wrong header, unknown or repeated ids, labels that are not digits) give
-valid false and score 0.0 with the reason; they never make the scorer fail. Unreadable
-labels are the task's own fault: the scorer then exits 2 and writes nothing.
+FILE receives {"score": float, "valid": bool, "reason": str}: the accuracy over n rows
+drawn with replacement from the n test rows, the draw fixed by the seed (the same seed
+gives the same rows, whoever's predictions are scored). With --bootstrap B it also holds
+"bootstrap": the B scores that --seed N, N+1, ..., N+B-1 would give, computed in this one
+call (task.yaml declares `scorer_bootstrap: true`). Bad predictions (missing file, wrong
+header, unknown or repeated ids, labels that are not digits) give valid false, score
+null and the reason; they never make the scorer fail. Unreadable labels are the task's
+own fault: the scorer then exits 2 and writes nothing.
 """
 
 from __future__ import annotations
@@ -13,7 +17,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import os
 import sys
 import tempfile
@@ -21,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 
-SUBSAMPLE_FRACTION = 0.8
 PREDICTIONS_FILE = "predictions.csv"
 LABELS_FILE = "test.csv"
 
@@ -40,10 +42,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         predicted = read_predictions(Path(args.pred) / PREDICTIONS_FILE, set(truth))
     except BadPredictions as exc:
-        result = {"score": 0.0, "valid": False, "reason": str(exc)}
+        result = {"score": None, "valid": False, "reason": str(exc)}
     else:
-        score = subsample_accuracy(truth, predicted, args.seed)
-        result = {"score": score, "valid": True, "reason": ""}
+        result = {"score": bootstrap_accuracy(truth, predicted, args.seed), "valid": True,
+                  "reason": ""}  # fmt: skip
+        if args.bootstrap:
+            result["bootstrap"] = [
+                bootstrap_accuracy(truth, predicted, args.seed + b) for b in range(args.bootstrap)
+            ]
     write_json_atomically(Path(args.out), result)
     return 0
 
@@ -52,8 +58,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pred", required=True, help="folder holding predictions.csv")
     parser.add_argument("--labels", required=True, help="folder holding the hidden test.csv")
-    parser.add_argument("--seed", required=True, type=int, help="scoring seed (subsample)")
+    parser.add_argument("--seed", required=True, type=int, help="scoring seed (the resample)")
     parser.add_argument("--out", required=True, help="JSON file to write the score to")
+    parser.add_argument("--bootstrap", type=int, default=0, help="also the scores of seeds "
+                        "N+0..N+B-1, as 'bootstrap'")  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -107,15 +115,14 @@ def read_predictions(path: Path, expected_ids: set[int]) -> dict[int, int]:
     return predicted
 
 
-def subsample_accuracy(truth: dict[int, int], predicted: dict[int, int], seed: int) -> float:
-    """Accuracy over a subsample drawn without replacement with the scoring seed."""
+def bootstrap_accuracy(truth: dict[int, int], predicted: dict[int, int], seed: int) -> float:
+    """Accuracy over n rows drawn with replacement from the n test rows (seeded)."""
     ids = sorted(truth)
-    size = max(1, math.ceil(SUBSAMPLE_FRACTION * len(ids)))
+    hits = np.array([predicted[i] == truth[i] for i in ids], dtype=float)
     # A negative seed is still a seed: fold it into numpy's accepted range.
     rng = np.random.default_rng(seed % 2**63)
-    chosen = rng.choice(len(ids), size=size, replace=False)
-    hits = sum(predicted[ids[i]] == truth[ids[i]] for i in chosen)
-    return hits / size
+    chosen = rng.integers(0, len(ids), size=len(ids))
+    return float(hits[chosen].mean())
 
 
 def write_json_atomically(path: Path, obj: dict) -> None:
