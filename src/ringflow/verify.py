@@ -8,6 +8,7 @@ from .errors import InputError
 from .ring.clock import load_ring
 from .ring.layout import RingLayout
 from .ring.ledger import Ledger
+from .ring.lock import lock_anchor_problems
 from .selection.seeds import chain_rings
 from .weights.store import WeightsStore
 
@@ -23,6 +24,7 @@ def verify_ring(ring_dir) -> list[str]:
         problems.append(f"{layout.ledger}: missing")
     else:
         problems += [f"ledger: {p}" for p in Ledger(layout.ledger).verify()]
+        problems += lock_anchor_problems(layout.root)
     problems += [f"store: {p}" for p in WeightsStore(ring["store"]).verify()]
     if ring.get("continue_from"):
         previous = (layout.root / ring["continue_from"]).resolve()
@@ -33,7 +35,8 @@ def verify_ring(ring_dir) -> list[str]:
                     problems.append(f"ancestor {ancestor['ring_dir']}: ledger missing")
                     continue
                 problems += [
-                    f"ancestor {ancestor['ring_dir']}: {p}" for p in Ledger(ledger).verify()
+                    f"ancestor {ancestor['ring_dir']}: {p}"
+                    for p in Ledger(ledger).verify() + lock_anchor_problems(ledger.parent)
                 ]
         except InputError as exc:
             problems.append(f"ancestors: {exc}")

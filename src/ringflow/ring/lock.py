@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import secrets
 import time
@@ -100,6 +101,7 @@ def check_ancestors(previous: Path | None) -> None:
     for ancestor in seeds.chain_rings(previous):
         ledger = Path(ancestor["ring_dir"]) / "ledger.jsonl"
         problems = Ledger(ledger).verify() if ledger.exists() else ["ledger.jsonl missing"]
+        problems = problems or lock_anchor_problems(Path(ancestor["ring_dir"]))
         if problems:
             raise InputError(
                 f"refusing to continue from {previous}: ancestor {ancestor['ring_dir']} does not "
@@ -139,15 +141,15 @@ def lock_ring(config: dict, workdir: Path | None = None, now: float | None = Non
 def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
     task = load_task(paths["task"])
     restrict_labels(task)
-    search_views, final_view = split_views(
-        task, list(config["views"]["search"]), config["views"]["final"]
+    search_views, guard_views, final_view = split_views(
+        task, list(config["views"]["search"]), config["views"]["final"], config["views"]["guard"]
     )
     store = paths["store"]
     store.mkdir(parents=True, exist_ok=True, mode=0o700)
     memo = HashMemo(store / "cache" / "hashmemo.json")
     limits = dict(config["limits"])
     views = {}
-    for view in (*search_views, final_view):
+    for view in (*search_views, *guard_views, final_view):
         content_hash, listing = view_content_hash(task.view_dir(view), memo)
         views[view] = {
             "name": view,
@@ -169,7 +171,9 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
         "scorer_version": scorer_version(task),
     }
     check_ancestors(paths["previous"])
-    seed_plan = seeds.plan_seeds(paths["previous"], config["guard"]["seeds"])
+    seed_plan = seeds.SeedRegistry(store).allocate(
+        layout.root, config["ring_id"], paths["previous"], config["guard"]["seeds"]
+    )
     duration_s = config["timeline"]["duration_min"] * 60
     stop_at = now + duration_s
     cutoff = stop_at - config["timeline"]["final_reserve_min"] * 60
@@ -189,6 +193,8 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
         "store": str(store),
         "views": views,
         "search_views": search_views,
+        # Views only the guard scores; empty: the guard re-uses search rows (SPEC 4, 10).
+        "guard_views": guard_views,
         "final_view": final_view,
         "evaluation": evaluation,
         "search_hash": sha256_json(evaluation),
@@ -209,6 +215,9 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
         config_sha256=ring["config_sha256"],
         search_hash=ring["search_hash"],
         env_key=ring["env_key"],
+        guard_seeds=ring["guard_seeds"],
+        seeds_sha256=seeds.seeds_digest(ring["guard_seeds"], ring["chain_exposed_seeds"]),
+        lock_sha256=sha256_json(ring),
     )
     emit_event(layout.root, "ring_started", start=now, stop_at=stop_at, cutoff=cutoff)
     return ring
@@ -232,3 +241,40 @@ def check_existing_lock(config: dict, workdir: Path | None = None) -> None:
     lock = _resolve(config["runs_dir"], workdir) / config["ring_id"] / "RING.json"
     if lock.is_file():
         check_config_matches(read_json(lock), config)
+
+
+def lock_anchor_problems(ring_dir: Path) -> list[str]:
+    """The lock file against its ledger entry: an edited RING.json (its guard seeds or
+    exposed seeds above all, which decide the seeds of every later ring) no longer matches.
+    """
+    layout = RingLayout(Path(ring_dir))
+    try:
+        lock = read_json(layout.ring_json)
+        entries = [e for e in read_jsonl_records(layout.ledger) if e.get("kind") == "ring_locked"]
+    except (InputError, OSError) as exc:
+        return [f"lock: {exc}"]
+    if not entries:
+        return [f"lock: {layout.ledger} has no ring_locked entry to check RING.json against"]
+    entry = entries[0]
+    problems = []
+    seeds_hash = seeds.seeds_digest(lock.get("guard_seeds"), lock.get("chain_exposed_seeds"))
+    if entry.get("seeds_sha256") != seeds_hash:
+        problems.append(
+            f"lock: guard_seeds or chain_exposed_seeds in {layout.ring_json} do not match the "
+            "ledger's lock entry (edited after the ring was locked)"
+        )
+    if entry.get("lock_sha256") != sha256_json(lock):
+        problems.append(f"lock: {layout.ring_json} does not match the ledger's lock entry")
+    return problems
+
+
+def read_jsonl_records(path: Path) -> list[dict]:
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records

@@ -1,17 +1,24 @@
-"""Guard seeds and chain-exposed seeds (SPEC 5, 10, 12).
+"""Guard seeds and exposed seeds (SPEC 5, 10, 12).
 
-Each ring's fresh guard seeds must never overlap those of an earlier ring in its
-chain, so the planner walks `continue_from` back to the first ring and collects
-every seed any of them exposed. Seeds 0, 1 and 2 are the promotion seeds and are
-never guard seeds.
+Each ring's fresh guard seeds never overlap those of any other ring that shares its
+store: siblings continued from one ring and new chains on the same data included. The
+store holds a seed registry (`guard_seeds.json`, written under its own file lock); the
+planner also walks `continue_from` back to the first ring, so a chain whose store was
+replaced still skips what its rings exposed. Seeds 0, 1 and 2 are the promotion seeds
+and are never guard seeds.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
+from filelock import FileLock
+
 from ..errors import InputError
-from ..jsonio import read_json
+from ..jsonio import atomic_write_json, read_json, sha256_json
+
+REGISTRY_FILE = "guard_seeds.json"
 
 RING_FILE = "RING.json"
 FIRST_GUARD_SEED = 3  # 0 is authoritative, 1 and 2 are promotion seeds
@@ -89,14 +96,80 @@ def pick_guard_seeds(exposed: set[int], n: int) -> list[int]:
     return seeds
 
 
-def plan_seeds(previous_ring_dir: Path | None, n: int) -> dict:
-    """This ring's guard seeds and the chain-exposed set to lock into its RING.json."""
+def chain_exposed(previous_ring_dir: Path | None) -> set[int]:
     exposed: set[int] = set()
     for ring in chain_rings(previous_ring_dir):
         exposed.update(ring["guard_seeds"])
         exposed.update(ring["chain_exposed_seeds"])
+    return exposed
+
+
+def plan_seeds(previous_ring_dir: Path | None, n: int) -> dict:
+    """This ring's guard seeds and the chain-exposed set, from its chain alone."""
+    exposed = chain_exposed(previous_ring_dir)
     guard_seeds = pick_guard_seeds(exposed, n)
     return {
         "guard_seeds": guard_seeds,
         "chain_exposed_seeds": sorted(exposed | set(guard_seeds)),
     }
+
+
+def seeds_digest(guard_seeds: list[int], exposed: list[int]) -> str:
+    """What the ledger's lock entry records, so an edited lock file no longer matches."""
+    return sha256_json({"guard_seeds": guard_seeds, "chain_exposed_seeds": exposed})
+
+
+class SeedRegistry:
+    """Every guard seed handed out to a ring of one store: `<store>/guard_seeds.json`.
+
+    {"rings": [{"ring_dir", "ring_id", "guard_seeds", "at"}, ...]}. Entries are only ever
+    added, under the registry's file lock, and the file is replaced atomically.
+    """
+
+    def __init__(self, store: str | Path):
+        self.path = Path(store) / REGISTRY_FILE
+        self._lock = FileLock(str(self.path) + ".lock")
+
+    def _read(self) -> dict:
+        if not self.path.exists():
+            return {"rings": []}
+        data = read_json(self.path, f"seed registry {self.path}")
+        rings = data.get("rings") if isinstance(data, dict) else None
+        if not isinstance(rings, list) or not all(
+            isinstance(r, dict) and isinstance(r.get("guard_seeds"), list) for r in rings
+        ):
+            raise InputError(
+                f"seed registry {self.path} is malformed: expected "
+                '{"rings": [{"ring_dir": ..., "guard_seeds": [...]}, ...]}'
+            )
+        return data
+
+    def exposed(self) -> set[int]:
+        return {seed for ring in self._read()["rings"] for seed in ring["guard_seeds"]}
+
+    def allocate(self, ring_dir: Path, ring_id: str, previous: Path | None, n: int) -> dict:
+        """This ring's guard seeds: the smallest n >= 3 that no ring of the store or of the
+        chain exposed; registered before they are returned. A ring that allocated before
+        (a lock interrupted before RING.json was written) gets its own seeds back."""
+        ring_dir = str(Path(ring_dir).resolve())
+        chain = chain_exposed(previous)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            data = self._read()
+            mine = next((r for r in data["rings"] if r.get("ring_dir") == ring_dir), None)
+            if mine is not None and len(mine["guard_seeds"]) == n:
+                guard_seeds = list(mine["guard_seeds"])
+            else:
+                store_seeds = {s for r in data["rings"] for s in r["guard_seeds"]}
+                guard_seeds = pick_guard_seeds(chain | store_seeds, n)
+                data["rings"].append(
+                    {
+                        "ring_dir": ring_dir,
+                        "ring_id": ring_id,
+                        "guard_seeds": guard_seeds,
+                        "at": time.time(),
+                    }
+                )
+                atomic_write_json(self.path, data)
+            exposed = {s for r in data["rings"] for s in r["guard_seeds"]} | chain
+        return {"guard_seeds": guard_seeds, "chain_exposed_seeds": sorted(exposed)}
