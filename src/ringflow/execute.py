@@ -29,7 +29,7 @@ from .jsonio import atomic_write_json
 from .ring.clock import deadline_for, load_node, load_ring
 from .ring.layout import RingLayout
 from .ring.ledger import Ledger, emit_event
-from .selection.disguise import alias, disguised_inputs
+from .selection.disguise import BLIND_COPIES, alias, disguised_inputs
 from .supervisor import HealthSettings, ResourceLimits, supervise
 from .task import command_argv
 from .weights import keys
@@ -86,7 +86,7 @@ class Execution:
 
     @property
     def blind(self) -> bool:
-        return self.variant == "blind-s0"
+        return self.variant in BLIND_COPIES
 
     @property
     def work(self) -> Path:
@@ -189,7 +189,7 @@ def _program_env(ex: Execution) -> dict[str, str]:
         "LANG": os.environ.get("LANG", "C.UTF-8"),
         "PYTHONDONTWRITEBYTECODE": "1",
         # Every run sees an alias, so a view-blind run looks like any other.
-        "RINGFLOW_VIEW": alias(ex.ring, ex.view, "disguised" if ex.blind else "real"),
+        "RINGFLOW_VIEW": alias(ex.ring, ex.view, BLIND_COPIES.get(ex.variant, "real")),
         "RINGFLOW_SEED": str(ex.spec["seed"]),
         **thread_env(ex.config["limits"]["threads"]),
     }
@@ -203,7 +203,7 @@ def _hidden_paths(ring: dict) -> tuple[Path, ...]:
 
 def _sandbox_request(ex: Execution, output: Path, writable: tuple[Path, ...]):
     box = ex.config["sandbox"]
-    inputs = (disguised_inputs(ex.ring, ex.view) if ex.blind
+    inputs = (disguised_inputs(ex.ring, ex.view, BLIND_COPIES[ex.variant]) if ex.blind
               else Path(ex.ring["views"][ex.view]["dir"]) / "inputs")  # fmt: skip
     return sandbox.SandboxRequest(
         solution_dir=ex.work,

@@ -27,10 +27,14 @@ def node_slug(name: str) -> str:
 
 
 def planned_variants(ring: dict) -> dict[str, list[str]]:
-    """Every execution a node may get, per view (run on demand; SPEC 5)."""
-    search = ["s0", "s0-ablate", "s1", "s2", *(f"g{s}" for s in ring["guard_seeds"])]
-    search += ["fresh-s0", "blind-s0"]
+    """Every execution a node may get, per view (run on demand; SPEC 5). Guard seeds run
+    on the guard views only; on the search views when the task has none."""
+    guard = [f"g{s}" for s in ring["guard_seeds"]]
+    guard_views = ring.get("guard_views") or []
+    search = ["s0", "s0-ablate", "s1", "s2", *([] if guard_views else guard)]
+    search += ["fresh-s0", "blind-s0", "blind2-s0"]
     plan = {view: list(search) for view in ring["search_views"]}
+    plan.update({view: list(guard) for view in guard_views})
     plan[ring["final_view"]] = ["s0"]
     return plan
 
@@ -43,7 +47,7 @@ def execution_spec(ring: dict, solution: Solution, tree: str, view: str, variant
         return spec
     train_seed = solution.training_seed(seed)
     spec["train_seed"] = train_seed
-    if variant in ("fresh-s0", "blind-s0"):
+    if variant in ("fresh-s0", "blind-s0", "blind2-s0"):
         spec["weights"] = "fresh"
         return spec
     key, components = keys.weights_key(

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SEARCH_VARIANTS = ("s0", "s0-ablate", "s1", "s2")
-VARIANT_PATTERN = r"s0|s0-ablate|s1|s2|g\d+|fresh-s0|blind-s0"
+VARIANT_PATTERN = r"s0|s0-ablate|s1|s2|g\d+|fresh-s0|blind-s0|blind2-s0"
 NODE_PATTERN = r"n\d{3}-[a-z0-9][a-z0-9._-]*"
 VIEW_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 

@@ -12,6 +12,9 @@ from filelock import FileLock
 from ..jsonio import atomic_write_bytes
 from ..ring.layout import RingLayout
 
+# The view-blind runs and the disguised copy each one gets (SPEC 10: a check and a re-check).
+BLIND_COPIES = {"blind-s0": "disguised", "blind2-s0": "disguised-2"}
+
 
 def alias(ring: dict, view: str, copy: str = "disguised") -> str:
     """The name a program is given for a view: `view-` and 8 hex digits.
@@ -37,10 +40,11 @@ def _reorder_csv(data: bytes, seed: int) -> bytes:
     return header + b"".join(rows)
 
 
-def disguised_inputs(ring: dict, view: str) -> Path:
-    """Same content under another name and path, rows reordered where the task allows it."""
+def disguised_inputs(ring: dict, view: str, copy: str = "disguised") -> Path:
+    """Same content under another name and path, rows reordered where the task allows it;
+    each copy has its own alias and its own row order."""
     layout = RingLayout(Path(ring["ring_dir"]))
-    dest = layout.disguised_view(view) / alias(ring, view) / "inputs"
+    dest = layout.disguised_view(view) / alias(ring, view, copy) / "inputs"
     layout.locks.mkdir(exist_ok=True)
     with FileLock(str(layout.locks / f"disguise-{view}.lock")):
         if dest.is_dir():
@@ -50,7 +54,7 @@ def disguised_inputs(ring: dict, view: str) -> Path:
         if staging.exists():
             shutil.rmtree(staging)
         shutil.copytree(source, staging)
-        seed = int(hashlib.sha256(alias(ring, view).encode()).hexdigest()[:8], 16)
+        seed = int(hashlib.sha256(alias(ring, view, copy).encode()).hexdigest()[:8], 16)
         for name in ring["task"]["reorder_rows"]:
             path = staging / name
             if path.is_file():
