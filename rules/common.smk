@@ -7,7 +7,15 @@ from snakemake.utils import validate
 
 from ringflow import timekeeper
 from ringflow.config import coerce_config
-from ringflow.selection.final import choose, ends_selection, trained_finalists, usable_baseline
+from ringflow.selection.final import (
+    after_decision_final_runs,
+    choose,
+    ends_selection,
+    guard_views,
+    guarded_before,
+    trained_finalists,
+    usable_baseline,
+)
 from ringflow.jsonio import read_json_cached as read_json
 from ringflow.ring.layout import NODE_PATTERN, VARIANT_PATTERN, VIEW_PATTERN, RingLayout
 from ringflow.ring.lock import check_existing_lock
@@ -165,11 +173,9 @@ def finalists():
 
 
 def review_inputs(wildcards):
-    node = node_record(wildcards.node)
+    """The view-blind check: seed 0 on the first search view and two disguised copies."""
     view = ring_lock()["search_views"][0]
-    variants = ["s0", "blind-s0"]
-    if node["solution"]["per_view_paths"]:
-        variants.append("fresh-s0")
+    variants = ["s0", "blind-s0", "blind2-s0"]
     return [path(RING.seated)] + score_files([wildcards.node], variants, [view])
 
 
@@ -181,8 +187,9 @@ def verdict_inputs(wildcards):
     node = finalists()[int(wildcards.rank) - 1]
     review = read_json(checkpoints.review.get(node=node).output.review)
     inputs = [path(RING.review(node))]
-    if review["passed"]:
-        inputs += score_files([node, baseline_node()], guard_variants())
+    if review["passed"] and guarded_before(ring_lock(), node) is None:
+        sides = [node, baseline_node()]
+        inputs += score_files(sides, guard_variants(), guard_views(ring_lock()))
     return inputs
 
 
@@ -215,9 +222,19 @@ def decision_inputs(wildcards):
 
 
 def repro_inputs(wildcards):
+    """After the decision, never before it, and nothing after a refusal: the trained
+    finalists' cold retrain and the other guarded finalists' final-view runs."""
+    decision = read_json(checkpoints.decide.get().output.decision)
+    if decision["decision"] in ("refused", "none"):
+        return [path(RING.decision)]
     nodes = trained_finalists(RING.root, finalists())
     view = [ring_lock()["search_views"][0]]
-    return [path(RING.decision)] + score_files(nodes, ["s0", "fresh-s0"], view)
+    others = after_decision_final_runs(decision)
+    return (
+        [path(RING.decision)]
+        + score_files(nodes, ["s0", "fresh-s0"], view)
+        + score_files(others, ["s0"], [ring_lock()["final_view"]])
+    )
 
 
 def ring_outputs(wildcards):

@@ -1,6 +1,8 @@
 # Final selection: the baseline goes to final/ first; each finalist, in rank order, is
-# reviewed (view-blind check) and guarded against the baseline on fresh seeds; the first
-# whose paired LCB clears the margin replaces the baseline. Then the reproduction check.
+# reviewed (view-blind check on two disguised copies) and guarded against the baseline on
+# fresh seeds on the guard views; the first whose paired bootstrap LCB clears the margin
+# replaces the baseline. After the decision, when time remains: the reproduction check and
+# the other guarded finalists' final-view runs (diagnostics; they decide nothing).
 
 
 checkpoint seat_baseline:
@@ -51,7 +53,7 @@ checkpoint verdict:
         "{params.ringflow} verdict {params.ring} {wildcards.rank} > {log} 2>&1"
 
 
-rule decide:
+checkpoint decide:
     input:
         decision_inputs,
     output:

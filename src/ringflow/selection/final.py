@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from statistics import fmean
 
+from .. import statuses
+from ..errors import InputError
 from ..jsonio import atomic_write_json, read_json, sha256_json
 from ..ring.clock import load_node, load_ring
 from ..ring.layout import RingLayout
@@ -18,9 +20,24 @@ from ..scoring import read_score, usable
 from ..weights.hashing import listing, listing_hash
 from ..weights.store import WeightsStore
 from . import guardstats
+from .gap import selection_gap
 from .promote import node_mean
 
-EQUAL_TOL = 1e-9
+# View-blind check: scores closer than this, relative to their scale, are the same score
+# (float summation order after a reordering moves a score by ~1e-8).
+ARITH_REL = 1e-6
+ARITH_ABS = 1e-12
+# A program that trains retrains fresh on each disguised copy, while s0 replays weights
+# trained on the real view: the real score may differ from the disguised ones by this many
+# times the two fresh retrains' own difference. (With Gaussian retraining noise an honest
+# program still fails about 12% of the time; deterministic training never does.)
+RETRAIN_FACTOR = 4.0
+REUSE_WARNING = (
+    "This task has no guard view: the guard re-used the search views' rows, which also "
+    "picked the finalists, so its bound covers seed and row noise but not the selection "
+    "itself. Declare a guard view in task.yaml (views: {search: [...], guard: [...], "
+    "final: ...}) for a pick that holds on data the search never saw."
+)
 
 
 def _ctx(ring_dir):
@@ -94,33 +111,48 @@ def seat_baseline(ring_dir) -> dict:
     return seated
 
 
-def _view_blind_check(ring, layout, node: dict) -> dict:
-    """Same program, same seed, the same view under another name and path: same score?
+def guard_views(ring: dict) -> list[str]:
+    """The views the guard scores: the guard views, or the search views when there are none."""
+    return list(ring.get("guard_views") or ring["search_views"])
 
-    A trained program retrains on the disguised copy, so it is compared with its own
-    retrain on the real view (fresh-s0); a difference no larger than the one between that
-    retrain and its registered weights (s0) is retraining noise, not the view's identity.
+
+def reuses_search_rows(ring: dict) -> bool:
+    return not ring.get("guard_views")
+
+
+def _view_blind_check(ring, layout, node: dict) -> dict:
+    """Same program, seed 0, the first search view under two other names, paths and row
+    orders (both fresh): does its score follow the view's identity?
+
+    The real score (s0) must match at least one disguised run within arithmetic noise
+    relative to the scores' scale; a program that trains (or a task that reorders rows)
+    is also allowed RETRAIN_FACTOR times the difference between the two disguised runs,
+    its own retraining noise. A difference on both copies beyond that fails the review.
     """
     view = ring["search_views"][0]
     direction = ring["task"]["direction"]
-    trained = bool(node["solution"]["per_view_paths"])
     score_of = {v: usable(read_score(layout, node["id"], view, v), direction)
-                for v in ("s0", "blind-s0", *(["fresh-s0"] if trained else []))}  # fmt: skip
-    blind, ref = score_of["blind-s0"], score_of["fresh-s0" if trained else "s0"]
-    check = {"check": "view_blind", "view": view, "blind": blind, "reference": ref,
-             "reference_variant": "fresh-s0" if trained else "s0"}  # fmt: skip
-    if blind is None or ref is None or (trained and score_of["s0"] is None):
+                for v in ("s0", "blind-s0", "blind2-s0")}  # fmt: skip
+    real, first, second = score_of["s0"], score_of["blind-s0"], score_of["blind2-s0"]
+    check = {"check": "view_blind", "view": view, "real": real, "disguised": [first, second]}
+    if real is None or first is None or second is None:
         check.update(passed=False, reason="view-blind check incomplete: an execution failed")
         return check
-    noise = abs(ref - score_of["s0"]) if trained else 0.0
-    check["retrain_noise"] = noise
-    if abs(blind - ref) > max(noise, EQUAL_TOL):
+    retrains = bool(node["solution"]["per_view_paths"]) or bool(ring["task"]["reorder_rows"])
+    arithmetic = ARITH_REL * max(abs(real), abs(first), abs(second)) + ARITH_ABS
+    noise = abs(first - second) if retrains else 0.0
+    allowed = arithmetic + RETRAIN_FACTOR * noise
+    differences = [abs(real - first), abs(real - second)]
+    check.update(arithmetic_noise=arithmetic, retrain_noise=noise, allowed=allowed,
+                 differences=differences)  # fmt: skip
+    if min(differences) > allowed:
         check.update(passed=False, reason=(
-            f"predictions depend on the view's identity: {blind:.6g} on a disguised copy of "
-            f"{view} vs {ref:.6g} on {view} ({check['reference_variant']}), beyond the "
-            f"retraining noise of {noise:.3g}"))  # fmt: skip
+            f"predictions depend on the view's identity: {real:.6g} on {view} vs "
+            f"{first:.6g} and {second:.6g} on two disguised copies, beyond the allowed "
+            f"{allowed:.3g} (arithmetic noise {arithmetic:.3g}"
+            + (f", retraining noise {noise:.3g})" if retrains else ")")))  # fmt: skip
     else:
-        check.update(passed=True, reason="same score on the disguised copy")
+        check.update(passed=True, reason="same score on the disguised copies")
     return check
 
 
@@ -164,17 +196,96 @@ def review(ring_dir, node_id: str) -> dict:
     return record
 
 
-def guard_table(ring, layout, node: str) -> dict[int, float | None]:
-    """Per guard seed: the side's mean over the search views (None when anything is missing)."""
-    direction = ring["task"]["direction"]
-    scores = {
-        seed: {
-            view: usable(read_score(layout, node, view, f"g{seed}"), direction)
-            for view in ring["search_views"]
-        }
-        for seed in ring["guard_seeds"]
+def _guard_run(layout, node: str, view: str, seed: int, direction: str) -> dict:
+    result_path = layout.result(node, view, f"g{seed}")
+    result = read_json(result_path) if result_path.exists() else None
+    score = read_score(layout, node, view, f"g{seed}")
+    return {
+        "view": view,
+        "seed": seed,
+        "status": None if result is None else result["status"],
+        "budget_cut": bool((result or {}).get("budget_cut") or (score or {}).get("budget_cut")),
+        "score": usable(score, direction),
+        "bootstrap": (score or {}).get("bootstrap"),
+        "reason": (score or {}).get("reason") or (result or {}).get("reason") or "",
     }
-    return guardstats.per_seed_side_scores(scores, ring["search_views"])
+
+
+def guard_runs(ring, layout, node: str) -> list[dict]:
+    direction = ring["task"]["direction"]
+    return [
+        _guard_run(layout, node, view, seed, direction)
+        for view in guard_views(ring)
+        for seed in ring["guard_seeds"]
+    ]
+
+
+def side_problem(runs: list[dict]) -> tuple[str, str] | None:
+    """("incomplete", why) when a run did not finish (time ran out, interrupted, missing);
+    ("failed", why) when every run finished but one crashed or has no valid score."""
+    for run in runs:
+        where = f"{run['view']}/g{run['seed']}"
+        if run["status"] is None:
+            return "incomplete", f"guard run {where} has no result"
+        if run["budget_cut"] or run["status"] == statuses.INTERRUPTED:
+            return "incomplete", f"guard run {where} was cut or interrupted: {run['reason']}"
+    for run in runs:
+        where = f"{run['view']}/g{run['seed']}"
+        if run["status"] != statuses.OK:
+            return "failed", f"guard run {where} {run['status']}: {run['reason']}".rstrip(": ")
+        if run["score"] is None or not run["bootstrap"]:
+            return "failed", f"guard run {where} has no valid score: {run['reason']}"
+    return None
+
+
+def per_seed_means(ring, runs: list[dict]) -> list[float | None]:
+    """One side's score per guard seed: its mean over the guard views."""
+    by_seed = {seed: {} for seed in ring["guard_seeds"]}
+    for run in runs:
+        by_seed[run["seed"]][run["view"]] = run["score"]
+    table = guardstats.per_seed_side_scores(by_seed, guard_views(ring))
+    return [table[seed] for seed in ring["guard_seeds"]]
+
+
+def _bootstrap_tables(runs: list[dict]) -> dict:
+    table: dict = {}
+    for run in runs:
+        table.setdefault(run["view"], {})[run["seed"]] = run["bootstrap"]
+    return table
+
+
+def guarded_before(ring: dict, node_id: str) -> dict | None:
+    """The earlier ring of the chain that already guarded this program (same tree) on a
+    guard view with the same content, if any: it is not guarded again on those rows."""
+    if not ring.get("continue_from"):
+        return None
+    from .seeds import chain_rings
+
+    mine = {ring["views"][v]["content_hash"] for v in guard_views(ring)}
+    tree = load_node(ring, node_id).get("tree_hash")
+    previous = (Path(ring["ring_dir"]) / ring["continue_from"]).resolve()
+    for ancestor in chain_rings(previous):
+        root = Path(ancestor["ring_dir"])
+        for path in sorted((root / "selection").glob("verdict-*.json")):
+            try:
+                old = read_json(path)
+                old_tree = read_json(root / "nodes" / old["node"] / "node.json").get("tree_hash")
+            except (InputError, KeyError, OSError):
+                continue
+            guard = old.get("guard") or {}
+            if not old.get("eligible") or not guard.get("ran", True) or old_tree != tree:
+                continue
+            views = guard.get("views") or ancestor.get("search_views", [])
+            hashes = {ancestor["views"][v]["content_hash"] for v in views if v in ancestor["views"]}
+            if hashes & mine:
+                return {"ring": ancestor.get("ring_id"), "node": old["node"], "views": views}
+    return None
+
+
+def _guard_record(ring, seeds, views, alpha, margin) -> dict:
+    return {"seeds": seeds, "views": views, "alpha": alpha, "margin": margin, "lcb": None,
+            "mean": None, "complete": False, "failed": None, "ran": True,
+            "reused_search_rows": reuses_search_rows(ring)}  # fmt: skip
 
 
 def verdict(ring_dir, rank: int) -> dict:
@@ -190,42 +301,53 @@ def verdict(ring_dir, rank: int) -> dict:
         )
         atomic_write_json(layout.verdict(rank), record)
         return record
+    before = guarded_before(ring, node)
+    if before is not None:
+        record.update(eligible=False, replace=False, guarded_before=before, reason=(
+            f"already guarded in ring {before['ring']} on the same guard rows: "
+            "not guarded again"))  # fmt: skip
+        atomic_write_json(layout.verdict(rank), record)
+        return record
     guard = ring["config"]["guard"]
     base = usable_baseline(index)
-    cand_side, base_side = guard_table(ring, layout, node), guard_table(ring, layout, base)
     seeds = ring["guard_seeds"]
-    complete = all(cand_side[s] is not None and base_side[s] is not None for s in seeds)
     a_prime = guardstats.alpha_prime(guard["alpha"], ring["config"]["final_top_k"])
-    stats = None
-    if complete:
-        stats = guardstats.paired_lcb(
-            [cand_side[s] for s in seeds],
-            [base_side[s] for s in seeds],
+    info = _guard_record(ring, seeds, guard_views(ring), a_prime, guard["margin"])
+    cand_runs, base_runs = guard_runs(ring, layout, node), guard_runs(ring, layout, base)
+    cand_side, base_side = per_seed_means(ring, cand_runs), per_seed_means(ring, base_runs)
+    info.update(candidate=cand_side, baseline=base_side)
+    base_problem, cand_problem = side_problem(base_runs), side_problem(cand_runs)
+    replace = False
+    if base_problem or (cand_problem and cand_problem[0] == "incomplete"):
+        # Time ran out, or the baseline failed: selection ends with the baseline (no seed
+        # shopping, no other finalist to save time).
+        why = f"baseline's {base_problem[1]}" if base_problem else cand_problem[1]
+        reason = f"incomplete guard ({why}): baseline kept"
+    elif cand_problem:
+        # The finalist's own run crashed or was invalid: it fails its guard, its alpha'
+        # is spent, and selection moves on to the next finalist.
+        info.update(complete=True, failed=cand_problem[1])
+        reason = f"failed its guard ({cand_problem[1]}): not eligible"
+    else:
+        info["complete"] = True
+        info["differences"] = [
+            (c - b) * (-1.0 if ring["task"]["direction"] == "minimize" else 1.0)
+            for c, b in zip(cand_side, base_side, strict=True)
+        ]
+        stats = guardstats.paired_bootstrap_lcb(
+            _bootstrap_tables(cand_runs),
+            _bootstrap_tables(base_runs),
             alpha=a_prime,
             direction=ring["task"]["direction"],
+            rng_seed=f"{ring.get('alias_salt')}/{node}",
         )
-    replace, why = guardstats.guard_verdict(
-        stats or {"lcb": None}, margin=guard["margin"], complete=complete
-    )
-    record.update(
-        eligible=True,
-        replace=replace,
-        reason=why,
-        guard={
-            "seeds": seeds,
-            "candidate": [cand_side[s] for s in seeds],
-            "baseline": [base_side[s] for s in seeds],
-            "differences": None if stats is None else stats["differences"],
-            "lcb": None if stats is None else stats["lcb"],
-            "mean": None if stats is None else stats["mean"],
-            "sd": None if stats is None else stats["sd"],
-            "alpha": a_prime,
-            "margin": guard["margin"],
-            "complete": complete,
-        },
-    )
+        info.update(lcb=stats["lcb"], mean=stats["mean"], bootstrap={
+            k: stats[k] for k in ("method", "replicates", "quantile_index", "mean", "min",
+                                  "max", "spread", "reason")})  # fmt: skip
+        replace, reason = guardstats.guard_verdict(stats, margin=guard["margin"], complete=True)
+    record.update(eligible=True, replace=replace, reason=reason, guard=info)
     atomic_write_json(layout.verdict(rank), record)
-    emit_event(layout.root, "guard_verdict", rank=rank, node=node, replace=replace, reason=why)
+    emit_event(layout.root, "guard_verdict", rank=rank, node=node, replace=replace, reason=reason)
     return record
 
 
@@ -289,11 +411,75 @@ def verdicts_in_order(ring: dict, layout: RingLayout) -> list[dict]:
     return verdicts
 
 
+def _final_score(ring, layout, node: str | None) -> float | None:
+    if node is None:
+        return None
+    return usable(read_score(layout, node, ring["final_view"], "s0"), ring["task"]["direction"])
+
+
+def _mean(values) -> float | None:
+    values = list(values or [])
+    return fmean(values) if values and all(v is not None for v in values) else None
+
+
+def finalists_story(ring, layout, ranking: dict, verdicts: list[dict], base: str | None):
+    """Every finalist's promotion mean, guard mean and final-view score; the baseline's."""
+    by_node = {v["node"]: v for v in verdicts}
+    promoted = {row["node"]: row for row in ranking["ranked"]}
+    rows = []
+    for rank, node in enumerate(ranking["finalists"], start=1):
+        item = by_node.get(node)
+        guard = (item or {}).get("guard") or {}
+        promo = promoted.get(node, {}).get("score")
+        guard_mean = _mean(guard.get("candidate")) if guard.get("complete") else None
+        rows.append({
+            "rank": rank,
+            "node": node,
+            "promotion_mean": promo,
+            "promotion_seeds": promoted.get(node, {}).get("seeds"),
+            "review_passed": None if item is None else item["review"]["passed"],
+            "guarded": bool(guard),
+            "guard_mean": guard_mean,
+            "shrinkage": None if promo is None or guard_mean is None else guard_mean - promo,
+            "lcb": guard.get("lcb"),
+            "final_view": _final_score(ring, layout, node),
+            "verdict": "not reached: selection ended before this finalist"
+            if item is None else item["reason"],
+        })  # fmt: skip
+    baseline = None
+    if base is not None:
+        guarded = [v["guard"] for v in verdicts if v.get("guard", {}).get("complete")]
+        baseline = {
+            "node": base,
+            "search_mean": node_mean(ring, layout, base, "s0")["mean"],
+            "search": node_mean(ring, layout, base, "s0")["per_view"],
+            "guard_mean": _mean(guarded[0]["baseline"]) if guarded else None,
+            "final_view": _final_score(ring, layout, base),
+        }
+    return rows, baseline
+
+
+def story_gap(ring, chosen: str | None, rows: list[dict], baseline: dict | None) -> dict:
+    scores = {row["node"]: row["final_view"] for row in rows if row["guarded"] or
+              row["node"] == chosen}  # fmt: skip
+    if baseline is not None:
+        scores[baseline["node"]] = baseline["final_view"]
+    if chosen is not None and chosen not in scores:
+        scores[chosen] = None
+    return {"view": ring["final_view"], **selection_gap(chosen, scores, ring["task"]["direction"])}
+
+
+def _shrinkage(rows: list[dict]) -> dict | None:
+    """The winner's curse: the top guarded finalist's promotion mean against its guard mean."""
+    for row in rows:
+        if row["guard_mean"] is not None:
+            return {k: row[k] for k in ("node", "promotion_mean", "guard_mean", "shrinkage")}
+    return None
+
+
 def decide(ring_dir) -> dict:
     ring, layout, _ = _ctx(ring_dir)
     seated = read_json(layout.seated)
-    final_view = ring["final_view"]
-    direction = ring["task"]["direction"]
     if seated["refused"]:
         record = {"decision": "refused", "reason": seated["reason"], "final_written": False}
         atomic_write_json(layout.decision, record)
@@ -310,39 +496,62 @@ def decide(ring_dir) -> dict:
         }
         atomic_write_json(layout.decision, record)
         return record
-    promoted = {row["node"]: row for row in ranking["ranked"]}
+    rows, baseline = finalists_story(ring, layout, ranking, verdicts, base)
+    guarded = [v for v in verdicts if v.get("guard")]
+    a_prime = guardstats.alpha_prime(
+        ring["config"]["guard"]["alpha"], ring["config"]["final_top_k"]
+    )
     guard = (
         chosen_verdict["guard"]
         if chosen_verdict
-        else (verdicts[-1]["guard"] if verdicts and "guard" in verdicts[-1] else None)
+        else guarded[-1]["guard"]
+        if guarded
+        else {
+            **_guard_record(
+                ring,
+                ring["guard_seeds"],
+                guard_views(ring),
+                a_prime,
+                ring["config"]["guard"]["margin"],
+            ),
+            "ran": False,
+        }
     )
+    chosen_row = next((r for r in rows if r["node"] == chosen), None)
+    warnings = [REUSE_WARNING] if reuses_search_rows(ring) else []
     record = {
         "decision": "baseline" if chosen == base else "candidate",
         "chosen": chosen,
         "baseline": base,
         "reason": reason,
         "guard": guard,
-        "guard_ran": bool(verdicts) and ring["config"]["guard"]["enabled"],
-        "complete": bool(guard and guard["complete"]),
+        "guard_ran": bool(guarded) and ring["config"]["guard"]["enabled"],
+        "complete": bool(guard.get("complete")),
         "verdicts": verdicts,
         "reviews": [v["review"] for v in verdicts],
-        "promotion_mean": promoted.get(chosen, {}).get("score"),
-        "guard_mean": (
-            fmean(guard["candidate"]) if chosen != base and guard and guard["complete"] else None
-        ),
+        "finalists": rows,
+        "baseline_scores": baseline,
+        "promotion_mean": (chosen_row or {}).get("promotion_mean")
+        if chosen != base else (baseline or {}).get("search_mean"),
+        "guard_mean": (chosen_row or {}).get("guard_mean")
+        if chosen != base else (baseline or {}).get("guard_mean"),
+        "shrinkage": _shrinkage(rows),
         "final_view": {
-            "view": final_view,
-            "chosen": usable(read_score(layout, chosen, final_view, "s0"), direction),
-            "baseline": None
-            if base is None
-            else usable(read_score(layout, base, final_view, "s0"), direction),
+            "view": ring["final_view"],
+            "chosen": _final_score(ring, layout, chosen),
+            "baseline": _final_score(ring, layout, base),
         },
+        "selection_gap": story_gap(ring, chosen, rows, baseline),
         "weights": _weights_fingerprint(ring, chosen),
+        "guard_reused_search_rows": reuses_search_rows(ring),
+        "warnings": warnings,
         "note": "Guard and promotion scores are conditional on the frozen weights and the "
-        "current data. With 5 guard seeds only large effects (about 1.4 standard deviations "
-        "of the paired difference) pass reliably; raise guard.seeds for smaller ones.",
+        "current data. The guard's bound is a paired bootstrap over the guard rows and the "
+        "guard seeds' runs; promotion means are on the search views, guard means on the "
+        "guard views. Other guarded finalists run on the final view after the decision, "
+        "when time remains; until then the selection gap compares only who ran there.",
         "decided_at": time.time(),
-    }
+    }  # fmt: skip
     write_final(layout, chosen, record)
     atomic_write_json(layout.decision, record)
     Ledger(layout.ledger).append(
@@ -358,15 +567,48 @@ def _output_hash(layout, node, view, variant) -> str | None:
 
 
 def trained_finalists(ring_dir, finalists: list[str]) -> list[str]:
-    """Finalists that train weights: their cold retrain (fresh-s0) ran for their review."""
+    """Finalists that train weights: each gets one cold retrain (fresh-s0) after the decision."""
     ring = load_ring(ring_dir)
     return [n for n in finalists if load_node(ring, n)["solution"]["per_view_paths"]]
 
 
-def repro(ring_dir) -> dict:
-    """Diagnostic only: each trained finalist's cold retrain (fresh-s0) against its s0."""
+def after_decision_final_runs(decision: dict) -> list[str]:
+    """Guarded finalists that did not run on the final view for the decision: they do after
+    it, when time remains, so the selection gap compares every guarded finalist."""
+    sides = {decision.get("chosen"), decision.get("baseline")}
+    return [
+        row["node"] for row in decision.get("finalists", [])
+        if row["guarded"] and row["node"] not in sides
+    ]  # fmt: skip
+
+
+def complete_story(ring_dir) -> dict | None:
+    """After the decision: add the other guarded finalists' final-view scores to FINAL.json
+    and recompute the selection gap; the decision itself never changes."""
     ring, layout, _ = _ctx(ring_dir)
-    nodes = trained_finalists(ring_dir, read_json(layout.ranking)["finalists"])
+    if not layout.decision.exists():
+        return None
+    record = read_json(layout.decision)
+    if "finalists" not in record:
+        return record
+    for row in record["finalists"]:
+        row["final_view"] = _final_score(ring, layout, row["node"])
+    record["selection_gap"] = story_gap(
+        ring, record["chosen"], record["finalists"], record.get("baseline_scores")
+    )
+    atomic_write_json(layout.decision, record)
+    if (layout.final_dir / "FINAL.json").exists():
+        atomic_write_json(layout.final_dir / "FINAL.json", record)
+    return record
+
+
+def repro(ring_dir) -> dict:
+    """Diagnostic only, after the decision: each trained finalist's cold retrain (fresh-s0)
+    against its s0; then the rest of the final-view story."""
+    ring, layout, _ = _ctx(ring_dir)
+    decision = read_json(layout.decision)
+    nodes = [] if decision["decision"] in ("refused", "none") else trained_finalists(
+        ring_dir, read_json(layout.ranking)["finalists"])  # fmt: skip
     view = ring["search_views"][0]
     direction = ring["task"]["direction"]
     rows = []
@@ -387,6 +629,7 @@ def repro(ring_dir) -> dict:
             }
         )
     record = {"diagnostic_only": True, "checks": rows}
+    complete_story(ring_dir)
     if layout.final_dir.exists():
         atomic_write_json(layout.repro, record)
     atomic_write_json(layout.repro_record, record)

@@ -11,6 +11,7 @@ df 1..1000 and p in [1e-6, 1 - 1e-6].
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from statistics import NormalDist
@@ -317,3 +318,105 @@ def alpha_prime(alpha: float, final_top_k: int) -> float:
     if isinstance(final_top_k, bool) or not isinstance(final_top_k, int) or final_top_k < 1:
         raise ValueError(f"final_top_k must be an integer >= 1, got {final_top_k!r}")
     return alpha / final_top_k
+
+
+# Relative to the scores' scale, replicates closer than this are "equal": arithmetic noise.
+NO_SPREAD_REL = 1e-9
+
+
+def _bootstrap_table(side: Mapping, views: list[str], seeds: list[int], count: int, what: str):
+    table = []
+    for view in views:
+        for seed in seeds:
+            values = side.get(view, {}).get(seed)
+            if values is None or len(values) != count:
+                raise ValueError(
+                    f"{what}: {count} bootstrap scores needed for view {view!r} seed {seed}, "
+                    f"got {None if values is None else len(values)}"
+                )
+            table.append([float(v) for v in values])
+    return table
+
+
+def paired_bootstrap_lcb(
+    candidate: Mapping[str, Mapping[int, Sequence[float]]],
+    baseline: Mapping[str, Mapping[int, Sequence[float]]],
+    *,
+    alpha: float,
+    direction: str,
+    rng_seed: int | str = 0,
+) -> dict:
+    """Paired bootstrap lower confidence bound on the candidate's advantage (SPEC 10).
+
+    `candidate[view][seed]` holds B scores of that guard run, one per bootstrap resample
+    of the view's rows; resample b is the same rows for both sides. Replicate b resamples
+    the guard seeds' runs too (n draws with replacement, the same for both sides) and takes
+    the mean paired difference over the drawn seeds and every view, negated for
+    "minimize". The LCB is the alpha-quantile of the B replicates (the ceil(alpha*B)-th
+    smallest). A distribution without spread (a scorer that ignores the seed and
+    deterministic programs) bounds nothing: no LCB, and "reason" says why.
+    """
+    _check_alpha(alpha)
+    _check_direction(direction)
+    views = sorted(candidate)
+    if not views or sorted(baseline) != views:
+        raise ValueError(
+            f"paired bootstrap needs the same guard views on both sides, got "
+            f"{sorted(candidate)} and {sorted(baseline)}"
+        )
+    seeds = sorted(candidate[views[0]])
+    if not seeds:
+        raise ValueError("paired bootstrap needs at least one guard seed")
+    count = len(candidate[views[0]][seeds[0]])
+    if count < 1:
+        raise ValueError("paired bootstrap needs at least one bootstrap score per run")
+    cand = _bootstrap_table(candidate, views, seeds, count, "candidate")
+    base = _bootstrap_table(baseline, views, seeds, count, "baseline")
+    sign = -1.0 if direction == MINIMIZE else 1.0
+    for row in (*cand, *base):
+        if not all(math.isfinite(v) for v in row):
+            raise ValueError("guard bootstrap scores must be finite numbers")
+    # diff[view-seed cell][b], the cells ordered view-major as in the tables.
+    diff = [
+        [sign * (c - b) for c, b in zip(cr, br, strict=True)]
+        for cr, br in zip(cand, base, strict=True)
+    ]
+    n_seeds, n_views = len(seeds), len(views)
+    rng = random.Random(f"paired-bootstrap/{rng_seed}")
+    replicates = []
+    for b in range(count):
+        drawn = [rng.randrange(n_seeds) for _ in range(n_seeds)]
+        total = math.fsum(diff[v * n_seeds + s][b] for v in range(n_views) for s in drawn)
+        replicates.append(total / (n_views * n_seeds))
+    ordered = sorted(replicates)
+    index = max(0, math.ceil(alpha * count) - 1)
+    scale = max(abs(v) for row in (*cand, *base) for v in row) or 1.0
+    spread = ordered[-1] - ordered[0]
+    stats: dict = {
+        "method": "paired bootstrap",
+        "replicates": count,
+        "views": views,
+        "seeds": seeds,
+        "alpha": alpha,
+        "quantile_index": index,
+        "mean": math.fsum(replicates) / count,
+        "min": ordered[0],
+        "max": ordered[-1],
+        "spread": spread,
+        "lcb": None,
+        "reason": None,
+    }
+    if spread <= NO_SPREAD_REL * scale:
+        stats["reason"] = (
+            f"the bootstrap distribution of the paired difference has no spread (all {count} "
+            f"replicates are {ordered[0]:.6g}): the scorer ignores --seed and the programs "
+            "are deterministic, so the guard cannot bound the difference"
+        )
+        return stats
+    if alpha * count < 1:
+        stats["reason"] = (
+            f"{count} bootstrap resamples cannot give a {alpha:.3g}-quantile; raise guard.bootstrap"
+        )
+        return stats
+    stats["lcb"] = ordered[index]
+    return stats
