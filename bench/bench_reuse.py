@@ -75,6 +75,8 @@ def new_ring(work: Path, task: Path, candidates: Path, ring_id: str, store: Path
         store=str(store),
         runs_dir=str(work / "runs"),
         resources_dir=str(work / "resources"),
+        # Guard seeds on the search view measured here, not on the demo's guard view.
+        views={"search": [], "guard": [], "final": None},
     )
     ring = lock_ring(config, work)
     index = import_static(ring)

@@ -20,13 +20,17 @@ p = argparse.ArgumentParser()
 for a in ("--pred", "--labels", "--out"):
     p.add_argument(a)
 p.add_argument("--seed", type=int)
+p.add_argument("--bootstrap", type=int, default=0)
 a = p.parse_args()
 try:
     value = json.load(open(os.path.join(a.pred, "score.json")))["value"]
     truth = open(os.path.join(a.labels, "truth.txt")).read().strip()
     rec = {"score": float(value), "valid": True, "reason": "labels " + truth}
+    if a.bootstrap:
+        # The program's value is the score on any rows: this scorer ignores the seed.
+        rec["bootstrap"] = [float(value)] * a.bootstrap
 except Exception as exc:
-    rec = {"score": 0.0, "valid": False, "reason": f"no usable score.json: {exc}"}
+    rec = {"score": None, "valid": False, "reason": f"no usable score.json: {exc}"}
 fd, tmp = tempfile.mkstemp(dir=os.path.dirname(a.out))
 with os.fdopen(fd, "w") as f:
     json.dump(rec, f)
@@ -36,7 +40,7 @@ os.replace(tmp, a.out)
 # A candidate whose score per (view, seed) is drawn from a distribution set in
 # behaviour.json; with weights it "trains" a file holding the training seed.
 PROGRAM = """\
-import argparse, json, os, random, sys, time
+import argparse, hashlib, json, os, random, sys, time
 p = argparse.ArgumentParser()
 p.add_argument("--seed", type=int, default=0)
 p.add_argument("--ablate", action="store_true")
@@ -61,26 +65,33 @@ if b.get("weights"):
         with open(path, "w") as f:
             f.write("trained seed=%d ablate=%s data=%s\\n" % (tseed, a.ablate, data))
         print("trained", file=sys.stderr)
-where = view if b.get("view_sensitive") else data
-rng = random.Random(f"{b.get('noise_key', 'x')}/{where}/{a.seed}")
+rng = random.Random(f"{b.get('noise_key', 'x')}/{data}/{a.seed}")
 value = b["mean"] + rng.gauss(0, b.get("sd", 0.0))
-if b.get("view_sensitive") and view not in ("proxy", "x3", "final"):
-    value -= 0.5
+if b.get("view_sensitive"):
+    # Its score follows the name it is given for the view (an alias drawn per ring).
+    value -= 0.1 + 0.4 * int(hashlib.sha256(view.encode()).hexdigest()[:8], 16) / 2**32
+if b.get("no_output"):
+    sys.exit(0)
 with open(os.path.join(os.environ["RINGFLOW_OUTPUT_DIR"], "score.json"), "w") as f:
     json.dump({"value": value}, f)
 """
 
 
-def make_task(root: Path, views=("proxy", "x3", "final")) -> Path:
+def make_task(root: Path, views=("proxy", "x3", "final"), roles: dict | None = None) -> Path:
+    """The scripted task; `roles` ({search, guard, final}) declares view roles instead of a
+    plain view list (its views are created)."""
     task = root / "task"
     (task).mkdir(parents=True, exist_ok=True)
+    if roles is not None:
+        views = [*roles["search"], *roles.get("guard", []), roles["final"]]
     (task / "task.yaml").write_text(
         yaml.safe_dump(
             {
                 "name": "scripted",
                 "direction": "maximize",
                 "scorer": "python scorer.py",
-                "views": list(views),
+                "views": roles if roles is not None else list(views),
+                "scorer_bootstrap": True,
             }
         )
     )
@@ -103,6 +114,8 @@ def make_candidate(
     **behaviour,
 ) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
+    # Each program draws its own seed noise unless a test makes two share it.
+    behaviour.setdefault("noise_key", folder.name)
     (folder / "run.py").write_text(PROGRAM)
     (folder / "behaviour.json").write_text(
         json.dumps({"mean": mean, "sd": sd, "weights": weights, **behaviour})

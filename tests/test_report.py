@@ -306,13 +306,21 @@ def test_weights_counts_match_results(demo_page):
 
 def test_every_seed_score_and_failed_status_shown(demo_page):
     ring, page = demo_page
-    score = json.loads((ring / "nodes/n003-knn/exec/x3/g6/score.json").read_text())["score"]
+    # Guard seeds run on the demo's guard view, for the finalists that were guarded.
+    guarded = json.loads((ring / "selection" / "verdict-1.json").read_text())["node"]
+    path = ring / "nodes" / guarded / "exec" / "guard" / "g6" / "score.json"
+    score = json.loads(path.read_text())["score"]
+    table = re.search(
+        r"<h3>View guard</h3>\s*<table class=\"scores\">(.*?)</table>", page, flags=re.S
+    ).group(1)
+    grid = rows(table)
+    header, by_node = grid[0], {r[0]: r for r in grid[1:]}
+    assert by_node[guarded][header.index("g6")] == f"{score:.4f}"
     table = re.search(
         r"<h3>View x3</h3>\s*<table class=\"scores\">(.*?)</table>", page, flags=re.S
     ).group(1)
     grid = rows(table)
     header, by_node = grid[0], {r[0]: r for r in grid[1:]}
-    assert by_node["n003-knn"][header.index("g6")] == f"{score:.4f}"
     assert by_node["n001-crasher"][header.index("s0")] == "crash"
 
 

@@ -24,9 +24,10 @@ from ..jsonio import atomic_write_text, read_json
 from ..ring.clock import load_ring
 from ..ring.layout import SEARCH_VARIANTS, RingLayout
 from ..scoring import usable
+from ..selection.gap import selection_gap as gap_of
 
 HEALTH_EVENTS = ("would_hang", "busy_no_progress")
-LATE_VARIANTS = ("blind-s0", "fresh-s0")
+LATE_VARIANTS = ("blind-s0", "blind2-s0", "fresh-s0")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -525,7 +526,8 @@ def first_valid(ctx: dict) -> dict | None:
 
 
 def selection_gap(ctx: dict) -> dict:
-    """The ring's choice against the best node on the final view (nodes that ran there)."""
+    """The ring's choice against the best node on the final view (nodes that ran there),
+    by the one definition FINAL.json uses (`ringflow.selection.gap`)."""
     ring = ctx["ring"]
     direction, view = ring["task"]["direction"], ring.get("final_view")
     rows = []
@@ -536,22 +538,16 @@ def selection_gap(ctx: dict) -> dict:
                 rows.append({"node": e.node, "score": value})
     rows.sort(key=lambda r: (-r["score"] if direction == "maximize" else r["score"], r["node"]))
     chosen = (ctx["decision"] or {}).get("chosen")
-    chosen_score = next((r["score"] for r in rows if r["node"] == chosen), None)
+    shared = gap_of(chosen, {r["node"]: r["score"] for r in rows}, direction)
     best = rows[0] if rows else None
-    gap = None
-    if best is not None and chosen_score is not None:
-        gap = (
-            best["score"] - chosen_score
-            if direction == "maximize"
-            else chosen_score - best["score"]
-        )
     return {
         "view": view,
         "rows": rows,
         "chosen": chosen,
-        "chosen_score": chosen_score,
+        "chosen_score": shared["chosen_score"],
         "best": best,
-        "gap": gap,
+        "gap": shared["gap"],
+        "compared": shared["compared"],
         "direction": direction,
     }
 
@@ -561,6 +557,8 @@ def decision_section(ctx: dict, files: RingFiles, layout: RingLayout) -> dict | 
     if decision is None:
         return None
     guard = decision.get("guard") or None
+    if guard and guard.get("ran") is False:
+        guard = None  # FINAL.json always has a guard record; this one did not run
     guard_rows = []
     if guard:
         diffs = guard.get("differences") or [None] * len(guard.get("seeds", []))
