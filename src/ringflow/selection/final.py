@@ -343,7 +343,7 @@ def verdict(ring_dir, rank: int) -> dict:
         )
         info.update(lcb=stats["lcb"], mean=stats["mean"], bootstrap={
             k: stats[k] for k in ("method", "replicates", "quantile_index", "mean", "min",
-                                  "max", "spread", "reason")})  # fmt: skip
+                                  "max", "spread", "detectable", "reason")})  # fmt: skip
         replace, reason = guardstats.guard_verdict(stats, margin=guard["margin"], complete=True)
     record.update(eligible=True, replace=replace, reason=reason, guard=info)
     atomic_write_json(layout.verdict(rank), record)
