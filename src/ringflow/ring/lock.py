@@ -256,6 +256,11 @@ def lock_anchor_problems(ring_dir: Path) -> list[str]:
     if not entries:
         return [f"lock: {layout.ledger} has no ring_locked entry to check RING.json against"]
     entry = entries[0]
+    if "seeds_sha256" not in entry or "lock_sha256" not in entry:
+        return [
+            f"lock: the ledger's lock entry of {layout.root} records no hash of RING.json "
+            "(locked by an older ringflow), so its guard seeds cannot be checked"
+        ]
     problems = []
     seeds_hash = seeds.seeds_digest(lock.get("guard_seeds"), lock.get("chain_exposed_seeds"))
     if entry.get("seeds_sha256") != seeds_hash:
