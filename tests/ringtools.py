@@ -114,8 +114,6 @@ def make_candidate(
     **behaviour,
 ) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    # Each program draws its own seed noise unless a test makes two share it.
-    behaviour.setdefault("noise_key", folder.name)
     (folder / "run.py").write_text(PROGRAM)
     (folder / "behaviour.json").write_text(
         json.dumps({"mean": mean, "sd": sd, "weights": weights, **behaviour})

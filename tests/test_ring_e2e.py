@@ -52,7 +52,9 @@ def ring1(tmp_path_factory):
     (cands / "huge" / "ARTIFACTS.json").write_text(
         json.dumps([{"path": "weights/big.bin", "per_view": False}])
     )
-    make_candidate(work / "baseline", mean=0.5, sd=0.01)
+    # Its own seed noise: with the candidates' noise the guard's differences would be
+    # constant, and a bootstrap without spread never passes.
+    make_candidate(work / "baseline", mean=0.5, sd=0.01, noise_key="baseline")
     config = spine_config(work, "r1")
     snakemake(work, config)
     return work, config, work / "runs" / "r1"

@@ -27,7 +27,7 @@ def test_a_ring_runs_in_user_only_mode(tmp_path):
         )
         execution = {"command": [SYSTEM_PYTHON, "run.py"], "train_seed": 0}
         (folder / "EXECUTION.json").write_text(json.dumps(execution))
-    base = make_candidate(tmp_path / "base" / "baseline", mean=0.5, sd=0.01)
+    base = make_candidate(tmp_path / "base" / "baseline", mean=0.5, sd=0.01, noise_key="base")
     (base / "EXECUTION.json").write_text(json.dumps({"command": [SYSTEM_PYTHON, "run.py"]}))
     config = write_config(
         tmp_path,
