@@ -22,6 +22,7 @@ from ..weights.store import WeightsStore
 from . import guardstats
 from .gap import selection_gap
 from .promote import node_mean
+from .seeds import chain_rings
 
 # View-blind check: scores closer than this, relative to their scale, are the same score
 # (float summation order after a reordering moves a score by ~1e-8).
@@ -259,8 +260,6 @@ def guarded_before(ring: dict, node_id: str) -> dict | None:
     guard view with the same content, if any: it is not guarded again on those rows."""
     if not ring.get("continue_from"):
         return None
-    from .seeds import chain_rings
-
     mine = {ring["views"][v]["content_hash"] for v in guard_views(ring)}
     tree = load_node(ring, node_id).get("tree_hash")
     previous = (Path(ring["ring_dir"]) / ring["continue_from"]).resolve()
