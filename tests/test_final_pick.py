@@ -18,7 +18,7 @@ from ringflow.jsonio import atomic_write_json
 from ringflow.nodes import import_static
 from ringflow.ring.lock import lock_ring
 from ringflow.scoring import BOOTSTRAP_SEED_BASE, _bootstrap, usable
-from ringflow.selection.final import choose, guarded_before
+from ringflow.selection.final import choose, guarded_before, side_problem
 from ringflow.selection.promote import promote, rank
 from ringflow.selection.seeds import REGISTRY_FILE
 from ringflow.verify import verify_ring
@@ -273,3 +273,28 @@ def test_a_scorer_without_batch_bootstrap_is_called_once_per_resample(tmp_path):
         values, why = _bootstrap(task, argv, 3, tmp_path, time.time() + 60, log)
     assert why is None
     assert values == [(BOOTSTRAP_SEED_BASE + b) % 7 / 10 for b in range(3)]
+
+
+def run(seed: int, status="ok", score=0.5, bootstrap=(0.5,), budget_cut=False, reason=""):
+    return {"view": "guard", "seed": seed, "status": status, "budget_cut": budget_cut,
+            "score": score, "bootstrap": list(bootstrap) if bootstrap else None,
+            "reason": reason}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("bad", "kind"),
+    [
+        (run(4, status="crash", score=None, bootstrap=None, reason="exit 1"), "failed"),
+        (run(4, score=None, bootstrap=None, reason="invalid: bad header"), "failed"),
+        (run(4, status="interrupted", score=None, bootstrap=None, budget_cut=True), "incomplete"),
+        (run(4, status="interrupted", score=None, bootstrap=None, reason="orphaned"), "incomplete"),
+        (run(4, status=None, score=None, bootstrap=None), "incomplete"),
+    ],
+)
+def test_a_guard_side_tells_its_own_failure_from_an_incomplete_guard(bad, kind):
+    problem = side_problem([run(3), bad, run(5)])
+    assert problem is not None and problem[0] == kind and "guard/g4" in problem[1]
+    assert side_problem([run(3), run(4), run(5)]) is None
+    # Time running out anywhere outranks a failure elsewhere: the guard is incomplete.
+    cut = run(5, status="interrupted", score=None, bootstrap=None, budget_cut=True)
+    assert side_problem([bad, cut])[0] == "incomplete"
