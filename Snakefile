@@ -22,6 +22,10 @@ onstart:
     start_timekeeper()
 
 
+onerror:
+    report_stop()
+
+
 rule all:
     default_target: True
     input:

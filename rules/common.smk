@@ -19,6 +19,8 @@ from ringflow.selection.final import (
 from ringflow.jsonio import read_json_cached as read_json
 from ringflow.ring.layout import NODE_PATTERN, VARIANT_PATTERN, VIEW_PATTERN, RingLayout
 from ringflow.ring.lock import check_existing_lock
+from ringflow.ring.stop import stopped_reason
+from ringflow.sandbox.slots import gpu_slots
 
 coerce_config(config, workflow.source_path("../config/config.schema.yaml"))
 validate(config, "../config/config.schema.yaml")
@@ -28,6 +30,9 @@ RING = RingLayout(Path(config["runs_dir"]) / config["ring_id"])
 RINGFLOW = f"{sys.executable} -m ringflow"
 
 check_existing_lock(config)
+# profiles/gpu declares the `gpu` resource: then one slot per GPU this machine has (SLURM
+# jobs bring their own allocation), so as many executions run at once as there are GPUs.
+GPU_SLOTS = gpu_slots(workflow.global_resources)
 
 
 wildcard_constraints:
@@ -48,6 +53,13 @@ def log_for(rule, name):
 
 def start_timekeeper():
     timekeeper.start_in_background(RING.root)
+
+
+def report_stop():
+    """After a failed run: say why the ring stopped, if the machinery stopped it."""
+    reason = stopped_reason(RING.root)
+    if reason is not None:
+        print(f"ringflow: the ring {RING.root} stopped: {reason}", file=sys.stderr)
 
 
 # ---- the ring and its nodes -------------------------------------------------------------
@@ -133,6 +145,11 @@ def execution_priority(wildcards):
 
 def execution_threads(wildcards):
     return ring_lock()["config"]["limits"]["threads"]
+
+
+def execution_gpus(wildcards):
+    """GPUs per execution where the profile declares GPU slots (profiles/gpu), else none."""
+    return config["gpus_per_execution"] if GPU_SLOTS else 0
 
 
 def execution_mem_mb(wildcards):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,7 @@ from ringflow.errors import InputError
 from ringflow.jsonio import atomic_write_json
 from ringflow.nodes import import_static
 from ringflow.ring.lock import lock_ring
-from ringflow.scoring import BOOTSTRAP_SEED_BASE, _bootstrap, usable
+from ringflow.scoring import BOOTSTRAP_SEED_BASE, _bootstrap, bootstrap_values, usable
 from ringflow.selection.final import choose, guarded_before, side_problem
 from ringflow.selection.promote import promote, rank
 from ringflow.selection.seeds import REGISTRY_FILE
@@ -257,22 +257,46 @@ def test_a_program_guarded_in_an_earlier_ring_is_not_guarded_again(tmp_path, sto
     assert guarded_before(first, "n001-a") is None
 
 
-def test_a_scorer_without_batch_bootstrap_is_called_once_per_resample(tmp_path):
+SEED_SCORER = (
+    "import argparse, json\n"
+    "p = argparse.ArgumentParser()\n"
+    "for a in ('--pred', '--labels', '--out'): p.add_argument(a)\n"
+    "p.add_argument('--seed', type=int)\n"
+    "p.add_argument('--bootstrap', type=int, default=0)\n"
+    "a = p.parse_args()\n"
+    "rec = {'score': a.seed % 7 / 10, 'valid': True, 'reason': ''}\n"
+    "if a.bootstrap: rec['bootstrap'] = [(a.seed + b) % 7 / 10 for b in range(a.bootstrap)]\n"
+    "json.dump(rec, open(a.out, 'w'))\n"
+)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_bootstrap_scores_come_from_one_call_or_one_call_per_resample(tmp_path, batched):
+    """The scorer itself runs (directly here; a ring runs it in the evaluator sandbox)."""
     scorer = tmp_path / "scorer.py"
-    scorer.write_text(
-        "import argparse, json\n"
-        "p = argparse.ArgumentParser()\n"
-        "for a in ('--pred', '--labels', '--out'): p.add_argument(a)\n"
-        "p.add_argument('--seed', type=int)\n"
-        "a = p.parse_args()\n"
-        "json.dump({'score': a.seed % 7 / 10, 'valid': True, 'reason': ''}, open(a.out, 'w'))\n"
-    )
-    task = {"dir": str(tmp_path), "scorer": f"python {scorer}", "scorer_bootstrap": False}
-    argv = [sys.executable, str(scorer), "--pred", "p", "--labels", "l"]
-    with open(tmp_path / "log", "w") as log:
-        values, why = _bootstrap(task, argv, 3, tmp_path, time.time() + 60, log)
-    assert why is None
-    assert values == [(BOOTSTRAP_SEED_BASE + b) % 7 / 10 for b in range(3)]
+    scorer.write_text(SEED_SCORER)
+    calls = []
+
+    def call_scorer(seed, extra):
+        out = tmp_path / f"out-{seed}.json"
+        argv = [sys.executable, str(scorer), "--pred", "p", "--labels", "l", "--seed",
+                str(seed), "--out", str(out), *extra]  # fmt: skip
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        calls.append(extra)
+        return ("done" if done.returncode == 0 else "exit"), done.stderr, out
+
+    task = {"scorer_bootstrap": batched}
+    record = _bootstrap(task, 4, call_scorer, 60.0)
+    assert record["bootstrap"] == [(BOOTSTRAP_SEED_BASE + b) % 7 / 10 for b in range(4)]
+    assert len(calls) == (1 if batched else 4)
+
+
+def test_a_scorer_that_returns_no_bootstrap_list_fails_as_a_scorer():
+    values, why = bootstrap_values({"valid": True, "score": 0.5}, True, 9)
+    assert values is None and "'bootstrap'" in why
+    values, why = bootstrap_values({"valid": False, "score": None}, False, 9)
+    assert values is None and "no valid score" in why
+    assert bootstrap_values({"valid": True, "score": 0.5}, False, 9) == ([0.5], "")
 
 
 def run(seed: int, status="ok", score=0.5, bootstrap=(0.5,), budget_cut=False, reason=""):

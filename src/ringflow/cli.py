@@ -29,7 +29,7 @@ def cmd_execute(args) -> int:
     from .execute import run_execution
     from .scoring import score_execution
 
-    result = run_execution(args.ring_dir, args.node, args.view, args.variant)
+    result = run_execution(args.ring_dir, args.node, args.view, args.variant, gpus=args.gpus)
     print(json.dumps({k: result[k] for k in ("status", "budget_cut", "weights_mode", "reason")}))
     score = score_execution(args.ring_dir, args.node, args.view, args.variant)
     print(json.dumps({k: score.get(k) for k in ("score", "valid", "reason")}))
@@ -208,7 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("reserve", cmd_reserve, "re-estimate the final reserve once (may move the cutoff)")
     add("import-nodes", cmd_import_nodes, "(rule) create the ring's nodes")
-    add("execute", cmd_execute, "(rule) run one execution, then score it", *execution)
+    gpus = (("--gpus",), {"type": int, "default": 0, "help": "GPUs to give the program"})
+    add("execute", cmd_execute, "(rule) run one execution, then score it", *execution, gpus)
     add("score", cmd_score, "score one finished execution again", *execution)
     add("key-target", cmd_key_target, "(rule) write a weights key's target", (("key",), {}))
     add("search-summary", cmd_search_summary, "(rule) record the end of the search")

@@ -8,9 +8,9 @@ candidate is a recorded status here, never an exception.
 
 from __future__ import annotations
 
-import json
 import os
-import sys
+import secrets
+import shutil
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -27,9 +27,12 @@ from .errors import (
 )
 from .jsonio import atomic_write_json
 from .ring.clock import deadline_for, load_node, load_ring
+from .ring.inputs import check_inputs, program_inputs
 from .ring.layout import RingLayout
 from .ring.ledger import Ledger, emit_event
-from .selection.disguise import BLIND_COPIES, alias, disguised_inputs
+from .ring.stop import refuse_if_stopped, stop_ring
+from .sandbox.gpus import Allocation, allocate, default_lock_dir, device_nodes
+from .selection.disguise import BLIND_COPIES, alias
 from .supervisor import HealthSettings, ResourceLimits, supervise
 from .task import command_argv
 from .weights import keys
@@ -88,15 +91,26 @@ class Execution:
     def blind(self) -> bool:
         return self.variant in BLIND_COPIES
 
+    box: Path | None = None  # runs/<ring>/boxes/<random>: this run's neutral folders
+    gpus_wanted: int = 0
+    gpus: Allocation | None = None
+
     @property
     def work(self) -> Path:
-        return self.dir / "work" / "solution"
+        assert self.box is not None
+        return self.box / "solution"
+
+    @property
+    def box_output(self) -> Path:
+        assert self.box is not None
+        return self.box / "output"
 
     def should_stop(self) -> str | None:
         return "deadline passed" if self.deadline() <= time.time() else None
 
 
 def _load(ring_dir, node_id: str, view: str, variant: str) -> Execution:
+    refuse_if_stopped(ring_dir)
     ring = load_ring(ring_dir)
     check_environment(ring)
     layout = RingLayout(Path(ring["ring_dir"]))
@@ -134,14 +148,56 @@ def _new_result(ex: Execution) -> dict:
     }
 
 
-def run_execution(ring_dir: str | Path, node_id: str, view: str, variant: str) -> dict:
+def run_execution(
+    ring_dir: str | Path, node_id: str, view: str, variant: str, gpus: int = 0
+) -> dict:
     ex = _load(ring_dir, node_id, view, variant)
+    ex.gpus_wanted = gpus
     result = _new_result(ex)
     if ex.should_stop():
         result.update(budget_cut=True, reason="not started: the deadline had passed")
         return _finish(ex, result)
-    reset_dir(ex.dir / "work")
-    link_tree(ex.layout.submission(node_id), ex.work)
+    inputs = program_inputs(ex.ring, view, variant)
+    _check_view(ex, inputs, "before the run")
+    ex.box = _make_box(ex)
+    try:
+        return _run_in_box(ex, result, inputs)
+    finally:
+        shutil.rmtree(ex.box, ignore_errors=True)
+
+
+def _make_box(ex: Execution) -> Path:
+    """A folder with a random name for this run's working copy and output.
+
+    Programs see their folders under /ringflow; the host paths behind those binds show in
+    the mount table, so they name neither the node, the view nor the kind of run.
+    """
+    boxes = ex.layout.root / "boxes"
+    boxes.mkdir(exist_ok=True)
+    box = boxes / secrets.token_hex(8)
+    box.mkdir(mode=0o755)
+    link_tree(ex.layout.submission(ex.node["id"]), box / "solution")
+    (box / "output").mkdir()
+    return box
+
+
+def _check_view(ex: Execution, inputs: Path, when: str) -> None:
+    """The data a program reads is the data hashed at lock time (SPEC 4), or the ring stops."""
+    if ex.blind:
+        return  # a disguised copy is ringflow's own, made from the checked snapshot
+    manifest = ex.ring["views"][ex.view]
+    problem = check_inputs(inputs, manifest["inputs_files"])
+    if problem is not None:
+        raise stop_ring(
+            ex.layout.root,
+            f"view {ex.view} changed under the locked ring ({problem}, noticed {when}); "
+            "start a new ring_id to use the changed data",
+            view=ex.view,
+        )
+
+
+def _run_in_box(ex: Execution, result: dict, inputs: Path) -> dict:
+    node_id, view, variant = ex.node["id"], ex.view, ex.variant
     store = WeightsStore(ex.ring["store"])
     with ExitStack() as lock:
         try:
@@ -155,12 +211,27 @@ def run_execution(ring_dir: str | Path, node_id: str, view: str, variant: str) -
             emit_event(ex.layout.root, "replay_check_failed", node=node_id, view=view,
                        variant=variant, file=exc.path, reason=exc.reason)  # fmt: skip
             return _finish(ex, result)
+        except OSError as exc:
+            # An unreadable or full store is the machine's failure, not the candidate's.
+            why = f"the weights store {ex.ring['store']} failed for {node_id} {view}/{variant}"
+            raise stop_ring(ex.layout.root, f"{why}: {exc}", node=node_id) from None
         result.update(weights_mode=mode, replay_method=method)
         try:
-            result.update(_run_program(ex, training=mode in (statuses.TRAIN, statuses.FRESH)))
-        except SandboxError as exc:
-            result.update(status=statuses.CRASH, reason=f"the sandbox could not start it: {exc}")
+            training = mode in (statuses.TRAIN, statuses.FRESH)
+            with ExitStack() as held:
+                if ex.gpus_wanted:
+                    ex.gpus = _take_gpus(ex, held)
+                    result["gpus"] = [gpu.to_dict() for gpu in ex.gpus.gpus]
+                result.update(_run_program(ex, inputs, training=training))
+        except DeadlineReached as exc:
+            result.update(budget_cut=True, reason=f"gave up waiting for a GPU: {exc}")
             return _finish(ex, result)
+        except SandboxError as exc:
+            # The machine's failure, never the candidate's (SPEC 7.6).
+            raise stop_ring(ex.layout.root, f"the sandbox could not run {node_id} {view}/"
+                            f"{variant}: {exc}", node=node_id) from None  # fmt: skip
+        _check_view(ex, inputs, "after the run")
+        os.replace(ex.box_output, reset_dir(ex.dir / "output"))
         if mode == statuses.TRAIN and result["status"] == statuses.OK:
             _register(ex, store, result)
     return _finish(ex, result)
@@ -184,8 +255,13 @@ def _settle_weights(ex: Execution, store: WeightsStore, lock: ExitStack):
 
 
 def _program_env(ex: Execution) -> dict[str, str]:
-    return {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+    """The program's environment, from an allow-list: nothing of ringflow's own passes.
+
+    PATH names the program's environment and the system folders; every path the program
+    is given is one it sees (SPEC 7.6)."""
+    program = ex.ring["program"]
+    env = {
+        "PATH": f"{Path(program['executable']).parent}:/usr/local/bin:/usr/bin:/bin",
         "LANG": os.environ.get("LANG", "C.UTF-8"),
         "PYTHONDONTWRITEBYTECODE": "1",
         # Every run sees an alias, so a view-blind run looks like any other.
@@ -193,44 +269,53 @@ def _program_env(ex: Execution) -> dict[str, str]:
         "RINGFLOW_SEED": str(ex.spec["seed"]),
         **thread_env(ex.config["limits"]["threads"]),
     }
+    if ex.gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ex.gpus.visible_devices
+    for name in ex.config["sandbox"]["env_pass"]:
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
 
 
 def _hidden_paths(ring: dict) -> tuple[Path, ...]:
-    task_views = Path(ring["task"]["dir"]) / "views"
-    labels = [task_views / view / "labels" for view in ring["task"]["views"]]
-    return (*labels, Path(ring["store"]))
+    """Never visible, even where a system folder or a declared mount would show them."""
+    ring_dir = Path(ring["ring_dir"])
+    return (ring_dir.parent, Path(ring["task"]["dir"]), Path(ring["store"]))
 
 
-def _sandbox_request(ex: Execution, output: Path, writable: tuple[Path, ...]):
-    box = ex.config["sandbox"]
-    inputs = (disguised_inputs(ex.ring, ex.view, BLIND_COPIES[ex.variant]) if ex.blind
-              else Path(ex.ring["views"][ex.view]["dir"]) / "inputs")  # fmt: skip
+def _sandbox_request(ex: Execution, inputs: Path, writable: tuple[Path, ...]):
+    box, limits = ex.config["sandbox"], ex.config["limits"]
     return sandbox.SandboxRequest(
         solution_dir=ex.work,
         input_dir=inputs,
-        output_dir=output,
+        output_dir=ex.box_output,
         progress_file=ex.work / PROGRESS_FILE,
         writable_dirs=writable,
+        environment_dirs=tuple(Path(d) for d in ex.ring["program"]["dirs"]),
+        mounts=tuple(Path(m) for m in box["mounts"]),
         hidden_paths=_hidden_paths(ex.ring),
-        blind=ex.blind,
+        network=box["network"],
         uid=box["uid"],
         gid=box["gid"],
-        staging_root=Path(box["staging_root"]) if box["staging_root"] else None,
+        tmp_mb=box["tmp_mb"],
+        gpu_devices=tuple(device_nodes(ex.gpus.gpus)) if ex.gpus else (),
+        max_processes=limits["max_processes"],
+        max_file_bytes=int(limits["output_gb"] * 1024**3),
     )
 
 
-def _run_program(ex: Execution, training: bool) -> dict:
-    output = reset_dir(ex.dir / "output")
+def _run_program(ex: Execution, inputs: Path, training: bool) -> dict:
     health_dir = reset_dir(ex.dir / "health")
     weights_rel = weights_dirs(ex.node["solution"]["per_view_paths"])
     writable = tuple(ex.work / d for d in weights_rel) if training else ()
     for folder in writable:
         folder.mkdir(parents=True, exist_ok=True)
         unshare_files(folder)
-    argv = command_argv(" ".join(ex.node["solution"]["command"]))
+    command = " ".join(ex.node["solution"]["command"])
+    argv = command_argv(command, python=ex.ring["program"]["executable"])
     argv += ["--seed", str(ex.spec["seed"]), *(["--ablate"] if ex.spec["ablate"] else [])]
-    sandbox.probe_for(ex.config["sandbox"])
-    plan = sandbox.plan(_sandbox_request(ex, output, writable), argv, _program_env(ex),
+    info = _sandbox_info(ex)
+    plan = sandbox.plan(_sandbox_request(ex, inputs, writable), argv, _program_env(ex), info,
                         weights_rel[0] if weights_rel else None)  # fmt: skip
     try:
         outcome = supervise(
@@ -243,15 +328,20 @@ def _run_program(ex: Execution, training: bool) -> dict:
             settings=HealthSettings.from_config(ex.config["exec_health"]),
             limits=ResourceLimits.from_config(ex.config["limits"]),
             deadline=ex.deadline,
-            watch_output=[output],
+            watch_output=[ex.box_output],
             watch_writable=list(writable),
             progress_file=ex.work / PROGRESS_FILE,
             wrappers=plan.wrappers,
+            gpu_ids=[gpu.index for gpu in ex.gpus.gpus] if ex.gpus else None,
+            pass_fds=() if plan.status_fd is None else (plan.status_fd,),
+            mark_environment=plan.mode == "none",
         )
+        if outcome.events and outcome.events[0].get("event") == "start_failed":
+            raise SandboxError(outcome.reason)
+        if outcome.exit_code is not None or outcome.signal is not None:
+            plan.confirm_started()
     finally:
         plan.finish()
-    if plan.mode != "bwrap":
-        _announce_degraded_sandbox(ex.layout, plan)
     record = outcome.to_dict()
     return {
         **{k: record[k] for k in OUTCOME_FIELDS},
@@ -264,17 +354,20 @@ def _run_program(ex: Execution, training: bool) -> dict:
     }
 
 
-def _announce_degraded_sandbox(layout: RingLayout, plan) -> None:
-    """Say once per ring that programs run without bubblewrap (no network isolation)."""
-    marker = layout.root / "sandbox_degraded.json"
-    try:
-        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return
-    with os.fdopen(fd, "w") as handle:
-        json.dump({"mode": plan.mode, "notes": plan.notes}, handle)
-    emit_event(layout.root, "sandbox_degraded", mode=plan.mode, notes=plan.notes)
-    print(f"ringflow: warning: sandbox mode {plan.mode}: {'; '.join(plan.notes)}", file=sys.stderr)
+def _take_gpus(ex: Execution, held: ExitStack) -> Allocation:
+    return allocate(ex.gpus_wanted, default_lock_dir(), held, should_stop=ex.should_stop)
+
+
+def _sandbox_info(ex: Execution) -> dict:
+    if ex.config["sandbox"]["mode"] == "none":
+        return {"mode": "none"}
+    info = sandbox.require_sandbox(ex.config["sandbox"])
+    if info["mode"] != ex.ring["sandbox"]["mode"]:
+        raise SandboxError(
+            f"the ring was locked with sandbox mode {ex.ring['sandbox']['mode']} but this job "
+            f"gets {info['mode']} (a job run as another user?)"
+        )
+    return info
 
 
 def _register(ex: Execution, store: WeightsStore, result: dict) -> None:

@@ -6,33 +6,60 @@ holds the labels; its waits give up at the execution's (moving) deadline.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import signal
+import stat
 import subprocess
 import time
 from pathlib import Path
 
-from . import statuses
+from . import sandbox, statuses
 from .errors import InputError
 from .jsonio import atomic_write_json, read_json
 from .ring.clock import load_ring, scoring_deadline_for
+from .ring.inputs import program_inputs
 from .ring.layout import RingLayout, variant_seed
+from .ring.stop import stop_ring
+from .sandbox.evaluator import (
+    INSIDE_INPUTS,
+    INSIDE_LABELS,
+    INSIDE_PRED,
+    INSIDE_RECORD,
+    evaluator_argv,
+    evaluator_env,
+)
+from .sandbox.output_check import refuse_pointers
+from .sandbox.ownership import OwnershipLoan
 from .task import command_argv
+from .workcopy import reset_dir
 
 
-def _run(argv: list[str], cwd: str, deadline: float, log) -> tuple[int | None, str]:
-    """Run a scorer or validator; None as exit code when the deadline came first."""
+def _run(argv: list[str], env: dict, deadline, limit_s: float, log) -> tuple[str, str]:
+    """Run a scorer or validator in its sandbox: ("done" | "cut" | "timeout", stderr).
+
+    The deadline is re-read at every poll, so a cutoff moved earlier reaches a scorer
+    that is already running ("cut", a budget cut); its own time limit is "timeout", a
+    failure of the scorer, never a budget cut.
+    """
     proc = subprocess.Popen(
-        argv, cwd=cwd, stdout=log, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+        argv, cwd="/", env=env, stdout=log, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    give_up = time.time() + limit_s
     while True:
         try:
             _, err = proc.communicate(timeout=0.25)
-            return proc.returncode, err or ""
+            return ("done" if proc.returncode == 0 else f"exit {proc.returncode}"), err or ""
         except subprocess.TimeoutExpired:
-            if time.time() >= deadline:
+            now = time.time()
+            if now >= deadline() or now >= give_up:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
                 proc.kill()
                 proc.communicate()
-                return None, "gave up: deadline reached"
+                return ("cut" if now >= deadline() else "timeout"), ""
 
 
 def _last_line(err: str, code: int | None) -> str:
@@ -66,102 +93,185 @@ def _check_score(raw: object, path: Path) -> dict:
 BOOTSTRAP_SEED_BASE = 1_000_000
 
 
-def _bootstrap(task: dict, base_argv: list[str], count: int, exec_dir: Path, deadline, log):
-    """`count` bootstrap scores: one call with `--bootstrap N` where the task's scorer
-    declares it (`scorer_bootstrap: true`), else one call per resample. (scores, None) or
-    (None, reason); reason "deadline" when time ran out."""
-    out = exec_dir / "score.bootstrap.json"
+def is_guard_variant(variant: str) -> bool:
+    return variant.startswith("g") and variant[1:].isdigit()
+
+
+def bootstrap_calls(task: dict, count: int) -> list[tuple[int, list[str]]]:
+    """(seed, extra arguments) of each scorer call that yields the `count` bootstrap
+    scores: one call with `--bootstrap N` where the task's scorer declares it
+    (`scorer_bootstrap: true`), else one call per resample."""
     first = BOOTSTRAP_SEED_BASE
-    calls = (
-        [(first, ["--bootstrap", str(count)])]
-        if task.get("scorer_bootstrap")
-        else [(first + b, []) for b in range(count)]
-    )
-    scores: list[float] = []
-    for seed, extra in calls:
-        out.unlink(missing_ok=True)
-        argv = [*base_argv, "--seed", str(seed), "--out", str(out), *extra]
-        code, err = _run(argv, task["dir"], deadline, log)
-        log.write(err)
-        if code is None:
-            return None, "deadline"
-        if code != 0 or not out.exists():
-            return None, f"scorer failed on bootstrap seed {seed}: {_last_line(err, code)}"
-        try:
-            raw = read_json(out)
-        except InputError as exc:
-            return None, f"scorer failed on bootstrap seed {seed}: {exc}"
-        values = raw.get("bootstrap") if extra else [raw.get("score")]
-        if not raw.get("valid") or not isinstance(values, list) or not all(map(_finite, values)):
-            return None, (
-                f"scorer gave no valid bootstrap scores for seed {seed}"
-                + (f" (expected a list of {count} finite numbers in 'bootstrap')" if extra else "")
-            )
-        scores += [float(v) for v in values]
-    out.unlink(missing_ok=True)
-    if len(scores) != count:
-        return None, f"scorer returned {len(scores)} bootstrap scores, expected {count}"
-    return scores, None
+    if task.get("scorer_bootstrap"):
+        return [(first, ["--bootstrap", str(count)])]
+    return [(first + b, []) for b in range(count)]
+
+
+def bootstrap_values(raw: object, batched: bool, seed: int) -> tuple[list[float] | None, str]:
+    """The scores one bootstrap call gave, or None and why not."""
+    values = raw.get("bootstrap") if batched and isinstance(raw, dict) else None
+    if not batched and isinstance(raw, dict):
+        values = [raw.get("score")]
+    if not isinstance(raw, dict) or raw.get("valid") is not True:
+        return None, f"no valid score for bootstrap seed {seed}"
+    if not isinstance(values, list) or not all(map(_finite, values)):
+        return None, (
+            f"no bootstrap scores for seed {seed}"
+            + (" (expected a list of finite numbers in 'bootstrap')" if batched else "")
+        )
+    return [float(v) for v in values], ""
 
 
 def _evaluate(ring: dict, exec_dir: Path, view: str, variant: str, seed: int) -> dict:
-    """Validator first (invalid output never reaches the labels), then the scorer."""
+    """Validator first (invalid output never reaches the labels), then the scorer.
+
+    The output must be plain data first: links, FIFOs and devices make it invalid
+    before any evaluator reads it.
+    """
     task = ring["task"]
-    limit_s = ring["config"]["scorer_timeout_min"] * 60
-    deadline = min(scoring_deadline_for(ring, view, variant)(), time.time() + limit_s)
+    config = ring["config"]
+    limit_s = config["scorer_timeout_min"] * 60
+    deadline = scoring_deadline_for(ring, view, variant)
     pred = exec_dir / "output"
+    refused = refuse_pointers(pred)
+    if refused is not None:
+        return {"valid": False, "reason": f"invalid: {refused}"}
     view_dir = Path(ring["views"][view]["dir"])
-    from .selection.disguise import BLIND_COPIES
-
-    if variant in BLIND_COPIES:
-        from .selection.disguise import disguised_inputs
-
-        inputs = disguised_inputs(ring, view, BLIND_COPIES[variant])
-    else:
-        inputs = view_dir / "inputs"
+    inputs = program_inputs(ring, view, variant)
+    info = evaluator_sandbox(ring)
+    limits = {**config["evaluator"], "uid": config["sandbox"]["uid"],
+              "gid": config["sandbox"]["gid"]}  # fmt: skip
+    env = evaluator_env(config["limits"]["threads"])
+    task_dir = Path(task["dir"])
     with open(exec_dir / "scorer.log", "w") as log:
         if task["validator"]:
-            argv = [*command_argv(task["validator"]), "--pred", str(pred), "--inputs", str(inputs)]
-            code, err = _run(argv, task["dir"], deadline, log)
-            if code is None:
+            command = [*command_argv(task["validator"]), "--pred", str(INSIDE_PRED),
+                       "--inputs", str(INSIDE_INPUTS)]  # fmt: skip
+            argv = evaluator_argv(info, command, task_dir=task_dir, pred=pred, inputs=inputs,
+                                  limits=limits)  # fmt: skip
+            ended, err = _run(argv, env, deadline, limit_s, log)
+            if ended == "cut":
                 return {"budget_cut": True, "reason": "validation cut by the deadline"}
-            if code != 0:
-                # Invalid output has no score, only its reason (SPEC 4, 8).
-                why = _last_line(err, code)
-                return {"score": None, "valid": False, "scored": True, "reason": f"invalid: {why}"}
-        raw_path = exec_dir / "score.raw.json"
-        raw_path.unlink(missing_ok=True)
-        argv = [
-            *command_argv(task["scorer"]),
-            *("--pred", str(pred), "--labels", str(view_dir / "labels")),
-            *("--seed", str(seed), "--out", str(raw_path)),
-        ]
-        code, err = _run(argv, task["dir"], deadline, log)
-        log.write(err)
-        if code is None:
-            return {"budget_cut": True, "reason": "scoring cut by the deadline"}
-        if code != 0 or not raw_path.exists():
-            return {"reason": f"scorer failed: {_last_line(err, code)}"}
+            if ended == "timeout":
+                return _evaluator_failed("validator", f"no verdict within {limit_s:.0f} s")
+            if ended != "done":
+                # Invalid output has no score, with the validator's reason (SPEC 8).
+                return {"valid": False, "reason": f"invalid: {_last_line(err, ended)}"}
+
+        def call_scorer(call_seed: int, extra: list[str]):
+            """One scorer call: (how it ended, its stderr, its output file)."""
+            record_dir = reset_dir(exec_dir / "scoring")
+            loan = _lend(info, record_dir, limits)
+            command = [
+                *command_argv(task["scorer"]),
+                *("--pred", str(INSIDE_PRED), "--labels", str(INSIDE_LABELS)),
+                *("--seed", str(call_seed), "--out", str(INSIDE_RECORD / "score.json")),
+                *extra,
+            ]
+            argv = evaluator_argv(info, command, task_dir=task_dir, pred=pred,
+                                  labels=view_dir / "labels", record_dir=record_dir,
+                                  limits=limits)  # fmt: skip
+            try:
+                ended, err = _run(argv, env, deadline, limit_s, log)
+            finally:
+                if loan is not None:
+                    loan.take_back()
+            log.write(err)
+            return ended, err, record_dir / "score.json"
+
+        record = _scorer_record(*call_scorer(seed, []), limit_s)
+        if is_guard_variant(variant) and record.get("valid"):
+            record.update(_bootstrap(task, config["guard"]["bootstrap"], call_scorer, limit_s))
+    return record
+
+
+def _scorer_record(ended: str, err: str, raw_path: Path, limit_s: float) -> dict:
+    if ended == "cut":
+        return {"budget_cut": True, "reason": "scoring cut by the deadline"}
+    if ended == "timeout":
+        return _evaluator_failed("scorer", f"no score within {limit_s:.0f} s")
+    if ended != "done" or not _regular_file(raw_path):
+        return _evaluator_failed("scorer", _last_line(err, ended))
+    try:
+        return {**_check_score(read_json(raw_path), raw_path), "scored": True}
+    except InputError as exc:
+        return _evaluator_failed("scorer", str(exc))
+
+
+def _bootstrap(task: dict, count: int, call_scorer, limit_s: float) -> dict:
+    """A guard execution's `count` bootstrap scores (SPEC 10), added to its score record;
+    a scorer that cannot give them fails like any scorer failure."""
+    scores: list[float] = []
+    calls = bootstrap_calls(task, count)
+    for seed, extra in calls:
+        ended, err, raw_path = call_scorer(seed, extra)
+        if ended == "cut":
+            return {"scored": False, "score": None, "valid": False, "budget_cut": True,
+                    "reason": "bootstrap scoring cut by the deadline"}  # fmt: skip
+        if ended != "done" or not _regular_file(raw_path):
+            why = _last_line(err, ended) if ended != "timeout" else f"no score in {limit_s:.0f} s"
+            return _bootstrap_failed(why)
         try:
-            record = {**_check_score(read_json(raw_path), raw_path), "scored": True}
+            raw = read_json(raw_path)
         except InputError as exc:
-            return {"reason": f"scorer failed: {exc}"}
-        if is_guard_variant(variant) and record["valid"]:
-            count = ring["config"]["guard"]["bootstrap"]
-            base_argv = [*command_argv(task["scorer"]), "--pred", str(pred),
-                         "--labels", str(view_dir / "labels")]  # fmt: skip
-            values, why = _bootstrap(task, base_argv, count, exec_dir, deadline, log)
-            if why == "deadline":
-                return {"budget_cut": True, "reason": "bootstrap scoring cut by the deadline"}
-            if why:
-                return {"reason": why}
-            record["bootstrap"] = values
-            record["bootstrap_seeds"] = {"first": BOOTSTRAP_SEED_BASE, "count": count}
-        return record
+            return _bootstrap_failed(str(exc))
+        values, why = bootstrap_values(raw, bool(extra), seed)
+        if values is None:
+            return _bootstrap_failed(why)
+        scores += values
+    if len(scores) != count:
+        return _bootstrap_failed(f"{len(scores)} scores, expected {count}")
+    return {"bootstrap": scores, "bootstrap_seeds": {"first": BOOTSTRAP_SEED_BASE, "count": count}}
 
 
-def is_guard_variant(variant: str) -> bool:
-    return variant.startswith("g") and variant[1:].isdigit()
+def _bootstrap_failed(why: str) -> dict:
+    return {"scored": False, "score": None, **_evaluator_failed("scorer", f"bootstrap: {why}")}
+
+
+def _evaluator_failed(which: str, why: str) -> dict:
+    """The task's own evaluator failed on this output: invalid here, counted by the ring."""
+    return {"valid": False, "evaluator_failed": which, "reason": f"{which} failed: {why}"}
+
+
+def _regular_file(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _lend(info: dict, folder: Path, limits: dict):
+    """As root the evaluator runs as the sandbox uid: its record folder is lent to it."""
+    if info["mode"] != "root":
+        return None
+    loan = OwnershipLoan(limits["uid"], limits["gid"])
+    loan.lend(folder)
+    return loan
+
+
+def evaluator_sandbox(ring: dict) -> dict:
+    """The sandbox the ring was locked with (probed again in this job, cached per process)."""
+    if ring["config"]["sandbox"]["mode"] == "none":
+        return {"mode": "none"}
+    return sandbox.require_sandbox(ring["config"]["sandbox"])
+
+
+def _count_evaluator_failure(ring: dict, layout: RingLayout, node: str, record: dict) -> None:
+    """A failing scorer on the baseline, or on scorer_fail_stop nodes, stops the ring."""
+    index = read_json(layout.nodes_index) if layout.nodes_index.exists() else {}
+    which = record["evaluator_failed"]
+    if node == index.get("baseline"):
+        raise stop_ring(layout.root, f"the task's {which} failed on the baseline's output "
+                        f"({record['reason']})", node=node)  # fmt: skip
+    folder = layout.root / "evaluator_failures"
+    folder.mkdir(exist_ok=True)
+    (folder / node).touch()
+    failed = sorted(p.name for p in folder.iterdir())
+    limit = ring["config"]["scorer_fail_stop"]
+    if len(failed) >= limit:
+        raise stop_ring(layout.root, f"the task's {which} failed on {len(failed)} distinct "
+                        f"nodes ({', '.join(failed)}); last: {record['reason']}",
+                        nodes=failed)  # fmt: skip
 
 
 def score_execution(ring_dir: str | Path, node: str, view: str, variant: str) -> dict:
@@ -185,6 +295,8 @@ def score_execution(ring_dir: str | Path, node: str, view: str, variant: str) ->
         record.update(_evaluate(ring, layout.exec_dir(node, view, variant), view, variant, seed))
         record["scoring_s"] = time.time() - started
     atomic_write_json(layout.score(node, view, variant), record)
+    if record.get("evaluator_failed"):
+        _count_evaluator_failure(ring, layout, node, record)
     return record
 
 

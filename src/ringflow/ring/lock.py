@@ -12,13 +12,18 @@ from pathlib import Path
 from filelock import FileLock
 
 from .. import sandbox
-from ..errors import InputError
+from ..errors import InputError, MachineryError, SandboxError
 from ..jsonio import atomic_write_json, read_json, sha256_json
 from ..reserve import CutoffFile
+from ..sandbox.gpus import gpu_facts
+from ..sandbox.interpreter import describe_interpreter
+from ..sandbox.selftest import selftest
 from ..selection import seeds
+from ..selection.disguise import alias
 from ..task import Task, load_task, split_views
 from ..weights import keys
 from ..weights.hashing import HashMemo, view_content_hash
+from .inputs import record_snapshot, snapshot_path, take_snapshot
 from .layout import RingLayout
 from .ledger import Ledger, emit_event
 
@@ -76,6 +81,7 @@ def resolve_paths(config: dict, workdir: Path | None = None) -> dict:
         "store": _resolve(config["store"], workdir),
         "ring": ring_dir,
         "previous": previous,
+        "workdir": workdir,
     }
 
 
@@ -83,15 +89,47 @@ def _frozen(config: dict) -> dict:
     return {k: v for k, v in config.items() if k not in UNFROZEN_KEYS}
 
 
-def restrict_labels(task: Task) -> None:
-    """Labels folders become owner-only: without bubblewrap to hide them, file permissions
-    are what keeps them from the program's unprivileged user (the scorer runs as the owner).
+# The repository that holds this package's workflow (src/ringflow/ring/lock.py).
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+def program_python(config: dict, workdir: Path) -> Path:
+    """The candidates' interpreter: program.python, or the repository's .venv-program."""
+    named = config["program"]["python"]
+    if named:
+        path = Path(named).expanduser()
+        return path if path.is_absolute() else workdir / path
+    default = REPO_ROOT / ".venv-program" / "bin" / "python"
+    if not default.exists():
+        raise InputError(
+            f"config: program.python is not set and {default} does not exist; build it with "
+            "`make setup` or name your environment's interpreter in program.python"
+        )
+    return default
+
+
+def _input_hashes(listing: list[dict]) -> dict[str, str]:
+    return {
+        e["path"].removeprefix("inputs/"): e["sha256"]
+        for e in listing
+        if e["path"].startswith("inputs/")
+    }
+
+
+def lock_sandbox(config: dict, layout: RingLayout, python: Path) -> tuple[dict, dict]:
+    """The sandbox and program interpreter the ring runs with, tried for real.
+
+    Refuses (MachineryError) when no sandbox can be had, unless sandbox.mode is none, or
+    when the interpreter does not run in it: nothing would run and every candidate would
+    look bad.
     """
-    for view in task.views:
-        labels = task.view_dir(view) / "labels"
-        mode = labels.stat().st_mode & 0o7777
-        if mode & 0o077:
-            os.chmod(labels, mode & ~0o077)
+    try:
+        info = sandbox.require_sandbox(config["sandbox"])
+        program = describe_interpreter(python)
+        selftest(info, program, config["sandbox"], layout.root / "boxes")
+    except SandboxError as exc:
+        raise MachineryError(f"ring {layout.root} cannot start: {exc}") from None
+    return info, program
 
 
 def check_ancestors(previous: Path | None) -> None:
@@ -140,7 +178,8 @@ def lock_ring(config: dict, workdir: Path | None = None, now: float | None = Non
 
 def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
     task = load_task(paths["task"])
-    restrict_labels(task)
+    sandbox_info, program = lock_sandbox(config, layout, program_python(config, paths["workdir"]))
+    alias_salt = secrets.token_hex(16)
     search_views, guard_views, final_view = split_views(
         task, list(config["views"]["search"]), config["views"]["final"], config["views"]["guard"]
     )
@@ -149,7 +188,11 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
     memo = HashMemo(store / "cache" / "hashmemo.json")
     limits = dict(config["limits"])
     views = {}
+    world_readable = sandbox_info["mode"] == "root"
     for view in (*search_views, *guard_views, final_view):
+        inputs = task.view_dir(view) / "inputs"
+        snapshot = snapshot_path(layout.root, alias({"alias_salt": alias_salt}, view, "real"))
+        take_snapshot(inputs, snapshot, world_readable)
         content_hash, listing = view_content_hash(task.view_dir(view), memo)
         views[view] = {
             "name": view,
@@ -158,6 +201,8 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
             "files": len(listing),
             "bytes": sum(entry["size"] for entry in listing),
             "limits": limits,
+            "inputs_snapshot": str(snapshot),
+            "inputs_files": record_snapshot(inputs, snapshot, _input_hashes(listing)),
         }
         atomic_write_json(layout.view_manifest(view), views[view])
     memo.save()
@@ -203,9 +248,12 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
         "guard_seeds": seed_plan["guard_seeds"],
         "chain_exposed_seeds": seed_plan["chain_exposed_seeds"],
         "continue_from": None if previous is None else os.path.relpath(previous, layout.root),
-        "sandbox": sandbox.probe_for(config["sandbox"]),
+        "sandbox": {k: sandbox_info.get(k) for k in ("mode", "reason")},
+        "program": program,
+        # GPU models, driver and CUDA: part of the environment of executions given GPUs.
+        "gpu": gpu_facts(),
         # Names the programs see for views (selection.disguise.alias); never in their reach.
-        "alias_salt": secrets.token_hex(16),
+        "alias_salt": alias_salt,
     }
     CutoffFile(layout.cutoff).ensure(cutoff, reserve_min=config["timeline"]["final_reserve_min"])
     atomic_write_json(layout.ring_json, ring, mode=0o444)

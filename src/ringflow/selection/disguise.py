@@ -44,13 +44,14 @@ def disguised_inputs(ring: dict, view: str, copy: str = "disguised") -> Path:
     """Same content under another name and path, rows reordered where the task allows it;
     each copy has its own alias and its own row order."""
     layout = RingLayout(Path(ring["ring_dir"]))
-    dest = layout.disguised_view(view) / alias(ring, view, copy) / "inputs"
+    # Beside the real views' snapshots, under the alias: the same kind of path.
+    dest = layout.root / "inputs" / alias(ring, view, copy)
     layout.locks.mkdir(exist_ok=True)
     with FileLock(str(layout.locks / f"disguise-{view}.lock")):
         if dest.is_dir():
             return dest
-        source = Path(ring["views"][view]["dir"]) / "inputs"
-        staging = dest.with_name("inputs.tmp")
+        source = Path(ring["views"][view]["inputs_snapshot"])
+        staging = dest.with_name(dest.name + ".tmp")
         if staging.exists():
             shutil.rmtree(staging)
         shutil.copytree(source, staging)
