@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import sandbox, statuses
-from .candidate import weights_dirs
+from .candidate import train_seed_args, weights_dirs
 from .errors import (
     AcceptanceError,
     DeadlineReached,
@@ -28,14 +28,15 @@ from .errors import (
 from .jsonio import atomic_write_json
 from .ring.clock import deadline_for, load_node, load_ring
 from .ring.layout import RingLayout
-from .ring.ledger import Ledger, emit_event
+from .ring.ledger import Ledger, emit_event, ledger_anchor
 from .selection.disguise import alias, disguised_inputs
 from .supervisor import HealthSettings, ResourceLimits, supervise
 from .task import command_argv
 from .weights import keys
-from .weights.hashing import PROGRESS_FILE
+from .weights.attempts import KeyFailed, TrainAttempts
+from .weights.hashing import PROGRESS_FILE, HashMemo, drop_ignored
 from .weights.store import WeightsStore
-from .workcopy import link_tree, reset_dir, unshare_files
+from .workcopy import link_tree, reset_dir, submission_files, unshare_files
 
 THREAD_VARS = (
     "OMP_NUM_THREADS",
@@ -57,14 +58,7 @@ def thread_env(threads: int) -> dict[str, str]:
 
 
 def check_environment(ring: dict) -> None:
-    env = keys.environment(ring["config"]["limits"]["threads"])
-    if keys.environment_key(env) != ring["env_key"]:
-        frozen = ring["environment"]
-        differ = sorted(k for k in set(env) | set(frozen) if env.get(k) != frozen.get(k))
-        raise RingflowError(
-            f"this job's environment differs from the one frozen in {ring['ring_dir']}/RING.json "
-            f"(in: {', '.join(differ)}); weights keys would not match, so it refuses to run"
-        )
+    keys.check_environment(ring, HashMemo(Path(ring["store"]) / "cache" / "hashmemo.json"))
 
 
 @dataclass
@@ -79,6 +73,7 @@ class Execution:
     spec: dict
     dir: Path
     deadline: object
+    attempts: TrainAttempts | None = None
 
     @property
     def config(self) -> dict:
@@ -109,6 +104,7 @@ def _load(ring_dir, node_id: str, view: str, variant: str) -> Execution:
         raise RingflowError(f"node {node_id} has no execution {view}/{variant}") from None
     folder = layout.exec_dir(node_id, view, variant)
     folder.mkdir(parents=True, exist_ok=True)
+    spec = keys.spec_given_gpus(ring, spec)
     return Execution(ring, layout, node, view, variant, spec, folder,
                      deadline_for(ring, view, variant))  # fmt: skip
 
@@ -142,10 +138,14 @@ def run_execution(ring_dir: str | Path, node_id: str, view: str, variant: str) -
         return _finish(ex, result)
     reset_dir(ex.dir / "work")
     link_tree(ex.layout.submission(node_id), ex.work)
+    drop_ignored(ex.work, ex.ring.get("tree_ignore") or [])
     store = WeightsStore(ex.ring["store"])
     with ExitStack() as lock:
         try:
             mode, method = _settle_weights(ex, store, lock)
+        except KeyFailed as exc:
+            result.update(status=statuses.SKIPPED, reason=str(exc))
+            return _finish(ex, result)
         except DeadlineReached as exc:
             result.update(budget_cut=True, reason=f"gave up waiting for the weights lock: {exc}")
             return _finish(ex, result)
@@ -160,9 +160,14 @@ def run_execution(ring_dir: str | Path, node_id: str, view: str, variant: str) -
             result.update(_run_program(ex, training=mode in (statuses.TRAIN, statuses.FRESH)))
         except SandboxError as exc:
             result.update(status=statuses.CRASH, reason=f"the sandbox could not start it: {exc}")
-            return _finish(ex, result)
+        finally:
+            # A replay's hard links to store objects never outlive the execution.
+            store.release_links(ex.work)
+        registered = False
         if mode == statuses.TRAIN and result["status"] == statuses.OK:
-            _register(ex, store, result)
+            registered = _register(ex, store, result)
+        if mode == statuses.TRAIN:
+            ex.attempts.ended("registered" if registered else result["status"])
     return _finish(ex, result)
 
 
@@ -173,12 +178,18 @@ def _settle_weights(ex: Execution, store: WeightsStore, lock: ExitStack):
     if ex.spec["weights"] == "fresh":
         return statuses.FRESH, None
     key = ex.spec["key"]
+    ex.attempts = TrainAttempts(ex.layout.root, key, f"{ex.node['id']}/{ex.view}/{ex.variant}",
+                                ex.config["max_train_attempts"])  # fmt: skip
+    if store.entry(ex.node["tree_hash"], key) is None:
+        ex.attempts.check(holding_lock=False)  # a failed key frees the slot without waiting
     lock.enter_context(store.key_lock(key, should_stop=ex.should_stop))
     entry = store.entry(ex.node["tree_hash"], key)
     if entry is not None:
         method = store.replay_into(entry, ex.work, verify=ex.config["replay_verify"])
         lock.close()
         return statuses.REPLAY, method
+    ex.attempts.check(holding_lock=True)
+    ex.attempts.started()
     store.make_private(ex.work, ex.node["solution"]["per_view_paths"])
     return statuses.TRAIN, None
 
@@ -191,6 +202,7 @@ def _program_env(ex: Execution) -> dict[str, str]:
         # Every run sees an alias, so a view-blind run looks like any other.
         "RINGFLOW_VIEW": alias(ex.ring, ex.view, "disguised" if ex.blind else "real"),
         "RINGFLOW_SEED": str(ex.spec["seed"]),
+        "RINGFLOW_TRAIN_SEED": str(ex.spec.get("train_seed", ex.spec["seed"])),
         **thread_env(ex.config["limits"]["threads"]),
     }
 
@@ -229,6 +241,7 @@ def _run_program(ex: Execution, training: bool) -> dict:
         unshare_files(folder)
     argv = command_argv(" ".join(ex.node["solution"]["command"]))
     argv += ["--seed", str(ex.spec["seed"]), *(["--ablate"] if ex.spec["ablate"] else [])]
+    argv += train_seed_args(ex.node["solution"], ex.spec)
     sandbox.probe_for(ex.config["sandbox"])
     plan = sandbox.plan(_sandbox_request(ex, output, writable), argv, _program_env(ex),
                         weights_rel[0] if weights_rel else None)  # fmt: skip
@@ -277,30 +290,35 @@ def _announce_degraded_sandbox(layout: RingLayout, plan) -> None:
     print(f"ringflow: warning: sandbox mode {plan.mode}: {'; '.join(plan.notes)}", file=sys.stderr)
 
 
-def _register(ex: Execution, store: WeightsStore, result: dict) -> None:
+def _register(ex: Execution, store: WeightsStore, result: dict) -> bool:
+    """Register a training run's weights; True when the key is registered afterwards."""
     if result["reap_left"]:
         # A tree that could not be fully stopped may still be writing (SPEC 7.4).
         result["reason"] = "weights not registered: processes were left after the stop"
-        return
+        return False
     node, key = ex.node, ex.spec["key"]
     who = {"ring": ex.ring["ring_id"], "node": node["id"], "execution": f"{ex.view}/{ex.variant}"}
     limit = int(ex.config["max_weights_gb"] * 1024**3)
     paths = node["solution"]["per_view_paths"]
+    supplied = submission_files(ex.layout.submission(node["id"]))
     try:
-        entry, created = store.register(node["tree_hash"], key, ex.work, paths, who, limit)
+        entry, created = store.register(node["tree_hash"], key, ex.work, paths, who, limit,
+                                        supplied)  # fmt: skip
     except AcceptanceError as exc:
         result.update(status=statuses.CRASH, reason=f"weights not accepted: {exc}")
-        return
+        return False
     if created:
         files = [{"path": f["path"], "sha256": f["sha256"]} for f in entry["files"]]
         Ledger(ex.layout.ledger).append(
             "weights_registered", key=key, tree=node["tree_hash"], node=node["id"],
             view=ex.view, variant=ex.variant, files=files,
         )  # fmt: skip
+    return True
 
 
 def _finish(ex: Execution, result: dict) -> dict:
     result["ended_at"] = time.time()
+    result["ledger_head"] = ledger_anchor(ex.layout.ledger)
     atomic_write_json(ex.dir / "result.json", result)
     emit_event(ex.layout.root, "execution_finished", node=result["node"], view=result["view"],
                variant=result["variant"], status=result["status"],

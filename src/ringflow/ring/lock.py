@@ -17,7 +17,7 @@ from ..reserve import CutoffFile
 from ..selection import seeds
 from ..task import Task, load_task, split_views
 from ..weights import keys
-from ..weights.hashing import HashMemo, view_content_hash
+from ..weights.hashing import HashMemo, listing_hash, view_part_hashes
 from .layout import RingLayout
 from .ledger import Ledger, emit_event
 
@@ -95,11 +95,14 @@ def restrict_labels(task: Task) -> None:
 
 def check_ancestors(previous: Path | None) -> None:
     """Refuse to continue from a chain whose rings or ledgers do not verify (SPEC 12)."""
+    from ..verify import ledger_anchors
+
     if previous is None:
         return
     for ancestor in seeds.chain_rings(previous):
         ledger = Path(ancestor["ring_dir"]) / "ledger.jsonl"
-        problems = Ledger(ledger).verify() if ledger.exists() else ["ledger.jsonl missing"]
+        anchors = ledger_anchors(RingLayout(ledger.parent))
+        problems = Ledger(ledger).verify(anchors) if ledger.exists() else ["ledger.jsonl missing"]
         if problems:
             raise InputError(
                 f"refusing to continue from {previous}: ancestor {ancestor['ring_dir']} does not "
@@ -148,22 +151,30 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
     limits = dict(config["limits"])
     views = {}
     for view in (*search_views, final_view):
-        content_hash, listing = view_content_hash(task.view_dir(view), memo)
+        parts = view_part_hashes(task.view_dir(view), memo)
+        listing = [{**entry, "path": f"{part}/{entry['path']}"}
+                   for part, (_, entries) in parts.items() for entry in entries]  # fmt: skip
         views[view] = {
             "name": view,
             "dir": str(task.view_dir(view)),
-            "content_hash": content_hash,
+            "content_hash": listing_hash(listing),
+            # Weights keys take the inputs only; the labels belong to the evaluation.
+            "inputs_hash": parts["inputs"][0],
+            "labels_hash": parts["labels"][0],
             "files": len(listing),
             "bytes": sum(entry["size"] for entry in listing),
             "limits": limits,
         }
         atomic_write_json(layout.view_manifest(view), views[view])
+    environment, environment_stamp = keys.environment_for(config, memo)
     memo.save()
-    environment = keys.environment(limits["threads"])
     evaluation = {
         "task": task.name,
         "direction": task.direction,
-        "views": {v: views[v]["content_hash"] for v in search_views},
+        "views": {
+            v: {"inputs": views[v]["inputs_hash"], "labels": views[v]["labels_hash"]}
+            for v in search_views
+        },
         "search_views": search_views,
         "limits": limits,
         "scorer_version": scorer_version(task),
@@ -193,7 +204,11 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
         "evaluation": evaluation,
         "search_hash": sha256_json(evaluation),
         "environment": environment,
-        "env_key": keys.environment_key(environment),
+        "environment_stamp": environment_stamp,
+        "env_key": sha256_json(environment),
+        "program_python": str(keys.program_python(config)),
+        # Solution files left out of tree hashes and working copies (documentation).
+        "tree_ignore": list(config.get("tree_ignore") or []),
         "guard_seeds": seed_plan["guard_seeds"],
         "chain_exposed_seeds": seed_plan["chain_exposed_seeds"],
         "continue_from": None if previous is None else os.path.relpath(previous, layout.root),
