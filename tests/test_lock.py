@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ringflow.jsonio import sha256_json
-
 from ringflow.errors import InputError, RingflowError
 from ringflow.execute import check_environment
+from ringflow.jsonio import sha256_json
 from ringflow.ring.lock import check_existing_lock, lock_ring
 from ringtools import scripted_config
 
