@@ -37,8 +37,8 @@ if not os.path.exists("weights/model.txt"):
         f.write("train_seed=%s\\n" % os.environ["RINGFLOW_TRAIN_SEED"])
     if b.get("undeclared"):
         open("weights/optimizer.bin", "w").write("state")
-json.dump({"value": 0.5, "argv": sys.argv[1:], "train_seed": os.environ["RINGFLOW_TRAIN_SEED"]},
-          open(os.path.join(out, "score.json"), "w"))
+json.dump({"value": 0.5, "argv": sys.argv[1:], "train_seed": os.environ["RINGFLOW_TRAIN_SEED"],
+           "sees_method": os.path.exists("METHOD.md")}, open(os.path.join(out, "score.json"), "w"))
 """
 
 
@@ -137,8 +137,8 @@ def test_train_seed_is_an_argument_only_when_execution_json_asks(tmp_path):
     (asks / "EXECUTION.json").write_text(json.dumps({**spec, "train_seed_arg": True}))
     ring = locked_ring(tmp_path, cands, "r1")
     assert execute(ring, "n002-plain", "proxy", "s1")["status"] == "ok"
-    assert outputs(ring, "n002-plain", "proxy", "s1") == {
-        "value": 0.5, "argv": ["--seed", "1"], "train_seed": "1"}  # fmt: skip
+    plain = outputs(ring, "n002-plain", "proxy", "s1")
+    assert (plain["argv"], plain["train_seed"]) == (["--seed", "1"], "1")
     assert execute(ring, "n001-asks", "proxy", "s1")["status"] == "ok"
     assert outputs(ring, "n001-asks", "proxy", "s1")["argv"] == ["--seed", "1", "--train-seed", "1"]
 
@@ -152,6 +152,22 @@ def test_a_bad_train_seed_arg_rejects_the_candidate(tmp_path):
     assert (
         node["status"] == "rejected" and "'train_seed_arg' must be true or false" in (node["error"])
     )
+
+
+# ---- defect 3: documentation left out of the key is left out of the program's reach
+
+
+def test_files_the_config_ignores_are_not_in_the_working_copy(tmp_path):
+    cands = tmp_path / "cands"
+    (trainer(cands, "a") / "METHOD.md").write_text("notes\n")
+    plain = locked_ring(tmp_path, cands, "r1")
+    assert execute(plain, "n001-a", "proxy", "s0")["status"] == "ok"
+    assert outputs(plain, "n001-a", "proxy", "s0")["sees_method"] is True
+    ignoring = locked_ring(tmp_path, cands, "r2", tree_ignore=["METHOD.md"])
+    assert execute(ignoring, "n001-a", "proxy", "s0")["status"] == "ok"
+    assert outputs(ignoring, "n001-a", "proxy", "s0")["sees_method"] is False
+    # The node keeps its notes; only the program's working copy goes without them.
+    assert (ignoring / "nodes" / "n001-a" / "solution" / "METHOD.md").exists()
 
 
 # ---- defect 6: a replay sees what training saw
