@@ -106,8 +106,8 @@ def probe_interpreter(python: str | os.PathLike) -> dict[str, Any]:
     if not python.exists():
         raise InputError(
             f"program.python: {python} not found; build the candidates' environment "
-            "(python3 -m venv .venv-program && .venv-program/bin/pip install -r "
-            "envs/program-requirements.txt) or name your environment's python"
+            "(`python3 -m venv .venv-program` and install what the candidates import) or "
+            "name your environment's python in program.python"
         )
     try:
         done = subprocess.run(
