@@ -151,6 +151,22 @@ def test_a_declared_mount_is_hashed_by_content(tmp_path):
     assert s0_key(ring_over(tmp_path, "r2", sandbox=box)) != s0_key(first)
 
 
+def test_an_interpreter_other_than_program_python_is_hashed_by_content(tmp_path, monkeypatch):
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    runner = tools / "runner"
+    runner.write_text('#!/bin/sh\nexec python3 "$@"\n')
+    runner.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    folder = make_candidate(tmp_path / "cands" / "a", mean=0.5, weights=True)
+    (folder / "EXECUTION.json").write_text(json.dumps({"command": ["runner", "run.py"]}))
+    first = ring_over(tmp_path, "r1")
+    components = load_node(first, "n001-a")["executions"]["proxy"]["s0"]["key_components"]
+    assert components["interpreter"]["path"] == str(runner)
+    runner.write_text('#!/bin/sh\nexec python3 -O "$@"\n')
+    assert s0_key(ring_over(tmp_path, "r2")) != s0_key(first)
+
+
 def test_path_locale_and_threads_are_in_the_key(tmp_path, monkeypatch):
     base = ring_over(tmp_path, "r1")
     assert base["environment"]["variables"]["PATH"] == os.environ.get("PATH")

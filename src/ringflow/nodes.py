@@ -52,6 +52,9 @@ def execution_spec(ring: dict, solution: Solution, tree: str, view: str, variant
         view_hash=ring["views"][view]["inputs_hash"],
         env_key=ring["env_key"],
         train_args=["--ablate"] if ablate else [],
+        interpreter=keys.command_interpreter(
+            list(solution.command), ring["environment"]["variables"].get("PATH")
+        ),
     )
     spec.update(weights="store", key=key, key_components=components)
     return spec

@@ -6,12 +6,15 @@ what training produces; two executions with the same key may share weights.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, RingflowError
 from ..jsonio import canonical_json, sha256_json
+from .hashing import sha256_file
 
 SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
 REPO = Path(__file__).resolve().parents[3]
@@ -23,7 +26,9 @@ COMPONENT_MEANINGS = {
     "view_hash": "the view's inputs/ (labels are not part of it)",
     "env_key": "environment (program.python's packages, mounts, variables, threads, GPUs)",
     "train_args": "extra arguments that affect training",
+    "interpreter": "the command's interpreter when it is not program.python (by content)",
 }
+PYTHON_COMMANDS = ("python", "python3")
 
 
 def program_python(config: dict, repo: Path | None = None) -> Path:
@@ -56,6 +61,19 @@ def environment_for(config: dict, memo=None) -> tuple[dict[str, Any], dict[str, 
         list(config["sandbox"].get("mounts") or []),
         memo,
     )
+
+
+def command_interpreter(command: list[str], path: str | None = None) -> dict | None:
+    """What runs a command that is neither `python` (program.python, in the environment key)
+    nor a file of the solution (in the tree hash): its resolved path and content hash."""
+    first = command[0]
+    if first in PYTHON_COMMANDS or ("/" in first and not first.startswith("/")):
+        return None
+    resolved = first if first.startswith("/") else shutil.which(first, path=path)
+    if resolved is None or not os.path.isfile(resolved):
+        return {"command": first, "path": None, "sha256": None}
+    real = os.path.realpath(resolved)
+    return {"command": first, "path": real, "sha256": sha256_file(real)}
 
 
 def check_environment(ring: dict, memo=None) -> None:
@@ -101,8 +119,10 @@ def weights_key(
     view_hash: str,
     env_key: str,
     train_args: list[str],
+    interpreter: dict | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    """The weights key and the components it was computed from."""
+    """The weights key and the components it was computed from (`interpreter` only when the
+    command does not run with program.python)."""
     _require_sha256("tree_hash", tree_hash)
     _require_sha256("view_hash", view_hash)
     _require_sha256("env_key", env_key)
@@ -117,6 +137,8 @@ def weights_key(
         "env_key": env_key,
         "train_args": list(train_args),
     }
+    if interpreter is not None:
+        components["interpreter"] = interpreter
     return sha256_json(components), components
 
 
