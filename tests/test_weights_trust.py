@@ -334,3 +334,15 @@ def test_ledger_repair_refuses_a_ledger_damaged_before_its_last_line(tmp_path):
     book.path.write_text("".join(lines) + '{"torn')
     with pytest.raises(RingflowError, match="not only its last line"):
         book.repair()
+
+
+def test_verify_compares_the_store_index_with_the_ledger(tmp_path):
+    ring = ring_over(tmp_path, "r1")
+    store = WeightsStore(ring["store"])
+    work = tmp_path / "work"
+    (work / "weights").mkdir(parents=True)
+    (work / "weights" / "model.txt").write_text("m")
+    # Registered in the store under this ring's name, but never written to its ledger.
+    store.register(TREE, KEY, work, ["weights/model.txt"], {**WHO, "ring": "r1"}, 10**6)
+    problems = verify_ring(ring["ring_dir"])
+    assert any("no weights_registered record" in p for p in problems), problems

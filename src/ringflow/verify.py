@@ -12,6 +12,7 @@ from .ring.clock import load_ring
 from .ring.layout import RingLayout
 from .ring.ledger import Ledger
 from .selection.seeds import chain_rings
+from .weights.heal import check_store_index, rings_of_store
 from .weights.store import WeightsStore
 
 
@@ -47,7 +48,13 @@ def verify_ring(ring_dir) -> list[str]:
         problems.append(f"{layout.ledger}: missing")
     else:
         problems += [f"ledger: {p}" for p in Ledger(layout.ledger).verify(ledger_anchors(layout))]
-    problems += [f"store: {p}" for p in WeightsStore(ring["store"]).verify()]
+    store = WeightsStore(ring["store"])
+    problems += [f"store: {p}" for p in store.verify()]
+    # The store's index and the ledgers of the rings that wrote it tell the same story.
+    try:
+        problems += [f"store: {p}" for p in check_store_index(store, rings_of_store(ring))]
+    except InputError as exc:
+        problems.append(f"store: the index could not be compared with the ledgers: {exc}")
     if ring.get("continue_from"):
         previous = (layout.root / ring["continue_from"]).resolve()
         try:

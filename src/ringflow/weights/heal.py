@@ -86,9 +86,15 @@ def _ledger_registrations(ledgers: dict[str, Path]) -> dict[str, list[tuple[str,
     return found
 
 
-def check_store(store: WeightsStore, ledgers: dict[str, Path] | None = None) -> StoreReport:
-    """Everything wrong with a store; `ledgers` maps ring_id to the ledger it wrote."""
+def check_store_index(store: WeightsStore, ledgers: dict[str, Path]) -> list[str]:
+    """Where the index and the ledgers disagree (without rehashing any object)."""
     report = StoreReport()
+    _compare_with_ledgers(report, _read_entries(store, report), ledgers)
+    return report.ledger_problems
+
+
+def _read_entries(store: WeightsStore, report: StoreReport) -> list[tuple[Path, dict]]:
+    """Well-formed index entries; malformed ones go to report.damaged."""
     entries: list[tuple[Path, dict]] = []
     for tree_dir in sorted(store.per_view.iterdir()):
         if not tree_dir.is_dir():
@@ -106,6 +112,13 @@ def check_store(store: WeightsStore, ledgers: dict[str, Path] | None = None) -> 
                 report.damaged.append(Damage(index_path, index_path.stem, tree_dir.name, fault))
                 continue
             entries.append((index_path, entry))
+    return entries
+
+
+def check_store(store: WeightsStore, ledgers: dict[str, Path] | None = None) -> StoreReport:
+    """Everything wrong with a store; `ledgers` maps ring_id to the ledger it wrote."""
+    report = StoreReport()
+    entries = _read_entries(store, report)
     report.entries = len(entries) + len(report.damaged)
     report.leftovers = store.leftovers()
     used = {item["sha256"] for _, entry in entries for item in entry["files"]}
