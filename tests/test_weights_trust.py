@@ -346,3 +346,17 @@ def test_verify_compares_the_store_index_with_the_ledger(tmp_path):
     store.register(TREE, KEY, work, ["weights/model.txt"], {**WHO, "ring": "r1"}, 10**6)
     problems = verify_ring(ring["ring_dir"])
     assert any("no weights_registered record" in p for p in problems), problems
+
+
+def test_repair_leaves_a_key_in_use_for_later(tmp_path):
+    from filelock import FileLock
+
+    store, entry = registered_store(tmp_path)
+    obj = store.objects / entry["files"][0]["sha256"]
+    os.chmod(obj, 0o644)
+    obj.write_text("damaged\n")
+    with FileLock(str(store.locks / f"{KEY}.lock")):
+        done = repair_store(store, check_store(store), lock_wait_s=0.3)
+    assert done["busy"] == [KEY] and done["quarantined"] == []
+    assert obj.exists() and store.entry(TREE, KEY) is not None
+    assert repair_store(store, check_store(store))["quarantined"][0]["key"] == KEY

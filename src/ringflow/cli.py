@@ -197,6 +197,8 @@ def cmd_store(args) -> int:
         print(f"quarantined key {record['key']} -> {record['quarantine']}")
     for path in done["removed"]:
         print(f"removed leftover {path}")
+    for key in done["busy"]:
+        print(f"key {key} is being trained or replayed; run the repair again later")
     for path in done["kept_young"]:
         print(f"kept {path}: younger than {args.min_age_s:g} s, it may still be in use")
     left = check_store(store, rings_of_store(ring)).problems

@@ -15,10 +15,12 @@ from __future__ import annotations
 import json
 import os
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import DeadlineReached
 from ..jsonio import atomic_write_json, fsync_dir
 from .hashing import hash_files
 from .keys import SHA256_PATTERN
@@ -26,6 +28,8 @@ from .store import WeightsStore, _index_fault
 
 # A leftover younger than this may belong to a registration still copying its files.
 LEFTOVER_MIN_AGE_S = 600
+# How long repair waits for a key that an execution is training or replaying.
+KEY_LOCK_WAIT_S = 30.0
 
 
 @dataclass
@@ -198,33 +202,44 @@ def repair_store(
     ledger=None,
     min_age_s: float = LEFTOVER_MIN_AGE_S,
     now: float | None = None,
+    lock_wait_s: float = KEY_LOCK_WAIT_S,
 ) -> dict[str, Any]:
     """Quarantine the damaged entries and objects of `report`; remove old leftovers.
 
-    Each quarantined key is recorded in `ledger` (a ring's Ledger) as weights_quarantined.
+    Each entry is moved under its key's lock, so no execution is reading it meanwhile; a
+    key whose lock stays busy is left for a later repair (listed in "busy"). Each
+    quarantined key is recorded in `ledger` (a ring's Ledger) as weights_quarantined.
     """
     now = time.time() if now is None else now
-    done: dict[str, Any] = {"quarantined": [], "removed": [], "kept_young": []}
+    done: dict[str, Any] = {"quarantined": [], "removed": [], "kept_young": [], "busy": []}
     if report.damaged:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"-{os.getpid()}"
         folder = store.root / "quarantine" / stamp
         (folder / "objects").mkdir(parents=True, exist_ok=True)
-        bad_objects = {sha for d in report.damaged for sha in d.objects}
-        for sha in sorted(bad_objects):
-            source = store.objects / sha
-            if source.exists():
-                os.replace(source, folder / "objects" / sha)
+        moved: set[str] = set()
         for damage in report.damaged:
             target = folder / "per_view" / damage.tree / damage.index.name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if damage.index.exists():
-                os.replace(damage.index, target)
+            try:
+                with _key_lock(store, damage.key, lock_wait_s):
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    if damage.index.exists():
+                        os.replace(damage.index, target)
+            except DeadlineReached:
+                done["busy"].append(damage.key)
+                continue
+            moved.add(str(damage.index))
             record = {"key": damage.key, "tree": damage.tree, "reason": damage.reason,
                       "objects": damage.objects,
                       "quarantine": str(target.relative_to(store.root))}  # fmt: skip
             done["quarantined"].append(record)
             if ledger is not None:
                 ledger.append("weights_quarantined", **record)
+        # An object goes only once every entry that uses it went (its bytes are kept).
+        for sha in sorted({sha for d in report.damaged for sha in d.objects}):
+            users = [d for d in report.damaged if sha in d.objects]
+            source = store.objects / sha
+            if all(str(d.index) in moved for d in users) and source.exists():
+                os.replace(source, folder / "objects" / sha)
         atomic_write_json(folder / "record.json", {"at": now, "entries": done["quarantined"]})
         fsync_dir(store.objects)
     for path in report.leftovers:
@@ -238,6 +253,13 @@ def repair_store(
         path.unlink(missing_ok=True)
         done["removed"].append(str(path))
     return done
+
+
+def _key_lock(store: WeightsStore, key: str, wait_s: float):
+    if not SHA256_PATTERN.fullmatch(key):
+        return nullcontext()  # a malformed entry's file name: no execution can use it
+    give_up = time.monotonic() + wait_s
+    return store.key_lock(key, should_stop=lambda: "busy" if time.monotonic() > give_up else None)
 
 
 def rings_of_store(ring: dict) -> dict[str, Path]:
