@@ -115,6 +115,24 @@ def test_ringflows_own_packages_are_not_in_the_key(tmp_path):
     assert ring["program_python"] == str(python)
 
 
+def test_a_package_installed_into_ringflows_environment_changes_no_key(tmp_path, monkeypatch):
+    first = ring_over(tmp_path, "r1")
+    # What `pip install snakemake-executor-plugin-slurm` leaves in ringflow's environment.
+    extra = tmp_path / "lib" / "site-packages"
+    info = extra / "snakemake_executor_plugin_slurm-1.2.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: snakemake-executor-plugin-slurm\nVersion: 1.2.0\n"
+    )
+    monkeypatch.syspath_prepend(str(extra))
+    import importlib.metadata
+
+    assert importlib.metadata.version("snakemake-executor-plugin-slurm") == "1.2.0"
+    second = ring_over(tmp_path, "r2")
+    assert second["env_key"] == first["env_key"] and s0_key(second) == s0_key(first)
+    check_environment(first)  # a job of the running ring still runs
+
+
 # ---- defect 2: what changes training is in the key
 
 
