@@ -209,6 +209,18 @@ def test_a_job_whose_environment_moved_refuses_naming_what(tmp_path, monkeypatch
         check_environment(ring)
 
 
+def test_a_job_checks_the_environment_without_running_the_probe_again(tmp_path, monkeypatch):
+    ring = ring_over(tmp_path, "r1")
+
+    def probe_again(python):
+        raise AssertionError("the environment was probed again for one job")
+
+    monkeypatch.setattr("ringflow.weights.environment.probe_interpreter", probe_again)
+    started = time.perf_counter()
+    check_environment(ring)
+    assert time.perf_counter() - started < 1.0
+
+
 def test_key_explain_lists_every_component_and_names_an_unknown_variant(tmp_path, capsys):
     ring = ring_over(tmp_path, "r1")
     assert ringflow(["key", ring["ring_dir"], "n001-a", "proxy", "s0", "--explain"]) == 0
