@@ -106,3 +106,24 @@ def test_the_real_gpu_enters_the_key():
     assert len(gpus) == 1 and gpus[0]["model"] and gpus[0]["driver"]
     assert gpus[0]["cuda"].count(".") == 1
     assert key_for_gpus(BASE_KEY, BASE, ENV, gpus)[0] != BASE_KEY
+
+
+def test_an_execution_spec_without_gpus_keeps_its_key():
+    from ringflow.weights.keys import spec_given_gpus
+
+    spec = {"key": BASE_KEY, "key_components": BASE}
+    ring = {"environment": ENV}
+    assert spec_given_gpus(ring, spec, env={}) is spec
+    assert spec_given_gpus(ring, {"key": None}, env={"CUDA_VISIBLE_DEVICES": "0"}) == {"key": None}
+
+
+def test_an_execution_given_a_gpu_gets_the_key_of_its_model(monkeypatch):
+    from ringflow.weights.keys import spec_given_gpus
+
+    # The process's NVML session (what open_nvml() hands out), over one H100.
+    monkeypatch.setattr("ringflow.supervisor.gpu._default", (ModelNvml(["NVIDIA H100"]), ""))
+    spec = {"key": BASE_KEY, "key_components": BASE, "seed": 0}
+    given = spec_given_gpus({"environment": ENV}, spec, env={"CUDA_VISIBLE_DEVICES": "0"})
+    assert given["base_key"] == BASE_KEY and given["key"] != BASE_KEY
+    assert given["environment"]["gpu"][0]["model"] == "NVIDIA H100"
+    assert given["key"] == key_for_gpus(BASE_KEY, BASE, ENV, given["environment"]["gpu"])[0]

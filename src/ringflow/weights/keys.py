@@ -157,13 +157,17 @@ def key_for_gpus(
     return new_key, new_components, env
 
 
-def spec_given_gpus(ring: dict, spec: dict) -> dict:
-    """An execution's spec with its key for the GPUs this job is given (unchanged without)."""
+def spec_given_gpus(ring: dict, spec: dict, env: dict | None = None) -> dict:
+    """An execution's spec with its key for the GPUs it is given (unchanged without).
+
+    The GPUs are those `CUDA_VISIBLE_DEVICES` names in `env` (the job's environment when
+    None): pass the environment the program gets when GPUs are assigned to it there.
+    """
     if not spec.get("key"):
         return spec
     from .environment import gpu_component
 
-    gpus = gpu_component()
+    gpus = gpu_component(env)
     if not gpus:
         return spec
     key, components, env = key_for_gpus(spec["key"], spec["key_components"],
