@@ -41,14 +41,22 @@ def site_packages(python: Path) -> Path:
     return Path(out.stdout.strip())
 
 
-def install_fake(python: Path, name: str, version: str, editable: Path | None = None) -> None:
-    """What pip leaves behind: a dist-info folder (with direct_url.json for -e installs)."""
-    info = site_packages(python) / f"{name}-{version}.dist-info"
+def install_fake(
+    python: Path, name: str, version: str, editable: Path | None = None, serves: Path | None = None
+) -> None:
+    """What pip leaves behind: a dist-info folder (with direct_url.json for -e installs, and
+    the finder a modern editable install maps its package with)."""
+    site = site_packages(python)
+    info = site / f"{name}-{version}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
     if editable is not None:
         url = {"url": editable.as_uri(), "dir_info": {"editable": True}}
         (info / "direct_url.json").write_text(json.dumps(url))
+    if serves is not None:
+        finder = f"__editable___{name}_1_0_finder.py"
+        (site / finder).write_text(f"MAPPING: dict[str, str] = {{{name!r}: {str(serves)!r}}}\n")
+        (info / "RECORD").write_text(f"{finder},,\n{info.name}/METADATA,,\n")
 
 
 def ring_over(tmp_path: Path, ring_id: str, **overrides) -> dict:
@@ -156,6 +164,23 @@ def test_the_candidates_environment_is_hashed_completely(tmp_path):
     third = ring_over(tmp_path, "r3", program=program)
     assert "extra==1.0" in third["environment"]["packages"]
     assert s0_key(third) != s0_key(second)
+
+
+def test_an_editable_install_counts_by_the_folder_it_puts_on_the_path(tmp_path):
+    python = make_venv(tmp_path / "progenv")
+    project = tmp_path / "project"
+    (project / "src" / "mylib").mkdir(parents=True)
+    (project / "src" / "mylib" / "__init__.py").write_text("SCALE = 1\n")
+    install_fake(python, "mylib", "1.0", editable=project, serves=project / "src" / "mylib")
+    program = {"python": str(python)}
+    first = ring_over(tmp_path, "r1", program=program)
+    assert list(first["environment"]["editable"]["mylib"]) == [str(project / "src" / "mylib")]
+    # Run folders and data beside the package are not what the program imports.
+    (project / "runs").mkdir()
+    (project / "runs" / "log.txt").write_text("anything\n")
+    assert s0_key(ring_over(tmp_path, "r2", program=program)) == s0_key(first)
+    (project / "src" / "mylib" / "__init__.py").write_text("SCALE = 2\n")
+    assert s0_key(ring_over(tmp_path, "r3", program=program)) != s0_key(first)
 
 
 def test_a_declared_mount_is_hashed_by_content(tmp_path):

@@ -32,8 +32,31 @@ PROBE_TIMEOUT_S = 120
 
 # Run by the candidates' interpreter (-I -B: no user site, no PYTHON* variables, no .pyc).
 PROBE_SCRIPT = r"""
-import importlib.metadata as md, json, os, platform, site, sys
+import ast, importlib.metadata as md, json, os, platform, site, sys
 from urllib.parse import unquote, urlparse
+
+def served(dist):
+    # The folders an editable install puts on the path: its __editable__ .pth lines or its
+    # finder's MAPPING; None when it has neither (then its project folder counts).
+    found = []
+    for f in dist.files or []:
+        name = os.path.basename(str(f))
+        if not name.startswith("__editable__"):
+            continue
+        try:
+            text = f.read_text()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if name.endswith(".pth"):
+            found += [ln.strip() for ln in text.splitlines()
+                      if ln.strip() and not ln.startswith(("#", "import"))]
+        elif name.endswith("finder.py"):
+            for node in ast.parse(text).body:
+                targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
+                if getattr(targets[0], "id", None) == "MAPPING" and node.value is not None:
+                    found += list(ast.literal_eval(node.value).values())
+    return sorted(set(found)) or None
+
 dists = []
 for dist in md.distributions():
     name = (dist.metadata["Name"] or "").strip()
@@ -45,7 +68,7 @@ for dist in md.distributions():
     if isinstance(direct, dict) and (direct.get("dir_info") or {}).get("editable"):
         url = urlparse(direct.get("url", ""))
         if url.scheme == "file":
-            editable = unquote(url.path)
+            editable = served(dist) or [unquote(url.path)]
     dists.append({"name": name, "version": dist.version, "editable": editable})
 sites = list(site.getsitepackages()) if hasattr(site, "getsitepackages") else []
 pth = []
@@ -199,10 +222,8 @@ def describe(
     facts = probe_interpreter(python)
     packages = sorted({f"{d['name'].replace('_', '-').lower()}=={d['version']}"
                        for d in facts["distributions"] if d["name"]})  # fmt: skip
-    editable = {}
-    for dist in facts["distributions"]:
-        if dist["editable"] and os.path.exists(dist["editable"]):
-            editable[dist["name"]] = folder_hash(dist["editable"], memo)
+    editable_paths = {d["name"]: d["editable"] for d in facts["distributions"] if d["editable"]}
+    editable = {name: _hash_each(paths, memo) for name, paths in editable_paths.items()}
     # Folders added by .pth files outside the environment (old-style editable installs).
     pth = {
         path: folder_hash(path, memo)
@@ -221,9 +242,13 @@ def describe(
         "gpu": [],
     }
     stamp = environment_stamp(python, facts)
-    stamp["editable"] = {name: dist["editable"] for dist in facts["distributions"]
-                         if (name := dist["name"]) in editable}  # fmt: skip
+    stamp["editable"] = editable_paths
     return components, stamp
+
+
+def _hash_each(paths: list[str], memo: HashMemo | None) -> dict[str, str | None]:
+    """{path: content hash} (None for a path that is gone)."""
+    return {p: folder_hash(p, memo) if os.path.exists(p) else None for p in paths}
 
 
 def mount_hashes(mounts: list[str], memo: HashMemo | None) -> dict[str, str]:
@@ -272,8 +297,7 @@ def rehash_sources(
     """The frozen components with editable sources, .pth folders and mounts hashed again."""
     current = dict(frozen)
     current["editable"] = {
-        name: folder_hash(path, memo) if os.path.exists(path) else None
-        for name, path in (stamp.get("editable") or {}).items()
+        name: _hash_each(paths, memo) for name, paths in (stamp.get("editable") or {}).items()
     }
     current["pth_paths"] = {
         path: folder_hash(path, memo) if os.path.isdir(path) else None
