@@ -20,6 +20,7 @@ class Solution:
     train_seed: int
     per_view_paths: tuple[str, ...]
     fixed_artifacts: tuple[str, ...] = field(default=())
+    train_seed_arg: bool = False
 
     @property
     def has_weights(self) -> bool:
@@ -35,7 +36,16 @@ class Solution:
             "train_seed": self.train_seed,
             "per_view_paths": list(self.per_view_paths),
             "fixed_artifacts": list(self.fixed_artifacts),
+            "train_seed_arg": self.train_seed_arg,
         }
+
+
+def train_seed_args(solution: dict, spec: dict) -> list[str]:
+    """`--train-seed N` for a program whose EXECUTION.json asks for it (SPEC 3); else none:
+    programs with strict argument parsing keep working, and all get RINGFLOW_TRAIN_SEED."""
+    if not solution.get("train_seed_arg") or "train_seed" not in spec:
+        return []
+    return ["--train-seed", str(spec["train_seed"])]
 
 
 def weights_dirs(per_view_paths) -> list[str]:
@@ -112,6 +122,12 @@ def load_solution(solution_dir: str | Path, max_weights_bytes: int) -> Solution:
     train_seed = execution.get("train_seed", 0)
     if not isinstance(train_seed, int) or isinstance(train_seed, bool):
         raise CandidateError(f"{root / 'EXECUTION.json'}: 'train_seed' must be an integer")
+    train_seed_arg = execution.get("train_seed_arg", False)
+    if not isinstance(train_seed_arg, bool):
+        raise CandidateError(
+            f"{root / 'EXECUTION.json'}: 'train_seed_arg' must be true or false, "
+            f"got {train_seed_arg!r}"
+        )
     if not isinstance(artifacts, list):
         raise CandidateError(f"{root / 'ARTIFACTS.json'}: expected a JSON list")
     per_view, fixed = [], []
@@ -137,6 +153,7 @@ def load_solution(solution_dir: str | Path, max_weights_bytes: int) -> Solution:
         train_seed=train_seed,
         per_view_paths=tuple(sorted(set(per_view))),
         fixed_artifacts=tuple(sorted(fixed)),
+        train_seed_arg=train_seed_arg,
     )
 
 

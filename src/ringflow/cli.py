@@ -158,7 +158,13 @@ def cmd_key(args) -> int:
     from .weights.keys import explain
 
     ring = load_ring(args.ring_dir)
-    spec = load_node(ring, args.node)["executions"][args.view][args.variant]
+    executions = load_node(ring, args.node).get("executions") or {}
+    if args.view not in executions or args.variant not in executions[args.view]:
+        known = ", ".join(f"{v}/{x}" for v in executions for x in executions[v]) or "none"
+        raise RingflowError(
+            f"{args.node} has no execution {args.view}/{args.variant} (it has: {known})"
+        )
+    spec = executions[args.view][args.variant]
     if not spec.get("key"):
         print(
             f"{args.node} {args.view}/{args.variant}: no weights key "
@@ -166,9 +172,56 @@ def cmd_key(args) -> int:
         )
         return 0
     if args.explain:
-        print(explain(spec["key"], spec["key_components"]))
+        print(explain(spec["key"], spec["key_components"], ring.get("environment")))
     else:
         print(spec["key"])
+    return 0
+
+
+def cmd_store(args) -> int:
+    from .ring.clock import load_ring
+    from .ring.ledger import Ledger
+    from .weights.heal import check_store, repair_store, rings_of_store
+    from .weights.store import WeightsStore
+
+    ring = load_ring(args.ring_dir)
+    store = WeightsStore(ring["store"])
+    report = check_store(store, rings_of_store(ring))
+    print(f"store {store.root}:")
+    print("\n".join(report.lines()))
+    if args.action == "check":
+        return 1 if report.problems else 0
+    done = repair_store(store, report, Ledger(Path(ring["ring_dir"]) / "ledger.jsonl"),
+                        min_age_s=args.min_age_s)  # fmt: skip
+    for record in done["quarantined"]:
+        print(f"quarantined key {record['key']} -> {record['quarantine']}")
+    for path in done["removed"]:
+        print(f"removed leftover {path}")
+    for key in done["busy"]:
+        print(f"key {key} is being trained or replayed; run the repair again later")
+    for path in done["kept_young"]:
+        print(f"kept {path}: younger than {args.min_age_s:g} s, it may still be in use")
+    left = check_store(store, rings_of_store(ring)).problems
+    print("store repaired" if not left else f"{len(left)} problem(s) left")
+    return 1 if left else 0
+
+
+def cmd_ledger_repair(args) -> int:
+    from .ring.clock import load_ring
+    from .ring.ledger import Ledger, emit_event
+
+    ring = load_ring(args.ring_dir)
+    ledger = Ledger(Path(ring["ring_dir"]) / "ledger.jsonl")
+    done = ledger.repair()
+    if done is None:
+        print(f"{ledger.path}: the chain verifies; nothing to repair")
+        return 0
+    emit_event(ring["ring_dir"], "ledger_repaired", **done)
+    if done["action"] == "cut":
+        print(f"{ledger.path}: cut the torn line {done['line']} ({done['bytes']} bytes, kept "
+              f"in {done['kept_in']})")  # fmt: skip
+    else:
+        print(f"{ledger.path}: line {done['line']} was whole; added its newline")
     return 0
 
 
@@ -206,6 +259,18 @@ def build_parser() -> argparse.ArgumentParser:
         "one-screen summary of the ring",
         (("--write",), {"help": "also write it to this file"}),
     )
+    store = sub.add_parser("store", help="check or repair the ring's weights store")
+    store.add_argument(
+        "action", choices=("check", "repair"), help="check: list problems; repair: quarantine"
+    )
+    store.add_argument("ring_dir", help="a ring that uses the store, e.g. runs/demo")
+    store.add_argument("--min-age-s", type=float, default=600.0,
+                       help="repair removes leftovers older than this (default 600)")  # fmt: skip
+    store.set_defaults(func=cmd_store)
+    ledger = sub.add_parser("ledger", help="repair a ring's ledger")
+    ledger.add_argument("action", choices=("repair",), help="cut a torn last line")
+    ledger.add_argument("ring_dir", help="the ring folder, e.g. runs/demo")
+    ledger.set_defaults(func=cmd_ledger_repair)
     add("reserve", cmd_reserve, "re-estimate the final reserve once (may move the cutoff)")
     add("import-nodes", cmd_import_nodes, "(rule) create the ring's nodes")
     gpus = (("--gpus",), {"type": int, "default": 0, "help": "GPUs to give the program"})

@@ -38,20 +38,23 @@ def planned_variants(ring: dict) -> dict[str, list[str]]:
 def execution_spec(ring: dict, solution: Solution, tree: str, view: str, variant: str) -> dict:
     seed = variant_seed(variant)
     ablate = variant == "s0-ablate"
-    spec = {"seed": seed, "ablate": ablate, "weights": "none", "key": None}
+    train_seed = solution.training_seed(seed)
+    spec = {"seed": seed, "ablate": ablate, "weights": "none", "key": None,
+            "train_seed": train_seed}  # fmt: skip
     if not solution.has_weights:
         return spec
-    train_seed = solution.training_seed(seed)
-    spec["train_seed"] = train_seed
     if variant in ("fresh-s0", "blind-s0"):
         spec["weights"] = "fresh"
         return spec
     key, components = keys.weights_key(
         tree_hash=tree,
         train_seed=train_seed,
-        view_hash=ring["views"][view]["content_hash"],
+        view_hash=ring["views"][view]["inputs_hash"],
         env_key=ring["env_key"],
         train_args=["--ablate"] if ablate else [],
+        interpreter=keys.command_interpreter(
+            list(solution.command), ring["environment"]["variables"].get("PATH")
+        ),
     )
     spec.update(weights="store", key=key, key_components=components)
     return spec
@@ -74,7 +77,9 @@ def _make_node(ring, layout, store, node_id, role, source: Path, max_bytes) -> d
     copy_submission(solution, submission)
     # Working copies hardlink these files: read-only, so none of them can change it.
     make_readonly_tree(submission)
-    tree, _ = solution_tree_hash(submission, set(solution.per_view_paths))
+    tree, _ = solution_tree_hash(
+        submission, set(solution.per_view_paths), ring.get("tree_ignore") or []
+    )
     executions = {
         view: {v: execution_spec(ring, solution, tree, view, v) for v in variants}
         for view, variants in planned_variants(ring).items()

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from statistics import fmean
 
-from ..jsonio import atomic_write_json, read_json, sha256_json
+from ..jsonio import atomic_write_json, fsync_dir, fsync_tree, read_json, sha256_json
 from ..ring.clock import load_node, load_ring
 from ..ring.layout import RingLayout
 from ..ring.ledger import Ledger, emit_event
@@ -53,11 +53,13 @@ def write_final(layout: RingLayout, node: str, record: dict) -> None:
         shutil.rmtree(staging)
     shutil.copytree(layout.submission(node), staging / "solution")
     atomic_write_json(staging / "FINAL.json", record)
+    fsync_tree(staging)  # every file on disk before the swap makes it final/
     if old.exists():
         shutil.rmtree(old)
     if layout.final_dir.exists():
         layout.final_dir.rename(old)
     staging.rename(layout.final_dir)
+    fsync_dir(layout.root)
     if old.exists():
         shutil.rmtree(old)
 
