@@ -18,6 +18,7 @@ from ..selection import seeds
 from ..task import Task, load_task, split_views
 from ..weights import keys
 from ..weights.hashing import HashMemo, view_content_hash
+from . import chain
 from .layout import RingLayout
 from .ledger import Ledger, emit_event
 
@@ -34,6 +35,9 @@ def _resolve(path: str, workdir: Path) -> Path:
 def resolve_paths(config: dict, workdir: Path | None = None) -> dict:
     """Where the task, candidates, baseline, store and ring folder are (absolute)."""
     workdir = Path(workdir or os.getcwd())
+    parent = chain.parent_lock(config, workdir)
+    if parent is not None:
+        config = chain.parent_paths(config, parent)
     demo = not config["task"]
     if demo:
         from .. import demo as demo_task
@@ -68,7 +72,11 @@ def resolve_paths(config: dict, workdir: Path | None = None) -> dict:
         previous = _resolve(config["continue_from"], workdir)
         if not (previous / "RING.json").is_file():
             raise InputError(f"config: continue_from {previous} is not a ring (no RING.json)")
+    if parent is not None:
+        task = load_task(task_dir)
+        chain.check_same_task(parent, task.name, task.direction, task_dir)
     return {
+        "parent": parent,
         "task": task_dir,
         "candidates": candidates,
         "baseline": baseline_dir,
@@ -197,6 +205,7 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
         "guard_seeds": seed_plan["guard_seeds"],
         "chain_exposed_seeds": seed_plan["chain_exposed_seeds"],
         "continue_from": None if previous is None else os.path.relpath(previous, layout.root),
+        "chain": chain.describe(paths["parent"], config, paths),
         "sandbox": sandbox.probe_for(config["sandbox"]),
         # Names the programs see for views (selection.disguise.alias); never in their reach.
         "alias_salt": secrets.token_hex(16),
