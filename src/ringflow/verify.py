@@ -6,6 +6,7 @@ from pathlib import Path
 
 from .errors import InputError
 from .ring.clock import load_ring
+from .ring.edits import find_edits
 from .ring.layout import RingLayout
 from .ring.ledger import Ledger
 from .selection.seeds import chain_rings
@@ -24,6 +25,7 @@ def verify_ring(ring_dir) -> list[str]:
     else:
         problems += [f"ledger: {p}" for p in Ledger(layout.ledger).verify()]
     problems += [f"store: {p}" for p in WeightsStore(ring["store"]).verify()]
+    problems += [f"edited: {e}" for e in find_edits(layout.root)]
     if ring.get("continue_from"):
         previous = (layout.root / ring["continue_from"]).resolve()
         try:
