@@ -6,20 +6,34 @@ from pathlib import Path
 from snakemake.utils import validate
 
 from ringflow import timekeeper
-from ringflow.config import coerce_config
-from ringflow.selection.final import choose, ends_selection, trained_finalists, usable_baseline
+from ringflow.interrupts import install_relay
+from ringflow.reporting.progress import ring_end, ring_start
+from ringflow.config import check_config, coerce_config, config_defaults
+from ringflow.selection.final import (
+    choose,
+    ends_selection,
+    trained_finalists,
+    usable_baseline,
+)
 from ringflow.jsonio import read_json_cached as read_json
 from ringflow.ring.layout import NODE_PATTERN, VARIANT_PATTERN, VIEW_PATTERN, RingLayout
+from ringflow.ring.chain import inherit_config, refuse_task_switch
+from ringflow.ring.edits import refuse_edits
 from ringflow.ring.lock import check_existing_lock
 
 coerce_config(config, workflow.source_path("../config/config.schema.yaml"))
+check_config(config, workflow.source_path("../config/config.schema.yaml"))
 validate(config, "../config/config.schema.yaml")
+inherit_config(config, config_defaults(workflow.source_path("../config/config.yaml")))
 
 RING = RingLayout(Path(config["runs_dir"]) / config["ring_id"])
 # Rules call the package with the interpreter Snakemake runs under, whatever PATH says.
 RINGFLOW = f"{sys.executable} -m ringflow"
 
 check_existing_lock(config)
+if workflow.is_main_process:
+    refuse_edits(RING.root, config["ring_id"])
+    refuse_task_switch(config)
 
 
 wildcard_constraints:
@@ -40,6 +54,17 @@ def log_for(rule, name):
 
 def start_timekeeper():
     timekeeper.start_in_background(RING.root)
+
+
+def start_ring_hooks():
+    """Ctrl-C stops the executions in flight; the terminal shows ringflow's progress."""
+    install_relay(RING.root)
+    ring_start(RING.root, config["terminal"])
+
+
+def end_ring(log, completed):
+    """Every ring ends with its summary and failure digest, however it ended."""
+    ring_end(RING.root, log, completed)
 
 
 # ---- the ring and its nodes -------------------------------------------------------------
