@@ -176,7 +176,9 @@ def ring_end(ring_root: str | Path, log: str | list | None, completed: bool) -> 
             print(render_summary(root), file=out)
         except Exception as exc:
             print(f"ringflow: the summary could not be written: {exc}", file=out)
-    if not completed:
+    if not completed and not (root / "RING.json").exists():
+        print("ringflow: the ring was not started: see the error above.", file=out)
+    elif not completed:
         print(
             "ringflow: the ring did not complete: a job failed or it was interrupted. Run the "
             "same command again to continue it (after a kill: snakemake --unlock first).",
