@@ -4,7 +4,9 @@ its node out of promotion)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -77,7 +79,19 @@ def _interrupted(ring: Path, node: str) -> list[dict]:
             and e["status"] == "interrupted" and not e["budget_cut"]]  # fmt: skip
 
 
-def test_interrupted_executions_stop_promptly_and_run_again(tmp_path):
+@pytest.fixture
+def drivers():
+    """Background Snakemake processes of a test: killed with their session if left running."""
+    started: list = []
+    yield started
+    for driver in started:
+        if driver.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+
+
+def test_interrupted_executions_stop_promptly_and_run_again(tmp_path, drivers):
     make_task(tmp_path)
     slow = make_candidate(tmp_path / "cands" / "slow", mean=0.6)
     (slow / "run.py").write_text(f"GATE = {time.time() + GATE_AFTER_S}\n" + SLOW)
@@ -92,6 +106,7 @@ def test_interrupted_executions_stop_promptly_and_run_again(tmp_path):
     #    it, ends incomplete, and the execution is not left as if it had finished.
     start = time.time()
     driver = start_snakemake(tmp_path, config)
+    drivers.append(driver)
     exec_dir = _wait_in_flight(ring, node, start)
     _supervisor_of(tmp_path, node).send_signal(signal.SIGTERM)
     assert driver.wait(timeout=180) != 0
@@ -102,6 +117,7 @@ def test_interrupted_executions_stop_promptly_and_run_again(tmp_path):
     # 2. Run again: the execution runs again. SIGINT to Snakemake alone stops it promptly.
     again = time.time()
     driver = start_snakemake(tmp_path, config)
+    drivers.append(driver)
     _wait_in_flight(ring, node, again)
     sent = time.time()
     driver.send_signal(signal.SIGINT)
