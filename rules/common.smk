@@ -6,9 +6,7 @@ from pathlib import Path
 from snakemake.utils import validate
 
 from ringflow import timekeeper
-from ringflow.interrupts import install_relay
-from ringflow.reporting.progress import ring_end, ring_start
-from ringflow.config import check_config, coerce_config, config_defaults
+from ringflow.config import coerce_config
 from ringflow.selection.final import (
     choose,
     ends_selection,
@@ -17,9 +15,12 @@ from ringflow.selection.final import (
 )
 from ringflow.jsonio import read_json_cached as read_json
 from ringflow.ring.layout import NODE_PATTERN, VARIANT_PATTERN, VIEW_PATTERN, RingLayout
+from ringflow.ring.lock import check_existing_lock
+from ringflow.config import check_config, config_defaults
+from ringflow.interrupts import install_relay
+from ringflow.reporting.progress import ring_end, ring_start
 from ringflow.ring.chain import inherit_config, refuse_task_switch
 from ringflow.ring.edits import refuse_edits
-from ringflow.ring.lock import check_existing_lock
 
 coerce_config(config, workflow.source_path("../config/config.schema.yaml"))
 check_config(config, workflow.source_path("../config/config.schema.yaml"))
