@@ -146,6 +146,7 @@ def load_solution(solution_dir: str | Path, max_weights_bytes: int) -> Solution:
             per_view.append(path)
         else:
             fixed.append(path)
+    check_program(root, command)
     return Solution(
         dir=root,
         command=tuple(command),
@@ -155,6 +156,41 @@ def load_solution(solution_dir: str | Path, max_weights_bytes: int) -> Solution:
         fixed_artifacts=tuple(sorted(fixed)),
         train_seed_arg=train_seed_arg,
     )
+
+
+PYTHON_NAMES = ("python", "python3")
+
+
+def entry_points(command: list[str]) -> list[str]:
+    """The files of the solution a command names: its Python scripts and a relative program."""
+    files = [arg for arg in command[1:] if arg.endswith(".py") and not arg.startswith("-")]
+    first = command[0]
+    if first not in PYTHON_NAMES and "/" in first and not first.startswith("/"):
+        files.insert(0, first)
+    return files
+
+
+def check_program(root: Path, command: list[str]) -> None:
+    """The program exists and compiles: a syntax error is a rejection at import, not four
+    crashed executions later. Python entry points are compiled (nothing is written)."""
+    for rel in entry_points(command):
+        path = PurePosixPath(rel)
+        if path.is_absolute() or ".." in path.parts:
+            raise CandidateError(f"{root}: the command names {rel!r}, outside the solution")
+        target = root / rel
+        if not target.is_file():
+            raise CandidateError(f"{root}: the command names {rel}, which is not in the solution")
+        if not rel.endswith(".py"):
+            if not os.access(target, os.X_OK):
+                raise CandidateError(f"{root}: the command's program {rel} is not executable")
+            continue
+        try:
+            compile(target.read_bytes(), str(target), "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            where = f" (line {exc.lineno})" if exc.lineno else ""
+            raise CandidateError(f"{target}: does not compile: {exc.msg}{where}") from None
+        except ValueError as exc:
+            raise CandidateError(f"{target}: does not compile: {exc}") from None
 
 
 def copy_submission(solution: Solution, dest: Path) -> None:

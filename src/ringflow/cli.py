@@ -27,12 +27,17 @@ def cmd_import_nodes(args) -> int:
 
 def cmd_execute(args) -> int:
     from .execute import run_execution
+    from .interrupts import EXIT_INTERRUPTED, stopped_by_signal
     from .scoring import score_execution
 
     result = run_execution(args.ring_dir, args.node, args.view, args.variant, gpus=args.gpus)
     print(json.dumps({k: result[k] for k in ("status", "budget_cut", "weights_mode", "reason")}))
     score = score_execution(args.ring_dir, args.node, args.view, args.variant)
     print(json.dumps({k: score.get(k) for k in ("score", "valid", "reason")}))
+    if stopped_by_signal(result):
+        # A failed job: Snakemake drops its outputs, so the ring runs it again (SPEC 9).
+        print(f"ringflow: execution interrupted: {result['reason']}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return 0
 
 
@@ -225,6 +230,23 @@ def cmd_ledger_repair(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from .selection.deploy import export
+
+    manifest = export(args.ring_dir, args.dest)
+    print(f"{args.dest}: {manifest['node']} ({manifest['role']}), weights and MANIFEST.json")
+    print(f"run it: {manifest['run']['example']}")
+    return 0
+
+
+def cmd_check(args) -> int:
+    from .precheck import check
+
+    report = check(args.task, args.candidates, run=not args.no_run)
+    print(report.text(), end="")
+    return 1 if report.failed else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ringflow", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -271,6 +293,21 @@ def build_parser() -> argparse.ArgumentParser:
     ledger.add_argument("action", choices=("repair",), help="cut a torn last line")
     ledger.add_argument("ring_dir", help="the ring folder, e.g. runs/demo")
     ledger.set_defaults(func=cmd_ledger_repair)
+    add(
+        "export",
+        cmd_export,
+        "write the final choice, code, weights and MANIFEST.json, to a new folder",
+        (("dest",), {"help": "a folder that does not exist yet"}),
+    )
+    check = sub.add_parser(
+        "check", help="check a task and candidates before a ring: import checks, scorer, one run"
+    )
+    check.add_argument("task", help="the task folder (task.yaml, views/)")
+    check.add_argument(
+        "candidates", nargs="*", help="candidate folders, or folders of candidate folders"
+    )
+    check.add_argument("--no-run", action="store_true", help="do not run a candidate")
+    check.set_defaults(func=cmd_check)
     add("reserve", cmd_reserve, "re-estimate the final reserve once (may move the cutoff)")
     add("import-nodes", cmd_import_nodes, "(rule) create the ring's nodes")
     gpus = (("--gpus",), {"type": int, "default": 0, "help": "GPUs to give the program"})

@@ -10,6 +10,7 @@ from pathlib import Path
 from .candidate import Solution, copy_submission, load_solution
 from .errors import CandidateError
 from .jsonio import atomic_write_json, read_json
+from .ring.edits import record_sources
 from .ring.layout import RingLayout, variant_seed
 from .ring.ledger import Ledger, emit_event
 from .weights import keys
@@ -149,5 +150,6 @@ def import_static(ring: dict) -> dict:
         "baseline": next((n["id"] for n in nodes if n["role"] == "baseline"), None),
         "keys": _assign_trainers(nodes, store),
     }
+    record_sources(ring, nodes)
     atomic_write_json(layout.nodes_index, index)
     return index

@@ -9,6 +9,7 @@ from typing import Any
 
 from .errors import InputError
 from .ring.clock import load_ring
+from .ring.edits import find_edits
 from .ring.layout import RingLayout
 from .ring.ledger import Ledger
 from .selection.seeds import chain_rings
@@ -55,6 +56,7 @@ def verify_ring(ring_dir) -> list[str]:
         problems += [f"store: {p}" for p in check_store_index(store, rings_of_store(ring))]
     except InputError as exc:
         problems.append(f"store: the index could not be compared with the ledgers: {exc}")
+    problems += [f"edited: {e}" for e in find_edits(layout.root)]
     if ring.get("continue_from"):
         previous = (layout.root / ring["continue_from"]).resolve()
         try:

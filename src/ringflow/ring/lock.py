@@ -22,6 +22,7 @@ from ..selection.disguise import alias
 from ..task import Task, load_task, split_views
 from ..weights import keys
 from ..weights.hashing import HashMemo, listing_hash, view_part_hashes
+from . import chain
 from .inputs import record_snapshot, snapshot_path, take_snapshot
 from .layout import RingLayout
 from .ledger import Ledger, emit_event
@@ -39,6 +40,9 @@ def _resolve(path: str, workdir: Path) -> Path:
 def resolve_paths(config: dict, workdir: Path | None = None) -> dict:
     """Where the task, candidates, baseline, store and ring folder are (absolute)."""
     workdir = Path(workdir or os.getcwd())
+    parent = chain.parent_lock(config, workdir)
+    if parent is not None:
+        config = chain.parent_paths(config, parent)
     demo = not config["task"]
     if demo:
         from .. import demo as demo_task
@@ -73,7 +77,11 @@ def resolve_paths(config: dict, workdir: Path | None = None) -> dict:
         previous = _resolve(config["continue_from"], workdir)
         if not (previous / "RING.json").is_file():
             raise InputError(f"config: continue_from {previous} is not a ring (no RING.json)")
+    if parent is not None:
+        task = load_task(task_dir)
+        chain.check_same_task(parent, task.name, task.direction, task_dir)
     return {
+        "parent": parent,
         "task": task_dir,
         "candidates": candidates,
         "baseline": baseline_dir,
@@ -253,6 +261,7 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
         "program": program,
         # GPU models, driver and CUDA: part of the environment of executions given GPUs.
         "gpu": gpu_facts(),
+        "chain": chain.describe(paths["parent"], config, paths),
         # Names the programs see for views (selection.disguise.alias); never in their reach.
         "alias_salt": alias_salt,
     }

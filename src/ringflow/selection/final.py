@@ -18,6 +18,7 @@ from ..scoring import read_score, usable
 from ..weights.hashing import listing, listing_hash
 from ..weights.store import WeightsStore
 from . import guardstats
+from .deploy import complete_solution
 from .promote import node_mean
 
 EQUAL_TOL = 1e-9
@@ -52,6 +53,7 @@ def write_final(layout: RingLayout, node: str, record: dict) -> None:
     if staging.exists():
         shutil.rmtree(staging)
     shutil.copytree(layout.submission(node), staging / "solution")
+    complete_solution(layout, node, staging / "solution")  # weights + MANIFEST.json
     atomic_write_json(staging / "FINAL.json", record)
     fsync_tree(staging)  # every file on disk before the swap makes it final/
     if old.exists():
