@@ -111,7 +111,11 @@ class Execution:
 def _load(ring_dir, node_id: str, view: str, variant: str, gpus: int = 0) -> Execution:
     refuse_if_stopped(ring_dir)
     ring = load_ring(ring_dir)
-    check_environment(ring)
+    try:
+        check_environment(ring)
+    except RingflowError as exc:
+        # The machine no longer has the environment the ring was locked with.
+        raise stop_ring(ring["ring_dir"], str(exc)) from None
     layout = RingLayout(Path(ring["ring_dir"]))
     node = load_node(ring, node_id)
     if node["status"] != "ready":
