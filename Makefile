@@ -12,7 +12,6 @@ setup: $(STAMP)
 
 demo: $(STAMP)
 	$(SNAKEMAKE) --profile profiles/local
-	$(PY) -m ringflow summary runs/demo
 
 test: $(STAMP)
 	$(PY) -m pytest

@@ -20,9 +20,15 @@ include: "rules/report.smk"
 
 onstart:
     start_timekeeper()
+    start_ring_hooks()
+
+
+onsuccess:
+    end_ring(log, completed=True)
 
 
 onerror:
+    end_ring(log, completed=False)
     report_stop()
 
 

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from ringflow.ring.lock import REPO_ROOT
 from ringflow.sandbox.gpus import machine_gpus
+from ringflow.weights.keys import REPO as REPO_ROOT
 from ringtools import locked_ring
 
 pytestmark = pytest.mark.gpu

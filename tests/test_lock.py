@@ -12,6 +12,7 @@ import pytest
 
 from ringflow.errors import InputError, MachineryError, RingflowError
 from ringflow.execute import check_environment
+from ringflow.jsonio import sha256_json
 from ringflow.ring.inputs import check_inputs
 from ringflow.ring.lock import check_existing_lock, lock_ring
 from ringtools import scripted_config
@@ -49,9 +50,11 @@ def test_a_job_in_another_environment_refuses_to_run(tmp_path, config):
     ring = lock_ring(config, tmp_path)
     check_environment(ring)
     moved = copy.deepcopy(ring)
-    moved["environment"]["packages_sha256"] = "0" * 64
-    moved["env_key"] = "f" * 64
-    with pytest.raises(RingflowError, match=r"environment differs.*packages_sha256"):
+    # Locked when another package was installed: its folders' stamp and its list differ.
+    moved["environment"]["packages"].append("torch==2.9.0")
+    moved["environment_stamp"]["folders"][0][1] -= 1
+    moved["env_key"] = sha256_json(moved["environment"])
+    with pytest.raises(RingflowError, match=r"environment differs.*packages.*torch==2.9.0"):
         check_environment(moved)
 
 

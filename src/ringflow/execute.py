@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import sandbox, statuses
-from .candidate import weights_dirs
+from .candidate import train_seed_args, weights_dirs
 from .errors import (
     AcceptanceError,
     DeadlineReached,
@@ -29,16 +29,17 @@ from .jsonio import atomic_write_json
 from .ring.clock import deadline_for, load_node, load_ring
 from .ring.inputs import check_inputs, program_inputs
 from .ring.layout import RingLayout
-from .ring.ledger import Ledger, emit_event
+from .ring.ledger import Ledger, emit_event, ledger_anchor
 from .ring.stop import refuse_if_stopped, stop_ring
-from .sandbox.gpus import Allocation, allocate, default_lock_dir, device_nodes
+from .sandbox.gpus import Allocation, allocate, default_lock_dir, device_nodes, machine_gpus
 from .selection.disguise import BLIND_COPIES, alias
 from .supervisor import HealthSettings, ResourceLimits, supervise
 from .task import command_argv
 from .weights import keys
-from .weights.hashing import PROGRESS_FILE
+from .weights.attempts import KeyFailed, TrainAttempts
+from .weights.hashing import PROGRESS_FILE, HashMemo, drop_ignored
 from .weights.store import WeightsStore
-from .workcopy import link_tree, reset_dir, unshare_files
+from .workcopy import link_tree, reset_dir, submission_files, unshare_files
 
 THREAD_VARS = (
     "OMP_NUM_THREADS",
@@ -55,19 +56,16 @@ OUTCOME_FIELDS = (
 )  # fmt: skip
 
 
+# Locale and time zone reach the program as the job has them (part of the environment key).
+PASSED_LOCALE = ("LC_ALL", "LC_CTYPE", "LC_NUMERIC", "LANGUAGE", "TZ")
+
+
 def thread_env(threads: int) -> dict[str, str]:
     return dict.fromkeys(THREAD_VARS, str(threads))
 
 
 def check_environment(ring: dict) -> None:
-    env = keys.environment(ring["config"]["limits"]["threads"])
-    if keys.environment_key(env) != ring["env_key"]:
-        frozen = ring["environment"]
-        differ = sorted(k for k in set(env) | set(frozen) if env.get(k) != frozen.get(k))
-        raise RingflowError(
-            f"this job's environment differs from the one frozen in {ring['ring_dir']}/RING.json "
-            f"(in: {', '.join(differ)}); weights keys would not match, so it refuses to run"
-        )
+    keys.check_environment(ring, HashMemo(Path(ring["store"]) / "cache" / "hashmemo.json"))
 
 
 @dataclass
@@ -82,6 +80,7 @@ class Execution:
     spec: dict
     dir: Path
     deadline: object
+    attempts: TrainAttempts | None = None
 
     @property
     def config(self) -> dict:
@@ -109,10 +108,14 @@ class Execution:
         return "deadline passed" if self.deadline() <= time.time() else None
 
 
-def _load(ring_dir, node_id: str, view: str, variant: str) -> Execution:
+def _load(ring_dir, node_id: str, view: str, variant: str, gpus: int = 0) -> Execution:
     refuse_if_stopped(ring_dir)
     ring = load_ring(ring_dir)
-    check_environment(ring)
+    try:
+        check_environment(ring)
+    except RingflowError as exc:
+        # The machine no longer has the environment the ring was locked with.
+        raise stop_ring(ring["ring_dir"], str(exc)) from None
     layout = RingLayout(Path(ring["ring_dir"]))
     node = load_node(ring, node_id)
     if node["status"] != "ready":
@@ -123,8 +126,21 @@ def _load(ring_dir, node_id: str, view: str, variant: str) -> Execution:
         raise RingflowError(f"node {node_id} has no execution {view}/{variant}") from None
     folder = layout.exec_dir(node_id, view, variant)
     folder.mkdir(parents=True, exist_ok=True)
-    return Execution(ring, layout, node, view, variant, spec, folder,
-                     deadline_for(ring, view, variant))  # fmt: skip
+    spec = keys.spec_given_gpus(ring, spec, _gpu_env(gpus))
+    ex = Execution(ring, layout, node, view, variant, spec, folder,
+                   deadline_for(ring, view, variant))  # fmt: skip
+    ex.gpus_wanted = gpus
+    return ex
+
+
+def _gpu_env(gpus: int) -> dict[str, str]:
+    """The GPUs whose models enter the key: the job's allocation under SLURM, else every
+    GPU of this machine (the one it will get is known only once it is free)."""
+    if not gpus:
+        return {}
+    if "SLURM_JOB_ID" in os.environ and "CUDA_VISIBLE_DEVICES" in os.environ:
+        return {"CUDA_VISIBLE_DEVICES": os.environ["CUDA_VISIBLE_DEVICES"]}
+    return {"CUDA_VISIBLE_DEVICES": ",".join(gpu.uuid for gpu in machine_gpus())}
 
 
 def _new_result(ex: Execution) -> dict:
@@ -151,8 +167,7 @@ def _new_result(ex: Execution) -> dict:
 def run_execution(
     ring_dir: str | Path, node_id: str, view: str, variant: str, gpus: int = 0
 ) -> dict:
-    ex = _load(ring_dir, node_id, view, variant)
-    ex.gpus_wanted = gpus
+    ex = _load(ring_dir, node_id, view, variant, gpus)
     result = _new_result(ex)
     if ex.should_stop():
         result.update(budget_cut=True, reason="not started: the deadline had passed")
@@ -177,6 +192,7 @@ def _make_box(ex: Execution) -> Path:
     box = boxes / secrets.token_hex(8)
     box.mkdir(mode=0o755)
     link_tree(ex.layout.submission(ex.node["id"]), box / "solution")
+    drop_ignored(box / "solution", ex.ring.get("tree_ignore") or [])
     (box / "output").mkdir()
     return box
 
@@ -202,6 +218,9 @@ def _run_in_box(ex: Execution, result: dict, inputs: Path) -> dict:
     with ExitStack() as lock:
         try:
             mode, method = _settle_weights(ex, store, lock)
+        except KeyFailed as exc:
+            result.update(status=statuses.SKIPPED, reason=str(exc))
+            return _finish(ex, result)
         except DeadlineReached as exc:
             result.update(budget_cut=True, reason=f"gave up waiting for the weights lock: {exc}")
             return _finish(ex, result)
@@ -230,10 +249,16 @@ def _run_in_box(ex: Execution, result: dict, inputs: Path) -> dict:
             # The machine's failure, never the candidate's (SPEC 7.6).
             raise stop_ring(ex.layout.root, f"the sandbox could not run {node_id} {view}/"
                             f"{variant}: {exc}", node=node_id) from None  # fmt: skip
+        finally:
+            # A replay's hard links to store objects never outlive the execution.
+            store.release_links(ex.work)
         _check_view(ex, inputs, "after the run")
         os.replace(ex.box_output, reset_dir(ex.dir / "output"))
+        registered = False
         if mode == statuses.TRAIN and result["status"] == statuses.OK:
-            _register(ex, store, result)
+            registered = _register(ex, store, result)
+        if mode == statuses.TRAIN:
+            ex.attempts.ended("registered" if registered else result["status"])
     return _finish(ex, result)
 
 
@@ -244,12 +269,18 @@ def _settle_weights(ex: Execution, store: WeightsStore, lock: ExitStack):
     if ex.spec["weights"] == "fresh":
         return statuses.FRESH, None
     key = ex.spec["key"]
+    ex.attempts = TrainAttempts(ex.layout.root, key, f"{ex.node['id']}/{ex.view}/{ex.variant}",
+                                ex.config["max_train_attempts"])  # fmt: skip
+    if store.entry(ex.node["tree_hash"], key) is None:
+        ex.attempts.check(holding_lock=False)  # a failed key frees the slot without waiting
     lock.enter_context(store.key_lock(key, should_stop=ex.should_stop))
     entry = store.entry(ex.node["tree_hash"], key)
     if entry is not None:
         method = store.replay_into(entry, ex.work, verify=ex.config["replay_verify"])
         lock.close()
         return statuses.REPLAY, method
+    ex.attempts.check(holding_lock=True)
+    ex.attempts.started()
     store.make_private(ex.work, ex.node["solution"]["per_view_paths"])
     return statuses.TRAIN, None
 
@@ -263,10 +294,12 @@ def _program_env(ex: Execution) -> dict[str, str]:
     env = {
         "PATH": f"{Path(program['executable']).parent}:/usr/local/bin:/usr/bin:/bin",
         "LANG": os.environ.get("LANG", "C.UTF-8"),
+        **{name: os.environ[name] for name in PASSED_LOCALE if name in os.environ},
         "PYTHONDONTWRITEBYTECODE": "1",
         # Every run sees an alias, so a view-blind run looks like any other.
         "RINGFLOW_VIEW": alias(ex.ring, ex.view, BLIND_COPIES.get(ex.variant, "real")),
         "RINGFLOW_SEED": str(ex.spec["seed"]),
+        "RINGFLOW_TRAIN_SEED": str(ex.spec.get("train_seed", ex.spec["seed"])),
         **thread_env(ex.config["limits"]["threads"]),
     }
     if ex.gpus is not None:
@@ -314,6 +347,7 @@ def _run_program(ex: Execution, inputs: Path, training: bool) -> dict:
     command = " ".join(ex.node["solution"]["command"])
     argv = command_argv(command, python=ex.ring["program"]["executable"])
     argv += ["--seed", str(ex.spec["seed"]), *(["--ablate"] if ex.spec["ablate"] else [])]
+    argv += train_seed_args(ex.node["solution"], ex.spec)
     info = _sandbox_info(ex)
     plan = sandbox.plan(_sandbox_request(ex, inputs, writable), argv, _program_env(ex), info,
                         weights_rel[0] if weights_rel else None)  # fmt: skip
@@ -339,7 +373,12 @@ def _run_program(ex: Execution, inputs: Path, training: bool) -> dict:
         if outcome.events and outcome.events[0].get("event") == "start_failed":
             raise SandboxError(outcome.reason)
         if outcome.exit_code is not None or outcome.signal is not None:
-            plan.confirm_started()
+            try:
+                plan.confirm_started()
+            except SandboxError as exc:
+                # bubblewrap says why on the program's stderr: no program ran to write there.
+                said = (ex.dir / "stderr.log").read_text(errors="replace").strip().splitlines()
+                raise SandboxError(f"{exc}: {said[-1] if said else 'no message'}") from None
     finally:
         plan.finish()
     record = outcome.to_dict()
@@ -370,30 +409,35 @@ def _sandbox_info(ex: Execution) -> dict:
     return info
 
 
-def _register(ex: Execution, store: WeightsStore, result: dict) -> None:
+def _register(ex: Execution, store: WeightsStore, result: dict) -> bool:
+    """Register a training run's weights; True when the key is registered afterwards."""
     if result["reap_left"]:
         # A tree that could not be fully stopped may still be writing (SPEC 7.4).
         result["reason"] = "weights not registered: processes were left after the stop"
-        return
+        return False
     node, key = ex.node, ex.spec["key"]
     who = {"ring": ex.ring["ring_id"], "node": node["id"], "execution": f"{ex.view}/{ex.variant}"}
     limit = int(ex.config["max_weights_gb"] * 1024**3)
     paths = node["solution"]["per_view_paths"]
+    supplied = submission_files(ex.layout.submission(node["id"]))
     try:
-        entry, created = store.register(node["tree_hash"], key, ex.work, paths, who, limit)
+        entry, created = store.register(node["tree_hash"], key, ex.work, paths, who, limit,
+                                        supplied)  # fmt: skip
     except AcceptanceError as exc:
         result.update(status=statuses.CRASH, reason=f"weights not accepted: {exc}")
-        return
+        return False
     if created:
         files = [{"path": f["path"], "sha256": f["sha256"]} for f in entry["files"]]
         Ledger(ex.layout.ledger).append(
             "weights_registered", key=key, tree=node["tree_hash"], node=node["id"],
             view=ex.view, variant=ex.variant, files=files,
         )  # fmt: skip
+    return True
 
 
 def _finish(ex: Execution, result: dict) -> dict:
     result["ended_at"] = time.time()
+    result["ledger_head"] = ledger_anchor(ex.layout.ledger)
     atomic_write_json(ex.dir / "result.json", result)
     emit_event(ex.layout.root, "execution_finished", node=result["node"], view=result["view"],
                variant=result["variant"], status=result["status"],

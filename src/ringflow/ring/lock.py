@@ -22,7 +22,8 @@ from ..selection import seeds
 from ..selection.disguise import alias
 from ..task import Task, load_task, split_views
 from ..weights import keys
-from ..weights.hashing import HashMemo, view_content_hash
+from ..weights.hashing import HashMemo, listing_hash, view_part_hashes
+from . import chain
 from .inputs import record_snapshot, snapshot_path, take_snapshot
 from .layout import RingLayout
 from .ledger import Ledger, emit_event
@@ -40,6 +41,9 @@ def _resolve(path: str, workdir: Path) -> Path:
 def resolve_paths(config: dict, workdir: Path | None = None) -> dict:
     """Where the task, candidates, baseline, store and ring folder are (absolute)."""
     workdir = Path(workdir or os.getcwd())
+    parent = chain.parent_lock(config, workdir)
+    if parent is not None:
+        config = chain.parent_paths(config, parent)
     demo = not config["task"]
     if demo:
         from .. import demo as demo_task
@@ -74,7 +78,11 @@ def resolve_paths(config: dict, workdir: Path | None = None) -> dict:
         previous = _resolve(config["continue_from"], workdir)
         if not (previous / "RING.json").is_file():
             raise InputError(f"config: continue_from {previous} is not a ring (no RING.json)")
+    if parent is not None:
+        task = load_task(task_dir)
+        chain.check_same_task(parent, task.name, task.direction, task_dir)
     return {
+        "parent": parent,
         "task": task_dir,
         "candidates": candidates,
         "baseline": baseline_dir,
@@ -89,23 +97,15 @@ def _frozen(config: dict) -> dict:
     return {k: v for k, v in config.items() if k not in UNFROZEN_KEYS}
 
 
-# The repository that holds this package's workflow (src/ringflow/ring/lock.py).
-REPO_ROOT = Path(__file__).resolve().parents[3]
-
-
-def program_python(config: dict, workdir: Path) -> Path:
-    """The candidates' interpreter: program.python, or the repository's .venv-program."""
-    named = config["program"]["python"]
-    if named:
-        path = Path(named).expanduser()
-        return path if path.is_absolute() else workdir / path
-    default = REPO_ROOT / ".venv-program" / "bin" / "python"
-    if not default.exists():
+def program_python(config: dict) -> Path:
+    """The candidates' interpreter (keys.program_python), refused clearly when missing."""
+    path = keys.program_python(config)
+    if not config["program"]["python"] and not path.exists():
         raise InputError(
-            f"config: program.python is not set and {default} does not exist; build it with "
+            f"config: program.python is not set and {path} does not exist; build it with "
             "`make setup` or name your environment's interpreter in program.python"
         )
-    return default
+    return path
 
 
 def _input_hashes(listing: list[dict]) -> dict[str, str]:
@@ -134,11 +134,14 @@ def lock_sandbox(config: dict, layout: RingLayout, python: Path) -> tuple[dict, 
 
 def check_ancestors(previous: Path | None) -> None:
     """Refuse to continue from a chain whose rings or ledgers do not verify (SPEC 12)."""
+    from ..verify import ledger_anchors
+
     if previous is None:
         return
     for ancestor in seeds.chain_rings(previous):
         ledger = Path(ancestor["ring_dir"]) / "ledger.jsonl"
-        problems = Ledger(ledger).verify() if ledger.exists() else ["ledger.jsonl missing"]
+        anchors = ledger_anchors(RingLayout(ledger.parent))
+        problems = Ledger(ledger).verify(anchors) if ledger.exists() else ["ledger.jsonl missing"]
         problems = problems or lock_anchor_problems(Path(ancestor["ring_dir"]))
         if problems:
             raise InputError(
@@ -178,7 +181,7 @@ def lock_ring(config: dict, workdir: Path | None = None, now: float | None = Non
 
 def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
     task = load_task(paths["task"])
-    sandbox_info, program = lock_sandbox(config, layout, program_python(config, paths["workdir"]))
+    sandbox_info, program = lock_sandbox(config, layout, program_python(config))
     alias_salt = secrets.token_hex(16)
     search_views, guard_views, final_view = split_views(
         task, list(config["views"]["search"]), config["views"]["final"], config["views"]["guard"]
@@ -193,11 +196,16 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
         inputs = task.view_dir(view) / "inputs"
         snapshot = snapshot_path(layout.root, alias({"alias_salt": alias_salt}, view, "real"))
         take_snapshot(inputs, snapshot, world_readable)
-        content_hash, listing = view_content_hash(task.view_dir(view), memo)
+        parts = view_part_hashes(task.view_dir(view), memo)
+        listing = [{**entry, "path": f"{part}/{entry['path']}"}
+                   for part, (_, entries) in parts.items() for entry in entries]  # fmt: skip
         views[view] = {
             "name": view,
             "dir": str(task.view_dir(view)),
-            "content_hash": content_hash,
+            "content_hash": listing_hash(listing),
+            # Weights keys take the inputs only; the labels belong to the evaluation.
+            "inputs_hash": parts["inputs"][0],
+            "labels_hash": parts["labels"][0],
             "files": len(listing),
             "bytes": sum(entry["size"] for entry in listing),
             "limits": limits,
@@ -205,12 +213,15 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
             "inputs_files": record_snapshot(inputs, snapshot, _input_hashes(listing)),
         }
         atomic_write_json(layout.view_manifest(view), views[view])
+    environment, environment_stamp = keys.environment_for(config, memo)
     memo.save()
-    environment = keys.environment(limits["threads"])
     evaluation = {
         "task": task.name,
         "direction": task.direction,
-        "views": {v: views[v]["content_hash"] for v in search_views},
+        "views": {
+            v: {"inputs": views[v]["inputs_hash"], "labels": views[v]["labels_hash"]}
+            for v in search_views
+        },
         "search_views": search_views,
         "limits": limits,
         "scorer_version": scorer_version(task),
@@ -244,7 +255,11 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
         "evaluation": evaluation,
         "search_hash": sha256_json(evaluation),
         "environment": environment,
-        "env_key": keys.environment_key(environment),
+        "environment_stamp": environment_stamp,
+        "env_key": sha256_json(environment),
+        "program_python": program["path"],
+        # Solution files left out of tree hashes and working copies (documentation).
+        "tree_ignore": list(config.get("tree_ignore") or []),
         "guard_seeds": seed_plan["guard_seeds"],
         "chain_exposed_seeds": seed_plan["chain_exposed_seeds"],
         "continue_from": None if previous is None else os.path.relpath(previous, layout.root),
@@ -252,6 +267,7 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
         "program": program,
         # GPU models, driver and CUDA: part of the environment of executions given GPUs.
         "gpu": gpu_facts(),
+        "chain": chain.describe(paths["parent"], config, paths),
         # Names the programs see for views (selection.disguise.alias); never in their reach.
         "alias_salt": alias_salt,
     }
