@@ -53,7 +53,7 @@ def test_a_key_given_another_value_is_kept_and_shown_as_changed(parent):
     inherit_config(config, full_config(), work)
     assert config["final_top_k"] == 2
     r2 = lock_ring(config, work)
-    assert r2["chain"]["changed"] == {"final_top_k": {"parent": 1, "this": 2}}
+    assert r2["chain"]["changed"] == {"final_top_k": {"parent": 3, "this": 2}}
     saved = json.loads((work / "runs" / "r2" / "RING.json").read_text())
     assert saved["chain"]["changed"]["final_top_k"]["this"] == 2
 

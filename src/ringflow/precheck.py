@@ -105,7 +105,8 @@ def _score_shaped_prediction(report: Report, ring: dict) -> None:
     if score.get("scored"):
         validity = "valid" if score["valid"] else "invalid"
         report.ok(
-            f"answered with a well-formed record: {validity}, score {score['score']:g}"
+            f"answered with a well-formed record: {validity}, "
+            + ("no score" if score["score"] is None else f"score {score['score']:g}")
             + (f", reason: {first_line(score.get('reason'))}" if score.get("reason") else "")
         )
         if score["valid"]:
