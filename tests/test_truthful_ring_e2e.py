@@ -33,7 +33,8 @@ def ring(tmp_path_factory):
     (broken / "run.py").write_text("import sys\nprint('unclosed'\n")
     header = make_candidate(cands / "header", mean=0.9)
     (header / "run.py").write_text(NO_OUTPUT)
-    make_candidate(work / "baseline", mean=0.5, sd=0.01)
+    # Its own seed noise, so the guard's paired differences have spread.
+    make_candidate(work / "baseline", mean=0.5, sd=0.01, noise_key="baseline")
     config = write_config(work, ring_id="r1", task=str(work / "task"),
                           candidates=str(cands), baseline=str(work / "baseline"),
                           promote_top_k=1, final_top_k=1,
