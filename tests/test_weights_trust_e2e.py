@@ -191,9 +191,11 @@ def test_two_rings_one_damaged_object_check_repair_and_the_key_trains_once(tmp_p
     make_candidate(cands / "steady", mean=0.9, sd=0.01, weights=True)
     make_candidate(cands / "light", mean=0.7, sd=0.01)
 
+    # No baseline and the guard off: a refused guard would start no promotion seeds.
     def ring_config(ring_id: str) -> Path:
         return write_config(tmp_path, ring_id=ring_id, task=str(tmp_path / "task"),
-                            candidates=str(cands), baseline=None, promote_top_k=2)  # fmt: skip
+                            candidates=str(cands), baseline=None, promote_top_k=2,
+                            guard={"enabled": False})  # fmt: skip
 
     snakemake(tmp_path, ring_config("r1"))
     r1 = tmp_path / "runs" / "r1"
