@@ -7,9 +7,15 @@ from snakemake.utils import validate
 
 from ringflow import timekeeper
 from ringflow.config import coerce_config
-from ringflow.selection.final import choose, ends_selection, trained_finalists, usable_baseline
+from ringflow.selection.final import (
+    choose,
+    ends_selection,
+    trained_finalists,
+    usable_baseline,
+)
 from ringflow.jsonio import read_json_cached as read_json
 from ringflow.ring.layout import NODE_PATTERN, VARIANT_PATTERN, VIEW_PATTERN, RingLayout
+from ringflow.ring.clock import view_limits
 from ringflow.ring.lock import check_existing_lock
 
 coerce_config(config, workflow.source_path("../config/config.schema.yaml"))
@@ -39,6 +45,8 @@ def log_for(rule, name):
 
 
 def start_timekeeper():
+    """Record the execution slots this Snakemake gives, then keep the reserve measured."""
+    timekeeper.record_slots(RING.root, workflow)
     timekeeper.start_in_background(RING.root)
 
 
@@ -123,22 +131,27 @@ def execution_priority(wildcards):
     return 10
 
 
+def execution_limits(wildcards):
+    """The limits of the execution's view (limits, with its limits_per_view entry over it)."""
+    return view_limits(ring_lock(), wildcards.view)
+
+
 def execution_threads(wildcards):
-    return ring_lock()["config"]["limits"]["threads"]
+    return execution_limits(wildcards)["threads"]
 
 
 def execution_mem_mb(wildcards):
-    """What the execution may use (limits.memory_gb), plus room for the supervisor."""
-    return int(ring_lock()["config"]["limits"]["memory_gb"] * 1024) + 512
+    """What the execution may use (its view's memory_gb), plus room for the supervisor."""
+    return int(execution_limits(wildcards)["memory_gb"] * 1024) + 512
 
 
 def execution_runtime(wildcards):
-    """Minutes a scheduler must allow: the time limit, the grace, and scoring."""
+    """Minutes a scheduler must allow: the view's time limit, the grace, and scoring."""
     config = ring_lock()["config"]
     grace_min = config["exec_health"]["term_grace_s"] / 60
     return (
         int(
-            config["limits"]["time_limit_min"]
+            execution_limits(wildcards)["time_limit_min"]
             + grace_min
             + config["scorer_timeout_min"]
         )

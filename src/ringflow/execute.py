@@ -26,7 +26,7 @@ from .errors import (
     SandboxError,
 )
 from .jsonio import atomic_write_json
-from .ring.clock import deadline_for, load_node, load_ring
+from .ring.clock import deadline_for, load_node, load_ring, view_limits
 from .ring.layout import RingLayout
 from .ring.ledger import Ledger, emit_event
 from .selection.disguise import alias, disguised_inputs
@@ -191,7 +191,7 @@ def _program_env(ex: Execution) -> dict[str, str]:
         # Every run sees an alias, so a view-blind run looks like any other.
         "RINGFLOW_VIEW": alias(ex.ring, ex.view, "disguised" if ex.blind else "real"),
         "RINGFLOW_SEED": str(ex.spec["seed"]),
-        **thread_env(ex.config["limits"]["threads"]),
+        **thread_env(view_limits(ex.ring, ex.view)["threads"]),
     }
 
 
@@ -241,7 +241,7 @@ def _run_program(ex: Execution, training: bool) -> dict:
             stderr_path=ex.dir / "stderr.log",
             health_dir=health_dir,
             settings=HealthSettings.from_config(ex.config["exec_health"]),
-            limits=ResourceLimits.from_config(ex.config["limits"]),
+            limits=ResourceLimits.from_config(view_limits(ex.ring, ex.view)),
             deadline=ex.deadline,
             watch_output=[output],
             watch_writable=list(writable),

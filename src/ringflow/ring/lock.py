@@ -118,6 +118,18 @@ def scorer_version(task: Task) -> str:
     return digest.hexdigest()
 
 
+def views_limits(config: dict, views) -> dict[str, dict]:
+    """Each view's limits: `limits`, with that view's `limits_per_view` entry laid over it."""
+    per_view = config.get("limits_per_view") or {}
+    unknown = sorted(set(per_view) - set(views))
+    if unknown:
+        raise InputError(
+            f"config: limits_per_view names {', '.join(unknown)}, not a view of this ring "
+            f"(views: {', '.join(views)})"
+        )
+    return {view: {**config["limits"], **(per_view.get(view) or {})} for view in views}
+
+
 def lock_ring(config: dict, workdir: Path | None = None, now: float | None = None) -> dict:
     """Create RING.json, the view manifests and the live cutoff, or return the existing lock.
 
@@ -146,6 +158,7 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
     store.mkdir(parents=True, exist_ok=True, mode=0o700)
     memo = HashMemo(store / "cache" / "hashmemo.json")
     limits = dict(config["limits"])
+    per_view = views_limits(config, (*search_views, final_view))
     views = {}
     for view in (*search_views, final_view):
         content_hash, listing = view_content_hash(task.view_dir(view), memo)
@@ -155,7 +168,8 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
             "content_hash": content_hash,
             "files": len(listing),
             "bytes": sum(entry["size"] for entry in listing),
-            "limits": limits,
+            "input_bytes": sum(e["size"] for e in listing if e["path"].startswith("inputs/")),
+            "limits": per_view[view],
         }
         atomic_write_json(layout.view_manifest(view), views[view])
     memo.save()
@@ -166,6 +180,7 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
         "views": {v: views[v]["content_hash"] for v in search_views},
         "search_views": search_views,
         "limits": limits,
+        "view_limits": {v: views[v]["limits"] for v in search_views},
         "scorer_version": scorer_version(task),
     }
     check_ancestors(paths["previous"])
