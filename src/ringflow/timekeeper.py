@@ -245,8 +245,11 @@ class Planner:
     def mode(self, node: str, view: str, variant: str) -> str:
         """Whether the execution will train, replay, or run without weights."""
         spec = self.node(node).get("executions", {}).get(view, {}).get(variant)
-        if spec is None:
-            return TRAIN if self.trains(node) else NONE
+        if spec is None:  # a view the node has no plan for yet (a guard view): trains once
+            if not self.trains(node):
+                return NONE
+            first_guard = f"g{self.ring['guard_seeds'][0]}" if self.ring["guard_seeds"] else None
+            return REPLAY if variant.startswith("g") and variant != first_guard else TRAIN
         if spec["weights"] == "none":
             return NONE
         if spec["weights"] == "fresh":
