@@ -13,7 +13,7 @@ import pytest
 from ringflow.errors import InputError
 from ringflow.ring.clock import view_limits
 from ringflow.ring.lock import lock_ring
-from ringtools import full_config, locked_ring, make_task, snakemake, write_config
+from ringtools import full_config, locked_ring, make_candidate, make_task, snakemake, write_config
 
 FINAL = {"memory_gb": 3, "time_limit_min": 20, "threads": 2}
 
@@ -48,6 +48,21 @@ def test_the_lock_records_each_views_limits(tmp_path):
     assert manifest["limits"] == FINAL
     assert view_limits(lock, "final") == FINAL
     assert lock["views"]["proxy"]["input_bytes"] == len("data of proxy\n")
+    # Threads are part of the environment key: the final view's runs (2 threads) key their
+    # weights with an environment of their own, the others with the ring's.
+    assert lock["views"]["proxy"]["env_key"] == lock["env_key"]
+    assert lock["views"]["final"]["env_key"] != lock["env_key"]
+
+
+def test_weights_keys_use_the_environment_of_their_views_threads(tmp_path):
+    cands = tmp_path / "cands"
+    make_candidate(cands / "a", mean=0.5, weights=True)
+    ring = locked_ring(tmp_path, cands, "keys", limits_per_view={"final": FINAL})
+    lock = json.loads((ring / "RING.json").read_text())
+    node = json.loads((ring / "nodes" / "n001-a" / "node.json").read_text())
+    for view in ("proxy", "final"):
+        components = node["executions"][view]["s0"]["key_components"]
+        assert components["env_key"] == lock["views"][view]["env_key"]
 
 
 def test_a_partial_entry_is_laid_over_limits_and_an_unknown_view_is_refused(tmp_path):

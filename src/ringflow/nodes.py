@@ -50,7 +50,7 @@ def execution_spec(ring: dict, solution: Solution, tree: str, view: str, variant
         tree_hash=tree,
         train_seed=train_seed,
         view_hash=ring["views"][view]["content_hash"],
-        env_key=ring["env_key"],
+        env_key=ring["views"][view].get("env_key", ring["env_key"]),
         train_args=["--ablate"] if ablate else [],
     )
     spec.update(weights="store", key=key, key_components=components)

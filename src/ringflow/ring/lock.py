@@ -171,9 +171,17 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
             "input_bytes": sum(e["size"] for e in listing if e["path"].startswith("inputs/")),
             "limits": per_view[view],
         }
-        atomic_write_json(layout.view_manifest(view), views[view])
     memo.save()
     environment = keys.environment(limits["threads"])
+    for view in views:
+        # The thread count is part of the environment key (SPEC 7.6): a view run with
+        # other threads keys its weights with its own environment.
+        threads = views[view]["limits"]["threads"]
+        view_env = (
+            environment if threads == limits["threads"] else {**environment, "threads": threads}
+        )
+        views[view]["env_key"] = keys.environment_key(view_env)
+        atomic_write_json(layout.view_manifest(view), views[view])
     evaluation = {
         "task": task.name,
         "direction": task.direction,
