@@ -158,8 +158,10 @@ def _review_command(ring, layout, node_id: str) -> dict:
     text = _output_until(proc, lambda: min(limit, stage_deadline(ring, "review")))
     ended = time.time()
     if text is None:
-        why = "review failed: the review deadline or time limit came first"
-        return {"check": "review_command", "passed": False, "budget_cut": True, "reason": why}
+        cut = stage_deadline(ring, "review") < limit  # a deadline, not the time limit
+        why = "the review stage's deadline" if cut else "the time limit (scorer_timeout_min)"
+        return {"check": "review_command", "passed": False, "budget_cut": cut,
+                "reason": f"review failed: {why} came first"}  # fmt: skip
     text = text.strip()
     return {
         "check": "review_command",
