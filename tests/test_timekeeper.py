@@ -271,3 +271,12 @@ def test_final_selection_executions_and_the_review_command_follow_their_stage_de
     CutoffFile(ring / "cutoff.json").note_estimate(reserve_min=1, estimate_s=1, stages=late)
     hard_end = lock["stop_at"] - lock["config"]["timeline"]["stop_margin_s"]
     assert deadline_for(lock, "final", "s0")() == pytest.approx(hard_end)
+
+
+def test_without_the_guard_only_the_top_finalist_and_the_baseline_run_the_final_view(tmp_path):
+    ring = _searched_ring(tmp_path, guard={"enabled": False})
+    planner = Planner(load_ring(ring), _layout(ring))
+    batches = planner.batches(["n001-a", "n002-b", "n003-c"])
+    assert [b.stage for b in batches] == ["final"]  # no review, no guard
+    assert sorted(job.name for job in batches[0].jobs) == ["n000-baseline final/s0",
+                                                           "n001-a final/s0"]  # fmt: skip

@@ -328,7 +328,7 @@ class Planner:
             out.append(self.batch("promotion", runs, "promotion seeds 1 and 2"))
         if self.layout.decision.exists():
             return [b for b in out if b.jobs or b.after]
-        chosen = list(finalists)
+        chosen = finalists[:1]  # no guard: the top finalist is chosen, unreviewed
         if self.guard_on() and self.base is None:
             chosen = []  # final selection is refused: no candidate runs
         elif self.guard_on():
