@@ -22,6 +22,14 @@ onstart:
     start_timekeeper()
 
 
+onsuccess:
+    finish_timekeeper()
+
+
+onerror:
+    finish_timekeeper()
+
+
 rule all:
     default_target: True
     input:

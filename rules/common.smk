@@ -50,6 +50,11 @@ def start_timekeeper():
     timekeeper.start_in_background(RING.root)
 
 
+def finish_timekeeper():
+    """One last estimate as Snakemake ends: final_timing.json records the finished stages."""
+    timekeeper.tick_safely(RING.root)
+
+
 # ---- the ring and its nodes -------------------------------------------------------------
 
 

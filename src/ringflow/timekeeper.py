@@ -20,6 +20,8 @@ from collections import defaultdict
 from pathlib import Path
 from statistics import fmean
 
+from filelock import FileLock
+
 from . import reserve, statuses
 from .jsonio import atomic_write_json, read_json
 from .reserve import ASSUMED, MEASURED, Batch, Job, Price
@@ -551,6 +553,11 @@ def record_timing(
     """Rewrite final_timing.json. The first call after the search ended keeps `snapshot`
     (the plan of that moment) as what was reserved; until a stage's first execution
     starts, its latest share is kept as what was reserved when it started."""
+    with FileLock(str(layout.final_timing) + ".lock", timeout=reserve.LOCK_TIMEOUT_S):
+        return _record_timing(ring, layout, snapshot, shares)
+
+
+def _record_timing(ring, layout, snapshot, shares) -> dict:
     record = stage_timing(ring, layout)
     if record["reserved"] is None and snapshot is not None:
         record["reserved"] = snapshot
@@ -676,6 +683,15 @@ def _selection_signature(layout: RingLayout) -> tuple:
         return ()
 
 
+def tick_safely(ring_dir: str | Path) -> None:
+    """One tick that never raises (the estimator must never bring the ring down)."""
+    try:
+        if RingLayout(Path(ring_dir)).ring_json.exists():
+            tick(ring_dir)
+    except Exception as exc:
+        emit_event(Path(ring_dir), "reserve_estimate_failed", error=str(exc))
+
+
 def start_in_background(
     ring_dir: str | Path, every_s: float = TICK_S, watch_s: float = WATCH_S
 ) -> threading.Thread:
@@ -690,12 +706,8 @@ def start_in_background(
             signature = _selection_signature(layout)
             if signature == seen and time.monotonic() - last_tick < every_s:
                 continue
-            try:
-                if layout.ring_json.exists():
-                    tick(ring_dir)
-                    seen, last_tick = signature, time.monotonic()
-            except Exception as exc:  # the estimator must never bring the ring down
-                emit_event(Path(ring_dir), "reserve_estimate_failed", error=str(exc))
+            if layout.ring_json.exists():
+                tick_safely(ring_dir)
                 seen, last_tick = signature, time.monotonic()
 
     thread = threading.Thread(target=loop, name="ringflow-timekeeper", daemon=True)
