@@ -1,14 +1,17 @@
 # The two entry points of the README: `make demo` and `make test`.
 VENV ?= .venv
+# The candidates' own environment (program.python); ringflow's tools never live there.
+PROGRAM_VENV ?= .venv-program
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SNAKEMAKE := $(VENV)/bin/snakemake
 
-.PHONY: demo test test-fast lint format bench clean-demo
+.PHONY: setup demo test test-fast test-e2e lint format bench clean-demo
+
+setup: $(STAMP)
 
 demo: $(STAMP)
 	$(SNAKEMAKE) --profile profiles/local
-	$(PY) -m ringflow summary runs/demo
 
 test: $(STAMP)
 	$(PY) -m pytest
@@ -16,6 +19,10 @@ test: $(STAMP)
 # The inner loop: everything but the end-to-end rings.
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not e2e"
+
+# The end-to-end rings alone (CI runs them again as an ordinary user).
+test-e2e: $(STAMP)
+	$(PY) -m pytest -m e2e
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench scripts
@@ -30,9 +37,11 @@ format: $(STAMP)
 bench: $(STAMP)
 	for b in bench/bench_*.py; do $(PY) $$b || exit 1; done
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml envs/program-requirements.txt
 	scripts/setup-system.sh
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	test -x $(PROGRAM_VENV)/bin/python || python3 -m venv $(PROGRAM_VENV)
+	$(PROGRAM_VENV)/bin/python -m pip install --quiet -r envs/program-requirements.txt
 	touch $(STAMP)

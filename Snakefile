@@ -20,14 +20,18 @@ include: "rules/report.smk"
 
 onstart:
     start_timekeeper()
+    start_ring_hooks()
 
 
 onsuccess:
     finish_timekeeper()
+    end_ring(log, completed=True)
 
 
 onerror:
     finish_timekeeper()
+    end_ring(log, completed=False)
+    report_stop()
 
 
 rule all:

@@ -17,15 +17,30 @@ from ringflow.jsonio import read_json_cached as read_json
 from ringflow.ring.layout import NODE_PATTERN, VARIANT_PATTERN, VIEW_PATTERN, RingLayout
 from ringflow.ring.clock import view_limits
 from ringflow.ring.lock import check_existing_lock
+from ringflow.ring.stop import stopped_reason
+from ringflow.sandbox.slots import gpu_slots
+from ringflow.config import check_config, config_defaults
+from ringflow.interrupts import install_relay
+from ringflow.reporting.progress import ring_end, ring_start
+from ringflow.ring.chain import inherit_config, refuse_task_switch
+from ringflow.ring.edits import refuse_edits
 
 coerce_config(config, workflow.source_path("../config/config.schema.yaml"))
+check_config(config, workflow.source_path("../config/config.schema.yaml"))
 validate(config, "../config/config.schema.yaml")
+inherit_config(config, config_defaults(workflow.source_path("../config/config.yaml")))
 
 RING = RingLayout(Path(config["runs_dir"]) / config["ring_id"])
 # Rules call the package with the interpreter Snakemake runs under, whatever PATH says.
 RINGFLOW = f"{sys.executable} -m ringflow"
 
 check_existing_lock(config)
+# profiles/gpu declares the `gpu` resource: then one slot per GPU this machine has (SLURM
+# jobs bring their own allocation), so as many executions run at once as there are GPUs.
+GPU_SLOTS = gpu_slots(workflow.global_resources)
+if workflow.is_main_process:
+    refuse_edits(RING.root, config["ring_id"])
+    refuse_task_switch(config)
 
 
 wildcard_constraints:
@@ -46,13 +61,33 @@ def log_for(rule, name):
 
 def start_timekeeper():
     """Record the execution slots this Snakemake gives, then keep the reserve measured."""
-    timekeeper.record_slots(RING.root, workflow)
+    timekeeper.record_slots(
+        RING.root, workflow, GPU_SLOTS or None, config["gpus_per_execution"] or 1
+    )
     timekeeper.start_in_background(RING.root)
 
 
 def finish_timekeeper():
     """One last estimate as Snakemake ends: final_timing.json records the finished stages."""
     timekeeper.tick_safely(RING.root)
+
+
+def report_stop():
+    """After a failed run: say why the ring stopped, if the machinery stopped it."""
+    reason = stopped_reason(RING.root)
+    if reason is not None:
+        print(f"ringflow: the ring {RING.root} stopped: {reason}", file=sys.stderr)
+
+
+def start_ring_hooks():
+    """Ctrl-C stops the executions in flight; the terminal shows ringflow's progress."""
+    install_relay(RING.root)
+    ring_start(RING.root, config["terminal"])
+
+
+def end_ring(log, completed):
+    """Every ring ends with its summary and failure digest, however it ended."""
+    ring_end(RING.root, log, completed)
 
 
 # ---- the ring and its nodes -------------------------------------------------------------
@@ -143,6 +178,11 @@ def execution_limits(wildcards):
 
 def execution_threads(wildcards):
     return execution_limits(wildcards)["threads"]
+
+
+def execution_gpus(wildcards):
+    """GPUs per execution where the profile declares GPU slots (profiles/gpu), else none."""
+    return config["gpus_per_execution"] if GPU_SLOTS else 0
 
 
 def execution_mem_mb(wildcards):

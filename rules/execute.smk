@@ -21,12 +21,13 @@ rule execute:
     resources:
         mem_mb=execution_mem_mb,
         runtime=execution_runtime,
+        gpu=execution_gpus,
     params:
         ringflow=RINGFLOW,
         ring=RING.root,
     shell:
         "{params.ringflow} execute {params.ring} {wildcards.node} {wildcards.view} {wildcards.variant}"
-        " > {log} 2>&1"
+        " --gpus {resources.gpu} > {log} 2>&1"
 
 
 rule weights_key:

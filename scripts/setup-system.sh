@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# System packages ringflow needs: bubblewrap (the sandbox) and setpriv (util-linux,
+# System packages ringflow needs: bubblewrap (the sandbox), setpriv and prlimit (util-linux,
 # dropping to an unprivileged user). Installs them when run as root; otherwise prints
 # the exact command and stops.
 set -euo pipefail
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
-command -v setpriv >/dev/null 2>&1 || missing+=(util-linux)
+{ command -v setpriv && command -v prlimit; } >/dev/null 2>&1 || missing+=(util-linux)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
   apt-get update -qq

@@ -4,6 +4,7 @@ scripted candidates, and a runner for Snakemake on a temporary folder."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -211,7 +212,10 @@ def finished_demo_ring() -> Path:
     if _demo_ring is None:
         import tempfile
 
-        work = Path(tempfile.mkdtemp(prefix="ringflow-demo-"))
+        # Under the session's temporary folder (tests/conftest.py), removed at its end.
+        work = Path(
+            tempfile.mkdtemp(prefix="ringflow-demo-", dir=os.environ.get("RINGFLOW_TEST_TMP"))
+        )
         snakemake(work, write_config(work, ring_id="demo"))
         _demo_ring = work / "runs" / "demo"
     return _demo_ring

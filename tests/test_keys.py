@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
-import platform
 
 import pytest
 
 from ringflow.errors import InputError
 from ringflow.jsonio import sha256_json
-from ringflow.weights.keys import (
-    environment,
-    environment_key,
-    explain,
-    installed_packages,
-    weights_key,
-)
+from ringflow.weights.keys import explain, weights_key
 
 
 def digest(text: str) -> str:
@@ -92,28 +84,3 @@ def test_explain_flags_a_key_that_does_not_match():
     key, components = weights_key(**BASE)
     text = explain(key, {**components, "train_seed": 7})
     assert "MISMATCH" in text.splitlines()[0]
-
-
-def test_environment_records_python_packages_threads_and_vars():
-    env = environment(4, {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"})
-    assert platform.python_version() in env["python"]
-    assert env["platform"] == platform.machine()
-    assert env["threads"] == 4
-    assert env["vars"] == {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
-    lines = installed_packages()
-    assert f"filelock=={importlib.metadata.version('filelock')}" in lines
-    assert env["packages_sha256"] == hashlib.sha256("\n".join(lines).encode()).hexdigest()
-    assert environment(4)["vars"] == {}
-
-
-def test_environment_key_changes_with_threads_and_vars():
-    base = environment_key(environment(2))
-    assert base == environment_key(environment(2))
-    assert environment_key(environment(3)) != base
-    assert environment_key(environment(2, {"OMP_SCHEDULE": "static"})) != base
-
-
-@pytest.mark.parametrize("threads", [0, -1, 1.5, True])
-def test_environment_refuses_bad_threads(threads):
-    with pytest.raises(InputError, match="threads"):
-        environment(threads)

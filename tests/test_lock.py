@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import re
 from pathlib import Path
 
 import pytest
 
-from ringflow.errors import InputError, RingflowError
+from ringflow.errors import InputError, MachineryError, RingflowError
 from ringflow.execute import check_environment
+from ringflow.jsonio import sha256_json
+from ringflow.ring.inputs import check_inputs
 from ringflow.ring.lock import check_existing_lock, lock_ring
 from ringtools import scripted_config
 
@@ -46,9 +50,11 @@ def test_a_job_in_another_environment_refuses_to_run(tmp_path, config):
     ring = lock_ring(config, tmp_path)
     check_environment(ring)
     moved = copy.deepcopy(ring)
-    moved["environment"]["packages_sha256"] = "0" * 64
-    moved["env_key"] = "f" * 64
-    with pytest.raises(RingflowError, match=r"environment differs.*packages_sha256"):
+    # Locked when another package was installed: its folders' stamp and its list differ.
+    moved["environment"]["packages"].append("torch==2.9.0")
+    moved["environment_stamp"]["folders"][0][1] -= 1
+    moved["env_key"] = sha256_json(moved["environment"])
+    with pytest.raises(RingflowError, match=r"environment differs.*packages.*torch==2.9.0"):
         check_environment(moved)
 
 
@@ -74,12 +80,41 @@ def test_a_bad_task_is_refused(tmp_path, config):
         lock_ring(config, tmp_path)
 
 
-def test_locking_makes_the_labels_owner_only(tmp_path, config):
+def test_locking_changes_nothing_in_the_task_and_snapshots_its_inputs(tmp_path, config):
     labels = Path(config["task"]) / "views" / "proxy" / "labels"
     labels.chmod(0o755)
-    lock_ring(config, tmp_path)
-    assert labels.stat().st_mode & 0o777 == 0o700
-    assert (labels / "truth.txt").read_text()  # the owner (the scorer) still reads them
+    ring = lock_ring(config, tmp_path)
+    assert labels.stat().st_mode & 0o777 == 0o755
+    snapshot = Path(ring["views"]["proxy"]["inputs_snapshot"])
+    assert snapshot.parent == Path(ring["ring_dir"]) / "inputs"
+    assert re.fullmatch(r"view-[0-9a-f]{8}", snapshot.name), "a name that does not say proxy"
+    original = Path(config["task"]) / "views" / "proxy" / "inputs" / "data.txt"
+    assert (snapshot / "data.txt").read_text() == original.read_text()
+    assert check_inputs(snapshot, ring["views"]["proxy"]["inputs_files"]) is None
+
+
+def test_an_input_rewritten_in_place_after_the_lock_is_noticed(tmp_path, config):
+    """`cp -p` style: same size, inode and mtime; only ctime tells."""
+    ring = lock_ring(config, tmp_path)
+    original = Path(config["task"]) / "views" / "proxy" / "inputs" / "data.txt"
+    st = original.stat()
+    text = original.read_text()
+    snapshot = Path(ring["views"]["proxy"]["inputs_snapshot"])
+    records = ring["views"]["proxy"]["inputs_files"]
+    original.write_text(text)  # the same bytes again: a new ctime, no change
+    assert check_inputs(snapshot, records) is None
+    original.write_text(text.upper() if text.upper() != text else text.lower())
+    os.utime(original, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert original.stat().st_size == st.st_size and original.stat().st_ino == st.st_ino
+    problem = check_inputs(snapshot, records)
+    assert problem == "data.txt was changed after the ring was locked"
+
+
+def test_a_missing_program_interpreter_refuses_the_lock(tmp_path, config):
+    config["program"] = {"python": str(tmp_path / "no-such-env" / "bin" / "python")}
+    with pytest.raises(MachineryError, match=r"cannot start: the program interpreter .* does not"):
+        lock_ring(config, tmp_path)
+    assert not (tmp_path / "runs" / "locked" / "RING.json").exists()
 
 
 def test_a_ring_refuses_to_continue_from_an_ancestor_that_does_not_verify(tmp_path, config):

@@ -114,7 +114,7 @@ def test_rejected_node_and_refused_decision(tmp_path):
     )
     text = render_status(ring, now=START)
     assert _line(text, "n002-bad").split()[:3] == ["n002-bad", "candidate", "rejected"]
-    assert "n002-bad: no run.py in the submission" in text
+    assert "n002-bad: rejected: no run.py in the submission" in text
     assert "final decision: refused\n  no baseline configured" in text
 
 

@@ -42,11 +42,12 @@ def test_the_lock_records_each_views_limits(tmp_path):
         tmp_path, hungry_candidates(tmp_path), "pv", limits_per_view={"final": FINAL}
     )
     lock = json.loads((ring / "RING.json").read_text())
-    assert lock["views"]["final"]["limits"] == FINAL
+    final = {**lock["config"]["limits"], **FINAL}  # laid over `limits` key by key
+    assert lock["views"]["final"]["limits"] == final
     assert lock["views"]["proxy"]["limits"] == lock["config"]["limits"]
     manifest = json.loads((ring / "views" / "final.json").read_text())
-    assert manifest["limits"] == FINAL
-    assert view_limits(lock, "final") == FINAL
+    assert manifest["limits"] == final
+    assert view_limits(lock, "final") == final
     assert lock["views"]["proxy"]["input_bytes"] == len("data of proxy\n")
     # Threads are part of the environment key: the final view's runs (2 threads) key their
     # weights with an environment of their own, the others with the ring's.

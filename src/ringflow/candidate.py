@@ -20,6 +20,7 @@ class Solution:
     train_seed: int
     per_view_paths: tuple[str, ...]
     fixed_artifacts: tuple[str, ...] = field(default=())
+    train_seed_arg: bool = False
 
     @property
     def has_weights(self) -> bool:
@@ -35,7 +36,16 @@ class Solution:
             "train_seed": self.train_seed,
             "per_view_paths": list(self.per_view_paths),
             "fixed_artifacts": list(self.fixed_artifacts),
+            "train_seed_arg": self.train_seed_arg,
         }
+
+
+def train_seed_args(solution: dict, spec: dict) -> list[str]:
+    """`--train-seed N` for a program whose EXECUTION.json asks for it (SPEC 3); else none:
+    programs with strict argument parsing keep working, and all get RINGFLOW_TRAIN_SEED."""
+    if not solution.get("train_seed_arg") or "train_seed" not in spec:
+        return []
+    return ["--train-seed", str(spec["train_seed"])]
 
 
 def weights_dirs(per_view_paths) -> list[str]:
@@ -112,6 +122,12 @@ def load_solution(solution_dir: str | Path, max_weights_bytes: int) -> Solution:
     train_seed = execution.get("train_seed", 0)
     if not isinstance(train_seed, int) or isinstance(train_seed, bool):
         raise CandidateError(f"{root / 'EXECUTION.json'}: 'train_seed' must be an integer")
+    train_seed_arg = execution.get("train_seed_arg", False)
+    if not isinstance(train_seed_arg, bool):
+        raise CandidateError(
+            f"{root / 'EXECUTION.json'}: 'train_seed_arg' must be true or false, "
+            f"got {train_seed_arg!r}"
+        )
     if not isinstance(artifacts, list):
         raise CandidateError(f"{root / 'ARTIFACTS.json'}: expected a JSON list")
     per_view, fixed = [], []
@@ -130,6 +146,7 @@ def load_solution(solution_dir: str | Path, max_weights_bytes: int) -> Solution:
             per_view.append(path)
         else:
             fixed.append(path)
+    check_program(root, command)
     return Solution(
         dir=root,
         command=tuple(command),
@@ -137,7 +154,43 @@ def load_solution(solution_dir: str | Path, max_weights_bytes: int) -> Solution:
         train_seed=train_seed,
         per_view_paths=tuple(sorted(set(per_view))),
         fixed_artifacts=tuple(sorted(fixed)),
+        train_seed_arg=train_seed_arg,
     )
+
+
+PYTHON_NAMES = ("python", "python3")
+
+
+def entry_points(command: list[str]) -> list[str]:
+    """The files of the solution a command names: its Python scripts and a relative program."""
+    files = [arg for arg in command[1:] if arg.endswith(".py") and not arg.startswith("-")]
+    first = command[0]
+    if first not in PYTHON_NAMES and "/" in first and not first.startswith("/"):
+        files.insert(0, first)
+    return files
+
+
+def check_program(root: Path, command: list[str]) -> None:
+    """The program exists and compiles: a syntax error is a rejection at import, not four
+    crashed executions later. Python entry points are compiled (nothing is written)."""
+    for rel in entry_points(command):
+        path = PurePosixPath(rel)
+        if path.is_absolute() or ".." in path.parts:
+            raise CandidateError(f"{root}: the command names {rel!r}, outside the solution")
+        target = root / rel
+        if not target.is_file():
+            raise CandidateError(f"{root}: the command names {rel}, which is not in the solution")
+        if not rel.endswith(".py"):
+            if not os.access(target, os.X_OK):
+                raise CandidateError(f"{root}: the command's program {rel} is not executable")
+            continue
+        try:
+            compile(target.read_bytes(), str(target), "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            where = f" (line {exc.lineno})" if exc.lineno else ""
+            raise CandidateError(f"{target}: does not compile: {exc.msg}{where}") from None
+        except ValueError as exc:
+            raise CandidateError(f"{target}: does not compile: {exc}") from None
 
 
 def copy_submission(solution: Solution, dest: Path) -> None:

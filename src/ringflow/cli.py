@@ -27,12 +27,17 @@ def cmd_import_nodes(args) -> int:
 
 def cmd_execute(args) -> int:
     from .execute import run_execution
+    from .interrupts import EXIT_INTERRUPTED, stopped_by_signal
     from .scoring import score_execution
 
-    result = run_execution(args.ring_dir, args.node, args.view, args.variant)
+    result = run_execution(args.ring_dir, args.node, args.view, args.variant, gpus=args.gpus)
     print(json.dumps({k: result[k] for k in ("status", "budget_cut", "weights_mode", "reason")}))
     score = score_execution(args.ring_dir, args.node, args.view, args.variant)
     print(json.dumps({k: score.get(k) for k in ("score", "valid", "reason")}))
+    if stopped_by_signal(result):
+        # A failed job: Snakemake drops its outputs, so the ring runs it again (SPEC 9).
+        print(f"ringflow: execution interrupted: {result['reason']}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return 0
 
 
@@ -164,7 +169,13 @@ def cmd_key(args) -> int:
     from .weights.keys import explain
 
     ring = load_ring(args.ring_dir)
-    spec = load_node(ring, args.node)["executions"][args.view][args.variant]
+    executions = load_node(ring, args.node).get("executions") or {}
+    if args.view not in executions or args.variant not in executions[args.view]:
+        known = ", ".join(f"{v}/{x}" for v in executions for x in executions[v]) or "none"
+        raise RingflowError(
+            f"{args.node} has no execution {args.view}/{args.variant} (it has: {known})"
+        )
+    spec = executions[args.view][args.variant]
     if not spec.get("key"):
         print(
             f"{args.node} {args.view}/{args.variant}: no weights key "
@@ -172,10 +183,74 @@ def cmd_key(args) -> int:
         )
         return 0
     if args.explain:
-        print(explain(spec["key"], spec["key_components"]))
+        print(explain(spec["key"], spec["key_components"], ring.get("environment")))
     else:
         print(spec["key"])
     return 0
+
+
+def cmd_store(args) -> int:
+    from .ring.clock import load_ring
+    from .ring.ledger import Ledger
+    from .weights.heal import check_store, repair_store, rings_of_store
+    from .weights.store import WeightsStore
+
+    ring = load_ring(args.ring_dir)
+    store = WeightsStore(ring["store"])
+    report = check_store(store, rings_of_store(ring))
+    print(f"store {store.root}:")
+    print("\n".join(report.lines()))
+    if args.action == "check":
+        return 1 if report.problems else 0
+    done = repair_store(store, report, Ledger(Path(ring["ring_dir"]) / "ledger.jsonl"),
+                        min_age_s=args.min_age_s)  # fmt: skip
+    for record in done["quarantined"]:
+        print(f"quarantined key {record['key']} -> {record['quarantine']}")
+    for path in done["removed"]:
+        print(f"removed leftover {path}")
+    for key in done["busy"]:
+        print(f"key {key} is being trained or replayed; run the repair again later")
+    for path in done["kept_young"]:
+        print(f"kept {path}: younger than {args.min_age_s:g} s, it may still be in use")
+    left = check_store(store, rings_of_store(ring)).problems
+    print("store repaired" if not left else f"{len(left)} problem(s) left")
+    return 1 if left else 0
+
+
+def cmd_ledger_repair(args) -> int:
+    from .ring.clock import load_ring
+    from .ring.ledger import Ledger, emit_event
+
+    ring = load_ring(args.ring_dir)
+    ledger = Ledger(Path(ring["ring_dir"]) / "ledger.jsonl")
+    done = ledger.repair()
+    if done is None:
+        print(f"{ledger.path}: the chain verifies; nothing to repair")
+        return 0
+    emit_event(ring["ring_dir"], "ledger_repaired", **done)
+    if done["action"] == "cut":
+        print(f"{ledger.path}: cut the torn line {done['line']} ({done['bytes']} bytes, kept "
+              f"in {done['kept_in']})")  # fmt: skip
+    else:
+        print(f"{ledger.path}: line {done['line']} was whole; added its newline")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from .selection.deploy import export
+
+    manifest = export(args.ring_dir, args.dest)
+    print(f"{args.dest}: {manifest['node']} ({manifest['role']}), weights and MANIFEST.json")
+    print(f"run it: {manifest['run']['example']}")
+    return 0
+
+
+def cmd_check(args) -> int:
+    from .precheck import check
+
+    report = check(args.task, args.candidates, run=not args.no_run)
+    print(report.text(), end="")
+    return 1 if report.failed else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -212,6 +287,33 @@ def build_parser() -> argparse.ArgumentParser:
         "one-screen summary of the ring",
         (("--write",), {"help": "also write it to this file"}),
     )
+    store = sub.add_parser("store", help="check or repair the ring's weights store")
+    store.add_argument(
+        "action", choices=("check", "repair"), help="check: list problems; repair: quarantine"
+    )
+    store.add_argument("ring_dir", help="a ring that uses the store, e.g. runs/demo")
+    store.add_argument("--min-age-s", type=float, default=600.0,
+                       help="repair removes leftovers older than this (default 600)")  # fmt: skip
+    store.set_defaults(func=cmd_store)
+    ledger = sub.add_parser("ledger", help="repair a ring's ledger")
+    ledger.add_argument("action", choices=("repair",), help="cut a torn last line")
+    ledger.add_argument("ring_dir", help="the ring folder, e.g. runs/demo")
+    ledger.set_defaults(func=cmd_ledger_repair)
+    add(
+        "export",
+        cmd_export,
+        "write the final choice, code, weights and MANIFEST.json, to a new folder",
+        (("dest",), {"help": "a folder that does not exist yet"}),
+    )
+    check = sub.add_parser(
+        "check", help="check a task and candidates before a ring: import checks, scorer, one run"
+    )
+    check.add_argument("task", help="the task folder (task.yaml, views/)")
+    check.add_argument(
+        "candidates", nargs="*", help="candidate folders, or folders of candidate folders"
+    )
+    check.add_argument("--no-run", action="store_true", help="do not run a candidate")
+    check.set_defaults(func=cmd_check)
     add(
         "reserve",
         cmd_reserve,
@@ -219,7 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
         (("--json",), {"action": "store_true", "help": "print the estimate as JSON"}),
     )
     add("import-nodes", cmd_import_nodes, "(rule) create the ring's nodes")
-    add("execute", cmd_execute, "(rule) run one execution, then score it", *execution)
+    gpus = (("--gpus",), {"type": int, "default": 0, "help": "GPUs to give the program"})
+    add("execute", cmd_execute, "(rule) run one execution, then score it", *execution, gpus)
     add("score", cmd_score, "score one finished execution again", *execution)
     add("key-target", cmd_key_target, "(rule) write a weights key's target", (("key",), {}))
     add("search-summary", cmd_search_summary, "(rule) record the end of the search")

@@ -57,3 +57,63 @@ def coerce_config(config: dict, schema_path: str) -> None:
     with open(schema_path) as handle:
         schema = yaml.safe_load(handle)
     config.update(coerce(dict(config), schema))
+
+
+def _path(error) -> str:
+    return ".".join(str(p) for p in error.absolute_path)
+
+
+def _nearest(name: str, valid: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.5)
+    return f" (did you mean {close[0]!r}?)" if close else f" (valid keys: {', '.join(valid)})"
+
+
+def config_problems(config: dict, schema: dict) -> list[str]:
+    """Every schema violation as one line naming the key, and for an unknown key the
+    nearest valid name; never the schema itself."""
+    import jsonschema
+
+    problems = []
+    validator = jsonschema.Draft202012Validator(schema)
+    for error in sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path)):
+        where = _path(error)
+        if error.validator == "additionalProperties":
+            sub = schema
+            for part in error.absolute_path:
+                sub = sub.get("properties", {}).get(part, {})
+            valid = sorted(sub.get("properties", {}))
+            extra = sorted(set(error.instance) - set(valid))
+            for name in extra:
+                key = f"{where}.{name}" if where else name
+                problems.append(f"unknown key {key!r}{_nearest(name, valid)}")
+        elif error.validator == "required":
+            problems.append(f"{where or 'config'}: {error.message}")
+        else:
+            value = error.instance
+            shown = repr(value) if not isinstance(value, dict | list) else type(value).__name__
+            problems.append(f"{where or 'config'} = {shown}: {error.message.split(chr(10))[0]}")
+    return problems
+
+
+def check_config(config: dict, schema_path: str) -> None:
+    """Raise InputError listing each bad key (one line each) when the config is invalid."""
+    from .errors import InputError
+
+    with open(schema_path) as handle:
+        schema = yaml.safe_load(handle)
+    problems = config_problems(config, schema)
+    if problems:
+        raise InputError(
+            "invalid configuration:\n  "
+            + "\n  ".join(problems)
+            + "\n(every key with its default and meaning: config/config.yaml and "
+            "config/config.schema.yaml)"
+        )
+
+
+def config_defaults(path: str) -> dict:
+    """The defaults of every key (config/config.yaml)."""
+    with open(path) as handle:
+        return yaml.safe_load(handle)

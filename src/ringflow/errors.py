@@ -36,3 +36,11 @@ class AcceptanceError(StoreError):
 
 class SandboxError(RingflowError):
     """The program cannot be run confined as required (SPEC 7.6): says what and where."""
+
+
+class MachineryError(RingflowError):
+    """ringflow or the machine failed, not the candidate: the ring stops (SPEC 7.6).
+
+    Such a failure is never recorded as a candidate's `crash`: the job fails loudly, the
+    ring records why in STOPPED.json, and the workflow exits non-zero.
+    """

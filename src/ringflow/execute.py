@@ -8,16 +8,16 @@ candidate is a recorded status here, never an exception.
 
 from __future__ import annotations
 
-import json
 import os
-import sys
+import secrets
+import shutil
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import sandbox, statuses
-from .candidate import weights_dirs
+from .candidate import train_seed_args, weights_dirs
 from .errors import (
     AcceptanceError,
     DeadlineReached,
@@ -27,15 +27,19 @@ from .errors import (
 )
 from .jsonio import atomic_write_json
 from .ring.clock import deadline_for, load_node, load_ring, view_limits
+from .ring.inputs import check_inputs, program_inputs
 from .ring.layout import RingLayout
-from .ring.ledger import Ledger, emit_event
-from .selection.disguise import alias, disguised_inputs
+from .ring.ledger import Ledger, emit_event, ledger_anchor
+from .ring.stop import refuse_if_stopped, stop_ring
+from .sandbox.gpus import Allocation, allocate, default_lock_dir, device_nodes, machine_gpus
+from .selection.disguise import alias
 from .supervisor import HealthSettings, ResourceLimits, supervise
 from .task import command_argv
 from .weights import keys
-from .weights.hashing import PROGRESS_FILE
+from .weights.attempts import KeyFailed, TrainAttempts
+from .weights.hashing import PROGRESS_FILE, HashMemo, drop_ignored
 from .weights.store import WeightsStore
-from .workcopy import link_tree, reset_dir, unshare_files
+from .workcopy import link_tree, reset_dir, submission_files, unshare_files
 
 THREAD_VARS = (
     "OMP_NUM_THREADS",
@@ -52,19 +56,16 @@ OUTCOME_FIELDS = (
 )  # fmt: skip
 
 
+# Locale and time zone reach the program as the job has them (part of the environment key).
+PASSED_LOCALE = ("LC_ALL", "LC_CTYPE", "LC_NUMERIC", "LANGUAGE", "TZ")
+
+
 def thread_env(threads: int) -> dict[str, str]:
     return dict.fromkeys(THREAD_VARS, str(threads))
 
 
 def check_environment(ring: dict) -> None:
-    env = keys.environment(ring["config"]["limits"]["threads"])
-    if keys.environment_key(env) != ring["env_key"]:
-        frozen = ring["environment"]
-        differ = sorted(k for k in set(env) | set(frozen) if env.get(k) != frozen.get(k))
-        raise RingflowError(
-            f"this job's environment differs from the one frozen in {ring['ring_dir']}/RING.json "
-            f"(in: {', '.join(differ)}); weights keys would not match, so it refuses to run"
-        )
+    keys.check_environment(ring, HashMemo(Path(ring["store"]) / "cache" / "hashmemo.json"))
 
 
 @dataclass
@@ -79,6 +80,7 @@ class Execution:
     spec: dict
     dir: Path
     deadline: object
+    attempts: TrainAttempts | None = None
 
     @property
     def config(self) -> dict:
@@ -88,17 +90,32 @@ class Execution:
     def blind(self) -> bool:
         return self.variant == "blind-s0"
 
+    box: Path | None = None  # runs/<ring>/boxes/<random>: this run's neutral folders
+    gpus_wanted: int = 0
+    gpus: Allocation | None = None
+
     @property
     def work(self) -> Path:
-        return self.dir / "work" / "solution"
+        assert self.box is not None
+        return self.box / "solution"
+
+    @property
+    def box_output(self) -> Path:
+        assert self.box is not None
+        return self.box / "output"
 
     def should_stop(self) -> str | None:
         return "deadline passed" if self.deadline() <= time.time() else None
 
 
-def _load(ring_dir, node_id: str, view: str, variant: str) -> Execution:
+def _load(ring_dir, node_id: str, view: str, variant: str, gpus: int = 0) -> Execution:
+    refuse_if_stopped(ring_dir)
     ring = load_ring(ring_dir)
-    check_environment(ring)
+    try:
+        check_environment(ring)
+    except RingflowError as exc:
+        # The machine no longer has the environment the ring was locked with.
+        raise stop_ring(ring["ring_dir"], str(exc)) from None
     layout = RingLayout(Path(ring["ring_dir"]))
     node = load_node(ring, node_id)
     if node["status"] != "ready":
@@ -109,8 +126,21 @@ def _load(ring_dir, node_id: str, view: str, variant: str) -> Execution:
         raise RingflowError(f"node {node_id} has no execution {view}/{variant}") from None
     folder = layout.exec_dir(node_id, view, variant)
     folder.mkdir(parents=True, exist_ok=True)
-    return Execution(ring, layout, node, view, variant, spec, folder,
-                     deadline_for(ring, view, variant))  # fmt: skip
+    spec = keys.spec_given_gpus(ring, spec, _gpu_env(gpus))
+    ex = Execution(ring, layout, node, view, variant, spec, folder,
+                   deadline_for(ring, view, variant))  # fmt: skip
+    ex.gpus_wanted = gpus
+    return ex
+
+
+def _gpu_env(gpus: int) -> dict[str, str]:
+    """The GPUs whose models enter the key: the job's allocation under SLURM, else every
+    GPU of this machine (the one it will get is known only once it is free)."""
+    if not gpus:
+        return {}
+    if "SLURM_JOB_ID" in os.environ and "CUDA_VISIBLE_DEVICES" in os.environ:
+        return {"CUDA_VISIBLE_DEVICES": os.environ["CUDA_VISIBLE_DEVICES"]}
+    return {"CUDA_VISIBLE_DEVICES": ",".join(gpu.uuid for gpu in machine_gpus())}
 
 
 def _new_result(ex: Execution) -> dict:
@@ -134,18 +164,63 @@ def _new_result(ex: Execution) -> dict:
     }
 
 
-def run_execution(ring_dir: str | Path, node_id: str, view: str, variant: str) -> dict:
-    ex = _load(ring_dir, node_id, view, variant)
+def run_execution(
+    ring_dir: str | Path, node_id: str, view: str, variant: str, gpus: int = 0
+) -> dict:
+    ex = _load(ring_dir, node_id, view, variant, gpus)
     result = _new_result(ex)
     if ex.should_stop():
         result.update(budget_cut=True, reason="not started: the deadline had passed")
         return _finish(ex, result)
-    reset_dir(ex.dir / "work")
-    link_tree(ex.layout.submission(node_id), ex.work)
+    inputs = program_inputs(ex.ring, view, variant)
+    _check_view(ex, inputs, "before the run")
+    ex.box = _make_box(ex)
+    try:
+        return _run_in_box(ex, result, inputs)
+    finally:
+        shutil.rmtree(ex.box, ignore_errors=True)
+
+
+def _make_box(ex: Execution) -> Path:
+    """A folder with a random name for this run's working copy and output.
+
+    Programs see their folders under /ringflow; the host paths behind those binds show in
+    the mount table, so they name neither the node, the view nor the kind of run.
+    """
+    boxes = ex.layout.root / "boxes"
+    boxes.mkdir(exist_ok=True)
+    box = boxes / secrets.token_hex(8)
+    box.mkdir(mode=0o755)
+    link_tree(ex.layout.submission(ex.node["id"]), box / "solution")
+    drop_ignored(box / "solution", ex.ring.get("tree_ignore") or [])
+    (box / "output").mkdir()
+    return box
+
+
+def _check_view(ex: Execution, inputs: Path, when: str) -> None:
+    """The data a program reads is the data hashed at lock time (SPEC 4), or the ring stops."""
+    if ex.blind:
+        return  # a disguised copy is ringflow's own, made from the checked snapshot
+    manifest = ex.ring["views"][ex.view]
+    problem = check_inputs(inputs, manifest["inputs_files"])
+    if problem is not None:
+        raise stop_ring(
+            ex.layout.root,
+            f"view {ex.view} changed under the locked ring ({problem}, noticed {when}); "
+            "start a new ring_id to use the changed data",
+            view=ex.view,
+        )
+
+
+def _run_in_box(ex: Execution, result: dict, inputs: Path) -> dict:
+    node_id, view, variant = ex.node["id"], ex.view, ex.variant
     store = WeightsStore(ex.ring["store"])
     with ExitStack() as lock:
         try:
             mode, method = _settle_weights(ex, store, lock)
+        except KeyFailed as exc:
+            result.update(status=statuses.SKIPPED, reason=str(exc))
+            return _finish(ex, result)
         except DeadlineReached as exc:
             result.update(budget_cut=True, reason=f"gave up waiting for the weights lock: {exc}")
             return _finish(ex, result)
@@ -155,14 +230,35 @@ def run_execution(ring_dir: str | Path, node_id: str, view: str, variant: str) -
             emit_event(ex.layout.root, "replay_check_failed", node=node_id, view=view,
                        variant=variant, file=exc.path, reason=exc.reason)  # fmt: skip
             return _finish(ex, result)
+        except OSError as exc:
+            # An unreadable or full store is the machine's failure, not the candidate's.
+            why = f"the weights store {ex.ring['store']} failed for {node_id} {view}/{variant}"
+            raise stop_ring(ex.layout.root, f"{why}: {exc}", node=node_id) from None
         result.update(weights_mode=mode, replay_method=method)
         try:
-            result.update(_run_program(ex, training=mode in (statuses.TRAIN, statuses.FRESH)))
-        except SandboxError as exc:
-            result.update(status=statuses.CRASH, reason=f"the sandbox could not start it: {exc}")
+            training = mode in (statuses.TRAIN, statuses.FRESH)
+            with ExitStack() as held:
+                if ex.gpus_wanted:
+                    ex.gpus = _take_gpus(ex, held)
+                    result["gpus"] = [gpu.to_dict() for gpu in ex.gpus.gpus]
+                result.update(_run_program(ex, inputs, training=training))
+        except DeadlineReached as exc:
+            result.update(budget_cut=True, reason=f"gave up waiting for a GPU: {exc}")
             return _finish(ex, result)
+        except SandboxError as exc:
+            # The machine's failure, never the candidate's (SPEC 7.6).
+            raise stop_ring(ex.layout.root, f"the sandbox could not run {node_id} {view}/"
+                            f"{variant}: {exc}", node=node_id) from None  # fmt: skip
+        finally:
+            # A replay's hard links to store objects never outlive the execution.
+            store.release_links(ex.work)
+        _check_view(ex, inputs, "after the run")
+        os.replace(ex.box_output, reset_dir(ex.dir / "output"))
+        registered = False
         if mode == statuses.TRAIN and result["status"] == statuses.OK:
-            _register(ex, store, result)
+            registered = _register(ex, store, result)
+        if mode == statuses.TRAIN:
+            ex.attempts.ended("registered" if registered else result["status"])
     return _finish(ex, result)
 
 
@@ -173,64 +269,87 @@ def _settle_weights(ex: Execution, store: WeightsStore, lock: ExitStack):
     if ex.spec["weights"] == "fresh":
         return statuses.FRESH, None
     key = ex.spec["key"]
+    ex.attempts = TrainAttempts(ex.layout.root, key, f"{ex.node['id']}/{ex.view}/{ex.variant}",
+                                ex.config["max_train_attempts"])  # fmt: skip
+    if store.entry(ex.node["tree_hash"], key) is None:
+        ex.attempts.check(holding_lock=False)  # a failed key frees the slot without waiting
     lock.enter_context(store.key_lock(key, should_stop=ex.should_stop))
     entry = store.entry(ex.node["tree_hash"], key)
     if entry is not None:
         method = store.replay_into(entry, ex.work, verify=ex.config["replay_verify"])
         lock.close()
         return statuses.REPLAY, method
+    ex.attempts.check(holding_lock=True)
+    ex.attempts.started()
     store.make_private(ex.work, ex.node["solution"]["per_view_paths"])
     return statuses.TRAIN, None
 
 
 def _program_env(ex: Execution) -> dict[str, str]:
-    return {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+    """The program's environment, from an allow-list: nothing of ringflow's own passes.
+
+    PATH names the program's environment and the system folders; every path the program
+    is given is one it sees (SPEC 7.6)."""
+    program = ex.ring["program"]
+    env = {
+        "PATH": f"{Path(program['executable']).parent}:/usr/local/bin:/usr/bin:/bin",
         "LANG": os.environ.get("LANG", "C.UTF-8"),
+        **{name: os.environ[name] for name in PASSED_LOCALE if name in os.environ},
         "PYTHONDONTWRITEBYTECODE": "1",
         # Every run sees an alias, so a view-blind run looks like any other.
         "RINGFLOW_VIEW": alias(ex.ring, ex.view, "disguised" if ex.blind else "real"),
         "RINGFLOW_SEED": str(ex.spec["seed"]),
+        "RINGFLOW_TRAIN_SEED": str(ex.spec.get("train_seed", ex.spec["seed"])),
         **thread_env(view_limits(ex.ring, ex.view)["threads"]),
     }
+    if ex.gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ex.gpus.visible_devices
+    for name in ex.config["sandbox"]["env_pass"]:
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
 
 
 def _hidden_paths(ring: dict) -> tuple[Path, ...]:
-    task_views = Path(ring["task"]["dir"]) / "views"
-    labels = [task_views / view / "labels" for view in ring["task"]["views"]]
-    return (*labels, Path(ring["store"]))
+    """Never visible, even where a system folder or a declared mount would show them."""
+    ring_dir = Path(ring["ring_dir"])
+    return (ring_dir.parent, Path(ring["task"]["dir"]), Path(ring["store"]))
 
 
-def _sandbox_request(ex: Execution, output: Path, writable: tuple[Path, ...]):
-    box = ex.config["sandbox"]
-    inputs = (disguised_inputs(ex.ring, ex.view) if ex.blind
-              else Path(ex.ring["views"][ex.view]["dir"]) / "inputs")  # fmt: skip
+def _sandbox_request(ex: Execution, inputs: Path, writable: tuple[Path, ...]):
+    box, limits = ex.config["sandbox"], view_limits(ex.ring, ex.view)
     return sandbox.SandboxRequest(
         solution_dir=ex.work,
         input_dir=inputs,
-        output_dir=output,
+        output_dir=ex.box_output,
         progress_file=ex.work / PROGRESS_FILE,
         writable_dirs=writable,
+        environment_dirs=tuple(Path(d) for d in ex.ring["program"]["dirs"]),
+        mounts=tuple(Path(m) for m in box["mounts"]),
         hidden_paths=_hidden_paths(ex.ring),
-        blind=ex.blind,
+        network=box["network"],
         uid=box["uid"],
         gid=box["gid"],
-        staging_root=Path(box["staging_root"]) if box["staging_root"] else None,
+        tmp_mb=box["tmp_mb"],
+        gpu_devices=tuple(device_nodes(ex.gpus.gpus)) if ex.gpus else (),
+        max_processes=limits["max_processes"],
+        max_file_bytes=int(limits["output_gb"] * 1024**3),
     )
 
 
-def _run_program(ex: Execution, training: bool) -> dict:
-    output = reset_dir(ex.dir / "output")
+def _run_program(ex: Execution, inputs: Path, training: bool) -> dict:
     health_dir = reset_dir(ex.dir / "health")
     weights_rel = weights_dirs(ex.node["solution"]["per_view_paths"])
     writable = tuple(ex.work / d for d in weights_rel) if training else ()
     for folder in writable:
         folder.mkdir(parents=True, exist_ok=True)
         unshare_files(folder)
-    argv = command_argv(" ".join(ex.node["solution"]["command"]))
+    command = " ".join(ex.node["solution"]["command"])
+    argv = command_argv(command, python=ex.ring["program"]["executable"])
     argv += ["--seed", str(ex.spec["seed"]), *(["--ablate"] if ex.spec["ablate"] else [])]
-    sandbox.probe_for(ex.config["sandbox"])
-    plan = sandbox.plan(_sandbox_request(ex, output, writable), argv, _program_env(ex),
+    argv += train_seed_args(ex.node["solution"], ex.spec)
+    info = _sandbox_info(ex)
+    plan = sandbox.plan(_sandbox_request(ex, inputs, writable), argv, _program_env(ex), info,
                         weights_rel[0] if weights_rel else None)  # fmt: skip
     try:
         outcome = supervise(
@@ -243,15 +362,20 @@ def _run_program(ex: Execution, training: bool) -> dict:
             settings=HealthSettings.from_config(ex.config["exec_health"]),
             limits=ResourceLimits.from_config(view_limits(ex.ring, ex.view)),
             deadline=ex.deadline,
-            watch_output=[output],
+            watch_output=[ex.box_output],
             watch_writable=list(writable),
             progress_file=ex.work / PROGRESS_FILE,
             wrappers=plan.wrappers,
+            gpu_ids=[gpu.index for gpu in ex.gpus.gpus] if ex.gpus else None,
+            pass_fds=() if plan.status_fd is None else (plan.status_fd,),
+            mark_environment=plan.mode == "none",
         )
+        if outcome.events and outcome.events[0].get("event") == "start_failed":
+            raise SandboxError(outcome.reason)
+        if outcome.exit_code is not None or outcome.signal is not None:
+            plan.confirm_started()
     finally:
         plan.finish()
-    if plan.mode != "bwrap":
-        _announce_degraded_sandbox(ex.layout, plan)
     record = outcome.to_dict()
     return {
         **{k: record[k] for k in OUTCOME_FIELDS},
@@ -264,43 +388,51 @@ def _run_program(ex: Execution, training: bool) -> dict:
     }
 
 
-def _announce_degraded_sandbox(layout: RingLayout, plan) -> None:
-    """Say once per ring that programs run without bubblewrap (no network isolation)."""
-    marker = layout.root / "sandbox_degraded.json"
-    try:
-        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return
-    with os.fdopen(fd, "w") as handle:
-        json.dump({"mode": plan.mode, "notes": plan.notes}, handle)
-    emit_event(layout.root, "sandbox_degraded", mode=plan.mode, notes=plan.notes)
-    print(f"ringflow: warning: sandbox mode {plan.mode}: {'; '.join(plan.notes)}", file=sys.stderr)
+def _take_gpus(ex: Execution, held: ExitStack) -> Allocation:
+    return allocate(ex.gpus_wanted, default_lock_dir(), held, should_stop=ex.should_stop)
 
 
-def _register(ex: Execution, store: WeightsStore, result: dict) -> None:
+def _sandbox_info(ex: Execution) -> dict:
+    if ex.config["sandbox"]["mode"] == "none":
+        return {"mode": "none"}
+    info = sandbox.require_sandbox(ex.config["sandbox"])
+    if info["mode"] != ex.ring["sandbox"]["mode"]:
+        raise SandboxError(
+            f"the ring was locked with sandbox mode {ex.ring['sandbox']['mode']} but this job "
+            f"gets {info['mode']} (a job run as another user?)"
+        )
+    return info
+
+
+def _register(ex: Execution, store: WeightsStore, result: dict) -> bool:
+    """Register a training run's weights; True when the key is registered afterwards."""
     if result["reap_left"]:
         # A tree that could not be fully stopped may still be writing (SPEC 7.4).
         result["reason"] = "weights not registered: processes were left after the stop"
-        return
+        return False
     node, key = ex.node, ex.spec["key"]
     who = {"ring": ex.ring["ring_id"], "node": node["id"], "execution": f"{ex.view}/{ex.variant}"}
     limit = int(ex.config["max_weights_gb"] * 1024**3)
     paths = node["solution"]["per_view_paths"]
+    supplied = submission_files(ex.layout.submission(node["id"]))
     try:
-        entry, created = store.register(node["tree_hash"], key, ex.work, paths, who, limit)
+        entry, created = store.register(node["tree_hash"], key, ex.work, paths, who, limit,
+                                        supplied)  # fmt: skip
     except AcceptanceError as exc:
         result.update(status=statuses.CRASH, reason=f"weights not accepted: {exc}")
-        return
+        return False
     if created:
         files = [{"path": f["path"], "sha256": f["sha256"]} for f in entry["files"]]
         Ledger(ex.layout.ledger).append(
             "weights_registered", key=key, tree=node["tree_hash"], node=node["id"],
             view=ex.view, variant=ex.variant, files=files,
         )  # fmt: skip
+    return True
 
 
 def _finish(ex: Execution, result: dict) -> dict:
     result["ended_at"] = time.time()
+    result["ledger_head"] = ledger_anchor(ex.layout.ledger)
     atomic_write_json(ex.dir / "result.json", result)
     emit_event(ex.layout.root, "execution_finished", node=result["node"], view=result["view"],
                variant=result["variant"], status=result["status"],

@@ -29,6 +29,21 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
+def fsync_tree(root: str | os.PathLike) -> None:
+    """fsync every file and folder under root (before a rename makes the tree visible)."""
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path):
+                continue
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(dirpath)
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes, mode: int = 0o644) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

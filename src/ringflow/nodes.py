@@ -10,6 +10,7 @@ from pathlib import Path
 from .candidate import Solution, copy_submission, load_solution
 from .errors import CandidateError
 from .jsonio import atomic_write_json, read_json
+from .ring.edits import record_sources
 from .ring.layout import RingLayout, variant_seed
 from .ring.ledger import Ledger, emit_event
 from .weights import keys
@@ -38,20 +39,23 @@ def planned_variants(ring: dict) -> dict[str, list[str]]:
 def execution_spec(ring: dict, solution: Solution, tree: str, view: str, variant: str) -> dict:
     seed = variant_seed(variant)
     ablate = variant == "s0-ablate"
-    spec = {"seed": seed, "ablate": ablate, "weights": "none", "key": None}
+    train_seed = solution.training_seed(seed)
+    spec = {"seed": seed, "ablate": ablate, "weights": "none", "key": None,
+            "train_seed": train_seed}  # fmt: skip
     if not solution.has_weights:
         return spec
-    train_seed = solution.training_seed(seed)
-    spec["train_seed"] = train_seed
     if variant in ("fresh-s0", "blind-s0"):
         spec["weights"] = "fresh"
         return spec
     key, components = keys.weights_key(
         tree_hash=tree,
         train_seed=train_seed,
-        view_hash=ring["views"][view]["content_hash"],
+        view_hash=ring["views"][view]["inputs_hash"],
         env_key=ring["views"][view].get("env_key", ring["env_key"]),
         train_args=["--ablate"] if ablate else [],
+        interpreter=keys.command_interpreter(
+            list(solution.command), ring["environment"]["variables"].get("PATH")
+        ),
     )
     spec.update(weights="store", key=key, key_components=components)
     return spec
@@ -74,7 +78,9 @@ def _make_node(ring, layout, store, node_id, role, source: Path, max_bytes) -> d
     copy_submission(solution, submission)
     # Working copies hardlink these files: read-only, so none of them can change it.
     make_readonly_tree(submission)
-    tree, _ = solution_tree_hash(submission, set(solution.per_view_paths))
+    tree, _ = solution_tree_hash(
+        submission, set(solution.per_view_paths), ring.get("tree_ignore") or []
+    )
     executions = {
         view: {v: execution_spec(ring, solution, tree, view, v) for v in variants}
         for view, variants in planned_variants(ring).items()
@@ -144,5 +150,6 @@ def import_static(ring: dict) -> dict:
         "baseline": next((n["id"] for n in nodes if n["role"] == "baseline"), None),
         "keys": _assign_trainers(nodes, store),
     }
+    record_sources(ring, nodes)
     atomic_write_json(layout.nodes_index, index)
     return index

@@ -6,8 +6,9 @@ HUNG = "hung"
 TIMEOUT = "timeout"
 INTERRUPTED = "interrupted"
 CARRIED_OVER = "carried_over"
+SKIPPED = "skipped"  # not run: e.g. its weights key failed to train (reason key_failed)
 
-EXECUTION_STATUSES = (OK, CRASH, HUNG, TIMEOUT, INTERRUPTED, CARRIED_OVER)
+EXECUTION_STATUSES = (OK, CRASH, HUNG, TIMEOUT, INTERRUPTED, CARRIED_OVER, SKIPPED)
 
 TRAIN = "train"
 REPLAY = "replay"

@@ -87,17 +87,18 @@ def load_task(task_dir: str | Path) -> Task:
     )
 
 
-def command_argv(command: str) -> list[str]:
-    """Split a task or candidate command; a leading `python` means ringflow's own interpreter.
+def command_argv(command: str, python: str | None = None) -> list[str]:
+    """Split a task or candidate command; a leading `python` means `python` (by default
+    ringflow's own interpreter, which runs the task's scorer and validator; candidates
+    pass their program.python).
 
-    Programs and scorers need the packages ringflow was installed with, and PATH inside a
-    Snakemake job need not point at that environment.
+    PATH inside a Snakemake job need not point at either environment.
     """
     argv = shlex.split(command)
     if not argv:
         raise InputError("empty command")
     if argv[0] in ("python", "python3"):
-        argv[0] = sys.executable
+        argv[0] = python or sys.executable
     return argv
 
 

@@ -47,13 +47,16 @@ def _resource_value(value):
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def record_slots(ring_dir: str | Path, workflow) -> dict:
+def record_slots(
+    ring_dir: str | Path, workflow, gpus: int | None = None, gpus_per_execution: int = 1
+) -> dict:
     """Write slots.json: the cores, jobs and GPU slots the running Snakemake gives."""
     resources = getattr(workflow, "global_resources", {}) or {}
     info = {
         "cores": _resource_value(resources.get("_cores")),
         "jobs": _resource_value(resources.get("_nodes")),
-        "gpus": _resource_value(resources.get("gpu")),
+        "gpus": gpus if gpus is not None else _resource_value(resources.get("gpu")),
+        "gpus_per_execution": gpus_per_execution,
         "at": time.time(),
     }
     layout = RingLayout(Path(ring_dir))
@@ -71,7 +74,7 @@ def slots_for(info: dict | None, threads: int) -> int:
     if cores:
         slots = min(slots, max(1, cores // max(1, min(threads, cores))))
     if info.get("gpus"):
-        slots = min(slots, info["gpus"])
+        slots = min(slots, max(1, info["gpus"] // max(1, info.get("gpus_per_execution") or 1)))
     return max(1, min(slots, 1_000_000))
 
 

@@ -1,15 +1,41 @@
-"""`ringflow verify`: the ledger chain, every registered object, and the ring's ancestors."""
+"""`ringflow verify`: the ledger chain and its anchors, every registered object, and the
+ring's ancestors."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 from .errors import InputError
 from .ring.clock import load_ring
+from .ring.edits import find_edits
 from .ring.layout import RingLayout
 from .ring.ledger import Ledger
 from .selection.seeds import chain_rings
+from .weights.heal import check_store_index, rings_of_store
 from .weights.store import WeightsStore
+
+
+def ledger_anchors(layout: RingLayout) -> list[tuple[str, Any]]:
+    """(where, {"seq", "hash"}) of every ledger head recorded outside the ledger:
+    `ledger.head`, each result.json, and stop_manifest.json when it exists."""
+    anchors: list[tuple[str, Any]] = []
+    head = layout.root / "ledger.head"
+    sources = [head] if head.exists() else []
+    sources += sorted(layout.root.glob("nodes/*/exec/*/*/result.json"))
+    manifest = layout.root / "stop_manifest.json"
+    if manifest.exists():
+        sources.append(manifest)
+    for path in sources:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        anchor = data if path == head else data.get("ledger_head")
+        if anchor is not None:
+            anchors.append((str(path.relative_to(layout.root)), anchor))
+    return anchors
 
 
 def verify_ring(ring_dir) -> list[str]:
@@ -22,18 +48,27 @@ def verify_ring(ring_dir) -> list[str]:
     if not layout.ledger.exists():
         problems.append(f"{layout.ledger}: missing")
     else:
-        problems += [f"ledger: {p}" for p in Ledger(layout.ledger).verify()]
-    problems += [f"store: {p}" for p in WeightsStore(ring["store"]).verify()]
+        problems += [f"ledger: {p}" for p in Ledger(layout.ledger).verify(ledger_anchors(layout))]
+    store = WeightsStore(ring["store"])
+    problems += [f"store: {p}" for p in store.verify()]
+    # The store's index and the ledgers of the rings that wrote it tell the same story.
+    try:
+        problems += [f"store: {p}" for p in check_store_index(store, rings_of_store(ring))]
+    except InputError as exc:
+        problems.append(f"store: the index could not be compared with the ledgers: {exc}")
+    problems += [f"edited: {e}" for e in find_edits(layout.root)]
     if ring.get("continue_from"):
         previous = (layout.root / ring["continue_from"]).resolve()
         try:
             for ancestor in chain_rings(previous):
-                ledger = Path(ancestor["ring_dir"]) / "ledger.jsonl"
+                root = Path(ancestor["ring_dir"])
+                ledger = root / "ledger.jsonl"
                 if not ledger.exists():
                     problems.append(f"ancestor {ancestor['ring_dir']}: ledger missing")
                     continue
+                anchors = ledger_anchors(RingLayout(root))
                 problems += [
-                    f"ancestor {ancestor['ring_dir']}: {p}" for p in Ledger(ledger).verify()
+                    f"ancestor {ancestor['ring_dir']}: {p}" for p in Ledger(ledger).verify(anchors)
                 ]
         except InputError as exc:
             problems.append(f"ancestors: {exc}")

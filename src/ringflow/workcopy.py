@@ -38,6 +38,15 @@ def link_tree(source: Path, dest: Path) -> None:
                 shutil.copy2(src, dst)
 
 
+def submission_files(root: Path) -> list[str]:
+    """Relative paths of every file of a node's submission (what a working copy starts with)."""
+    return sorted(
+        (Path(dirpath) / name).relative_to(root).as_posix()
+        for dirpath, _dirnames, filenames in os.walk(root)
+        for name in filenames
+    )
+
+
 def reset_dir(path: Path) -> Path:
     if path.exists():
         shutil.rmtree(path)

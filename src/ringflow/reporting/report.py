@@ -24,6 +24,7 @@ from ..jsonio import atomic_write_text, read_json
 from ..ring.clock import load_ring
 from ..ring.layout import SEARCH_VARIANTS, RingLayout
 from ..scoring import usable
+from .digest import failure_digest
 
 HEALTH_EVENTS = ("would_hang", "busy_no_progress")
 LATE_VARIANTS = ("blind-s0", "fresh-s0")
@@ -552,6 +553,7 @@ def selection_gap(ctx: dict) -> dict:
         "chosen_score": chosen_score,
         "best": best,
         "gap": gap,
+        "compared": len(rows),
         "direction": direction,
     }
 
@@ -735,6 +737,7 @@ def report_context(ring_dir: str | Path, now: float | None = None) -> dict:
     ctx["curve"] = curve(ctx)
     ctx["first_valid"] = first_valid(ctx)
     ctx["gap"] = selection_gap(ctx)
+    ctx["failures"] = failure_digest(files.root, (ctx["index"] or {}).get("nodes", []))
     ctx["final_section"] = decision_section(ctx, files, layout)
     ctx["lineage"] = lineage(ctx, files, layout)
     ctx["event_summary"] = event_summary(ctx)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .digest import digest_lines, failure_digest
 from .report import (
     Execution,
     base_context,
@@ -44,7 +45,20 @@ def _table(header: list[str], rows: list[list[str]], right: set[int]) -> list[st
     return [line(header), *(line(r) for r in rows)]
 
 
-def _clock_lines(clock: dict, now: float) -> list[str]:
+def _finished_at(ctx: dict) -> float | None:
+    """When the ring finished (its final decision made, nothing in flight), else None."""
+    decision = ctx["decision"]
+    if decision is None or ctx["in_flight"]:
+        return None
+    return decision.get("decided_at") or ctx["clock"]["cutoff"]
+
+
+def _clock_lines(clock: dict, now: float, finished: float | None = None) -> list[str]:
+    if finished is not None:
+        return [
+            f"  finished {format_time(finished)}  ({format_duration(now - finished)} ago)",
+            f"  cutoff   {format_time(clock['cutoff'])}  (the ring is over; nothing runs)",
+        ]
     moved = f", moved earlier {clock['moves']}x" if clock["moves"] else ""
     source = "live" if clock["live"] else "initial: cutoff.json not written"
     reserve = "-" if clock["reserve_min"] is None else f"{clock['reserve_min']:g} min"
@@ -104,7 +118,7 @@ def render_status(ring_dir: str | Path, now: float | None = None) -> str:
     lines = [
         f"ring {ring.get('ring_id')}  task {task.get('name')} ({task.get('direction')})"
         f"  at {format_time(now)}",
-        *_clock_lines(ctx["clock"], now),
+        *_clock_lines(ctx["clock"], now, _finished_at(ctx)),
         "",
     ]
     rows = [
@@ -115,9 +129,6 @@ def render_status(ring_dir: str | Path, now: float | None = None) -> str:
         lines += _table(
             ["node", "role", "status", "s0 mean", "done", "in flight"], rows, right={3, 4, 5}
         )
-        for n in ctx["node_rows"]:
-            if n["error"]:
-                lines.append(f"  {n['id']}: {n['error']}")
     else:
         lines.append("no nodes yet")
     lines.append("")
@@ -139,6 +150,7 @@ def render_status(ring_dir: str | Path, now: float | None = None) -> str:
             [_in_flight_row(e, now) for e in flying],
             right={3, 4, 5, 6, 8},
         )
+    lines += ["", *digest_lines(failure_digest(ctx["root"], (ctx["index"] or {}).get("nodes", [])))]
     lines += ["", *_decision_lines(ctx)]
     if files.problems:
         lines += ["", "unreadable files:", *(f"  {p}" for p in files.problems)]

@@ -10,6 +10,7 @@ from ..jsonio import atomic_write_json, read_json
 from ..ring.clock import load_ring
 from ..ring.layout import RingLayout
 from ..selection.promote import node_mean
+from .digest import digest_lines, failure_digest
 
 
 def write_search_summary(ring_dir) -> dict:
@@ -42,6 +43,15 @@ def _fmt(value) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
+def _valid(layout: RingLayout, node: str, view: str, variant: str) -> bool:
+    """A run counts as scored when the scorer gave it a valid score."""
+    path = layout.score(node, view, variant)
+    if not path.exists():
+        return False
+    score = read_json(path)
+    return bool(score.get("scored") and score.get("valid"))
+
+
 def render_summary(ring_dir) -> str:
     ring = load_ring(ring_dir)
     layout = RingLayout(Path(ring["ring_dir"]))
@@ -54,16 +64,18 @@ def render_summary(ring_dir) -> str:
         f"  final    {layout.final_dir}" + ("" if layout.final_dir.exists() else " (not written)"),
         f"  report   {layout.report}",
         "",
-        f"{'node':<22} {'role':<10} {'status':<9} {'runs ok':>8} {'seed-0':>8} {'3-seed':>8}",
+        f"{'node':<22} {'role':<10} {'status':<9} {'runs ok':>8} {'scored':>8} "
+        f"{'seed-0':>8} {'3-seed':>8}",
     ]
     runs = list(executions(layout))
     for node in index["nodes"]:
         ready = node["status"] == "ready"
         s0 = node_mean(ring, layout, node["id"], "s0")["mean"] if ready else None
-        mine = [r for n, *_, r in runs if n == node["id"]]
-        ok = f"{sum(r['status'] == 'ok' for r in mine)}/{len(mine)}"
+        mine = [(n, v, var, r) for n, v, var, r in runs if n == node["id"]]
+        ok = f"{sum(r['status'] == 'ok' for *_, r in mine)}/{len(mine)}"
+        scored = f"{sum(_valid(layout, n, v, var) for n, v, var, _ in mine)}/{len(mine)}"
         lines.append(
-            f"{node['id']:<22} {node['role']:<10} {node['status']:<9} {ok:>8} "
+            f"{node['id']:<22} {node['role']:<10} {node['status']:<9} {ok:>8} {scored:>8} "
             f"{_fmt(s0):>8} {_fmt(three_seed.get(node['id'])):>8}"
         )
     modes = Counter(r["weights_mode"] for *_, r in runs)
@@ -72,6 +84,8 @@ def render_summary(ring_dir) -> str:
         "",
         "executions: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())),
         "weights:    " + ", ".join(f"{k} {v}" for k, v in sorted(modes.items())),
+        "",
+        *digest_lines(failure_digest(layout.root, index["nodes"])),
     ]
     if layout.decision.exists():
         decision = read_json(layout.decision)

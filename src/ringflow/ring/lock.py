@@ -11,13 +11,19 @@ from pathlib import Path
 from filelock import FileLock
 
 from .. import sandbox
-from ..errors import InputError
+from ..errors import InputError, MachineryError, SandboxError
 from ..jsonio import atomic_write_json, read_json, sha256_json
 from ..reserve import CutoffFile
+from ..sandbox.gpus import gpu_facts
+from ..sandbox.interpreter import describe_interpreter
+from ..sandbox.selftest import selftest
 from ..selection import seeds
+from ..selection.disguise import alias
 from ..task import Task, load_task, split_views
 from ..weights import keys
-from ..weights.hashing import HashMemo, view_content_hash
+from ..weights.hashing import HashMemo, listing_hash, view_part_hashes
+from . import chain
+from .inputs import record_snapshot, snapshot_path, take_snapshot
 from .layout import RingLayout
 from .ledger import Ledger, emit_event
 
@@ -34,6 +40,9 @@ def _resolve(path: str, workdir: Path) -> Path:
 def resolve_paths(config: dict, workdir: Path | None = None) -> dict:
     """Where the task, candidates, baseline, store and ring folder are (absolute)."""
     workdir = Path(workdir or os.getcwd())
+    parent = chain.parent_lock(config, workdir)
+    if parent is not None:
+        config = chain.parent_paths(config, parent)
     demo = not config["task"]
     if demo:
         from .. import demo as demo_task
@@ -68,13 +77,18 @@ def resolve_paths(config: dict, workdir: Path | None = None) -> dict:
         previous = _resolve(config["continue_from"], workdir)
         if not (previous / "RING.json").is_file():
             raise InputError(f"config: continue_from {previous} is not a ring (no RING.json)")
+    if parent is not None:
+        task = load_task(task_dir)
+        chain.check_same_task(parent, task.name, task.direction, task_dir)
     return {
+        "parent": parent,
         "task": task_dir,
         "candidates": candidates,
         "baseline": baseline_dir,
         "store": _resolve(config["store"], workdir),
         "ring": ring_dir,
         "previous": previous,
+        "workdir": workdir,
     }
 
 
@@ -82,24 +96,51 @@ def _frozen(config: dict) -> dict:
     return {k: v for k, v in config.items() if k not in UNFROZEN_KEYS}
 
 
-def restrict_labels(task: Task) -> None:
-    """Labels folders become owner-only: without bubblewrap to hide them, file permissions
-    are what keeps them from the program's unprivileged user (the scorer runs as the owner).
+def program_python(config: dict) -> Path:
+    """The candidates' interpreter (keys.program_python), refused clearly when missing."""
+    path = keys.program_python(config)
+    if not config["program"]["python"] and not path.exists():
+        raise InputError(
+            f"config: program.python is not set and {path} does not exist; build it with "
+            "`make setup` or name your environment's interpreter in program.python"
+        )
+    return path
+
+
+def _input_hashes(listing: list[dict]) -> dict[str, str]:
+    return {
+        e["path"].removeprefix("inputs/"): e["sha256"]
+        for e in listing
+        if e["path"].startswith("inputs/")
+    }
+
+
+def lock_sandbox(config: dict, layout: RingLayout, python: Path) -> tuple[dict, dict]:
+    """The sandbox and program interpreter the ring runs with, tried for real.
+
+    Refuses (MachineryError) when no sandbox can be had, unless sandbox.mode is none, or
+    when the interpreter does not run in it: nothing would run and every candidate would
+    look bad.
     """
-    for view in task.views:
-        labels = task.view_dir(view) / "labels"
-        mode = labels.stat().st_mode & 0o7777
-        if mode & 0o077:
-            os.chmod(labels, mode & ~0o077)
+    try:
+        info = sandbox.require_sandbox(config["sandbox"])
+        program = describe_interpreter(python)
+        selftest(info, program, config["sandbox"], layout.root / "boxes")
+    except SandboxError as exc:
+        raise MachineryError(f"ring {layout.root} cannot start: {exc}") from None
+    return info, program
 
 
 def check_ancestors(previous: Path | None) -> None:
     """Refuse to continue from a chain whose rings or ledgers do not verify (SPEC 12)."""
+    from ..verify import ledger_anchors
+
     if previous is None:
         return
     for ancestor in seeds.chain_rings(previous):
         ledger = Path(ancestor["ring_dir"]) / "ledger.jsonl"
-        problems = Ledger(ledger).verify() if ledger.exists() else ["ledger.jsonl missing"]
+        anchors = ledger_anchors(RingLayout(ledger.parent))
+        problems = Ledger(ledger).verify(anchors) if ledger.exists() else ["ledger.jsonl missing"]
         if problems:
             raise InputError(
                 f"refusing to continue from {previous}: ancestor {ancestor['ring_dir']} does not "
@@ -150,7 +191,8 @@ def lock_ring(config: dict, workdir: Path | None = None, now: float | None = Non
 
 def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
     task = load_task(paths["task"])
-    restrict_labels(task)
+    sandbox_info, program = lock_sandbox(config, layout, program_python(config))
+    alias_salt = secrets.token_hex(16)
     search_views, final_view = split_views(
         task, list(config["views"]["search"]), config["views"]["final"]
     )
@@ -160,19 +202,30 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
     limits = dict(config["limits"])
     per_view = views_limits(config, (*search_views, final_view))
     views = {}
+    world_readable = sandbox_info["mode"] == "root"
     for view in (*search_views, final_view):
-        content_hash, listing = view_content_hash(task.view_dir(view), memo)
+        inputs = task.view_dir(view) / "inputs"
+        snapshot = snapshot_path(layout.root, alias({"alias_salt": alias_salt}, view, "real"))
+        take_snapshot(inputs, snapshot, world_readable)
+        parts = view_part_hashes(task.view_dir(view), memo)
+        listing = [{**entry, "path": f"{part}/{entry['path']}"}
+                   for part, (_, entries) in parts.items() for entry in entries]  # fmt: skip
         views[view] = {
             "name": view,
             "dir": str(task.view_dir(view)),
-            "content_hash": content_hash,
+            "content_hash": listing_hash(listing),
+            # Weights keys take the inputs only; the labels belong to the evaluation.
+            "inputs_hash": parts["inputs"][0],
+            "labels_hash": parts["labels"][0],
             "files": len(listing),
             "bytes": sum(entry["size"] for entry in listing),
             "input_bytes": sum(e["size"] for e in listing if e["path"].startswith("inputs/")),
             "limits": per_view[view],
+            "inputs_snapshot": str(snapshot),
+            "inputs_files": record_snapshot(inputs, snapshot, _input_hashes(listing)),
         }
+    environment, environment_stamp = keys.environment_for(config, memo)
     memo.save()
-    environment = keys.environment(limits["threads"])
     for view in views:
         # The thread count is part of the environment key (SPEC 7.6): a view run with
         # other threads keys its weights with its own environment.
@@ -180,12 +233,15 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
         view_env = (
             environment if threads == limits["threads"] else {**environment, "threads": threads}
         )
-        views[view]["env_key"] = keys.environment_key(view_env)
+        views[view]["env_key"] = sha256_json(view_env)
         atomic_write_json(layout.view_manifest(view), views[view])
     evaluation = {
         "task": task.name,
         "direction": task.direction,
-        "views": {v: views[v]["content_hash"] for v in search_views},
+        "views": {
+            v: {"inputs": views[v]["inputs_hash"], "labels": views[v]["labels_hash"]}
+            for v in search_views
+        },
         "search_views": search_views,
         "limits": limits,
         "view_limits": {v: views[v]["limits"] for v in search_views},
@@ -216,13 +272,21 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
         "evaluation": evaluation,
         "search_hash": sha256_json(evaluation),
         "environment": environment,
-        "env_key": keys.environment_key(environment),
+        "environment_stamp": environment_stamp,
+        "env_key": sha256_json(environment),
+        "program_python": program["path"],
+        # Solution files left out of tree hashes and working copies (documentation).
+        "tree_ignore": list(config.get("tree_ignore") or []),
         "guard_seeds": seed_plan["guard_seeds"],
         "chain_exposed_seeds": seed_plan["chain_exposed_seeds"],
         "continue_from": None if previous is None else os.path.relpath(previous, layout.root),
-        "sandbox": sandbox.probe_for(config["sandbox"]),
+        "sandbox": {k: sandbox_info.get(k) for k in ("mode", "reason")},
+        "program": program,
+        # GPU models, driver and CUDA: part of the environment of executions given GPUs.
+        "gpu": gpu_facts(),
+        "chain": chain.describe(paths["parent"], config, paths),
         # Names the programs see for views (selection.disguise.alias); never in their reach.
-        "alias_salt": secrets.token_hex(16),
+        "alias_salt": alias_salt,
     }
     CutoffFile(layout.cutoff).ensure(cutoff, reserve_min=config["timeline"]["final_reserve_min"])
     atomic_write_json(layout.ring_json, ring, mode=0o444)

@@ -1,95 +1,73 @@
 """Confine a candidate program (SPEC 3 and 7.6).
 
-The program always runs as an unprivileged uid without capabilities. With a
-working bubblewrap it also gets a private mount view (working copy read-only
-except progress.json and the weights folders it trains, labels and the store
-hidden) and, when blind, no network. Without it, the execution's folders are
-staged where that uid can reach them, and only network isolation is lost.
+Programs run in bubblewrap: as root, dropped to an unprivileged uid without
+capabilities; as an ordinary user, in a user namespace. A program sees the system
+folders, its interpreter's environment and declared mounts (read-only, at their host
+paths), and its own working copy, inputs, output, progress file and, when training,
+weights folder under /ringflow; a fresh size-limited /tmp; no network unless asked.
+Where no sandbox can be had the ring refuses to start, unless `sandbox.mode: none`
+(trusted programs only) is named.
 
-    plan = sandbox.plan(request, [python, "run.py", "--seed", "0"], base_env)
+    plan = sandbox.plan(request, [python, "run.py", "--seed", "0"], base_env, info)
     ... run plan.argv with plan.env in plan.cwd (the supervisor) ...
-    plan.finish()
-
-`RINGFLOW_SANDBOX=user-only` forces the fallback; `RINGFLOW_SANDBOX=bwrap`
-makes a missing or broken bubblewrap an error.
+    plan.confirm_started(); plan.finish()
 """
 
 from __future__ import annotations
 
-import os
-
 from ringflow.errors import SandboxError
-from ringflow.sandbox.bwrap_mode import interpreter_binds, plan_bwrap
+from ringflow.sandbox.box import plan_box
 from ringflow.sandbox.layout import resolve_layout
 from ringflow.sandbox.model import SandboxPlan, SandboxRequest
-from ringflow.sandbox.probe import (
-    MODE_VARIABLE,
-    interpreter_problem,
-    probe,
-    requested_mode,
-    resolve_program,
-)
-from ringflow.sandbox.user_only import plan_user_only
+from ringflow.sandbox.probe import MODES, probe, require_sandbox, userns_advice
+from ringflow.sandbox.program_env import program_env
 
 __all__ = [
-    "MODE_VARIABLE",
+    "MODES",
     "SandboxError",
     "SandboxPlan",
     "SandboxRequest",
-    "interpreter_problem",
     "plan",
     "probe",
-    "probe_for",
+    "require_sandbox",
+    "userns_advice",
 ]
-
-
-def probe_for(settings: dict) -> dict:
-    """What confinement this process gets under a ring's `sandbox` settings.
-
-    The mode travels in RINGFLOW_SANDBOX; a ring that does not say `auto` sets it for
-    this process.
-    """
-    if settings["mode"] != "auto":
-        os.environ[MODE_VARIABLE] = settings["mode"]
-    return probe(settings["uid"], settings["gid"])
 
 
 def plan(
     request: SandboxRequest,
     program_argv: list[str],
     base_env: dict[str, str],
+    info: dict,
     weights_dir_rel: str | None = None,
 ) -> SandboxPlan:
     """Prepare one confined run of program_argv; the caller runs it and then calls finish().
 
-    Writable paths are lent to the sandbox uid from now until finish().
-    Raises SandboxError, before changing anything, when the request is
-    malformed, ringflow is not root, the uid cannot run the interpreter
-    (naming the folder in the way), RINGFLOW_SANDBOX=bwrap cannot be honoured,
-    or (without bubblewrap) a hidden path is readable by the uid.
+    `info` is what `require_sandbox` returned for the ring. Raises SandboxError, before
+    changing anything, when the request is malformed.
     """
-    wanted = requested_mode()
     layout = resolve_layout(request, program_argv, weights_dir_rel)
-    if os.geteuid() != 0:
-        raise SandboxError(
-            f"running the program as uid {request.uid} needs root; ringflow runs as uid "
-            f"{os.geteuid()}"
-        )
-    info = probe(request.uid, request.gid)
-    if info["setpriv"] is None:
-        raise SandboxError("setpriv (util-linux) is needed to drop privileges and was not found")
-    if wanted == "bwrap" and not info["bwrap"]:
-        raise SandboxError(
-            f"RINGFLOW_SANDBOX=bwrap but bubblewrap does not work: {info['bwrap_reason']}"
-        )
-    search_path = base_env.get("PATH", os.defpath)
-    program = resolve_program(program_argv[0], search_path)
-    problem = interpreter_problem(str(program), request.uid, request.gid)
-    if info["bwrap"]:
-        reach = interpreter_binds(program, request.uid, request.gid)
-        if reach is None:
-            raise SandboxError(problem or f"the sandbox cannot reach the interpreter {program}")
-        return plan_bwrap(request, layout, program_argv, program, base_env, info, reach)
-    if problem is not None:
-        raise SandboxError(problem)
-    return plan_user_only(request, layout, program_argv, base_env, info)
+    if info["mode"] == "none":
+        return _unconfined(request, layout, program_argv, base_env)
+    return plan_box(request, layout, program_argv, base_env, info)
+
+
+def _unconfined(request, layout, program_argv, base_env) -> SandboxPlan:
+    """sandbox.mode: none: the program runs as ringflow's user, in its working copy."""
+    weights = layout.writable_rels[0] if layout.writable_rels else layout.weights_rel
+    env = program_env(
+        base_env,
+        inputs=layout.inputs,
+        output=layout.output,
+        progress=layout.progress,
+        weights=None if weights is None else layout.solution / weights,
+        home=layout.output.parent,
+    )
+    return SandboxPlan(
+        mode="none",
+        argv=list(program_argv),
+        env=env,
+        cwd=str(layout.solution),
+        network_isolated=False,
+        notes=["sandbox.mode: none: the program ran unconfined (trusted programs only)"],
+    )

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
-# Where the execution's folders appear inside a bubblewrap sandbox.
+# Where the execution's folders appear inside the sandbox.
 INSIDE = PurePosixPath("/ringflow")
-# Mounted fresh inside the sandbox, so never bound from the host.
-_OWN_MOUNTS = {"proc", "dev", "tmp", INSIDE.name}
+# Host folders a program may read: the system and where toolkits are installed (SPEC 7.6).
+# Nothing else of the host is visible: not /home, /root, /srv, /mnt, /var, /run or /tmp.
+SYSTEM_FOLDERS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "opt")
+# Folders visible to executions given GPUs, read-only (the driver's user-space needs them).
+GPU_FOLDERS = ("/sys", "/proc/driver/nvidia")
 
 
 def drop_privileges_argv(setpriv: str, uid: int, gid: int) -> list[str]:
@@ -25,28 +28,82 @@ def drop_privileges_argv(setpriv: str, uid: int, gid: int) -> list[str]:
     ]
 
 
-def bwrap_root_argv() -> list[str]:
-    """bwrap options for a root of read-only host entries, fresh /dev /proc /tmp, and /ringflow.
+def limits_argv(prlimit: str | None, max_processes: int | None, max_file: int | None) -> list[str]:
+    """The prlimit prefix that bounds processes and file size inside the sandbox.
 
-    The new root is bubblewrap's own tmpfs holding read-only binds of the
-    host's top-level entries (symlinks recreated as symlinks): with the whole
-    host / bound read-only, /ringflow could not be created, since a bind
-    target must exist or lie under a tmpfs.
-    """
+    Run inside the user namespace (or after the uid drop), RLIMIT_NPROC counts only the
+    sandbox's own processes there."""
+    if prlimit is None or (max_processes is None and max_file is None):
+        return []
+    argv = [prlimit]
+    if max_processes is not None:
+        argv.append(f"--nproc={max_processes}")
+    if max_file is not None:
+        argv.append(f"--fsize={max_file}")
+    return [*argv, "--"]
+
+
+def system_argv(root: str = "/") -> list[str]:
+    """Read-only binds of the system folders (symlinks recreated as symlinks)."""
     args: list[str] = []
-    for name in sorted(os.listdir("/")):
-        if name in _OWN_MOUNTS:
-            continue
-        host = f"/{name}"
+    for name in SYSTEM_FOLDERS:
+        host = os.path.join(root, name)
         if os.path.islink(host):
-            args += ["--symlink", os.readlink(host), host]
-        elif os.path.isdir(host) or os.path.isfile(host):
-            args += ["--ro-bind", host, host]
-    args += [
+            args += ["--symlink", os.readlink(host), f"/{name}"]
+        elif os.path.isdir(host):
+            args += ["--ro-bind", host, f"/{name}"]
+    return args
+
+
+def base_argv(tmp_mb: int) -> list[str]:
+    """Fresh /dev, /proc, size-limited /tmp and /dev/shm, and /ringflow."""
+    size = str(int(tmp_mb) * 1024 * 1024)
+    return [
         "--dev", "/dev",
         "--proc", "/proc",
-        "--perms", "01777", "--tmpfs", "/tmp",
-        "--perms", "01777", "--tmpfs", "/dev/shm",
+        "--size", size, "--perms", "01777", "--tmpfs", "/tmp",
+        "--size", size, "--perms", "01777", "--tmpfs", "/dev/shm",
         "--perms", "0755", "--dir", str(INSIDE),
     ]  # fmt: skip
+
+
+def namespace_argv(userns: bool, network: bool) -> list[str]:
+    """Namespaces: always pid, ipc and uts; the network unless asked for; user as non-root.
+
+    As root the capabilities are dropped by setpriv inside (it needs them to change uid);
+    in a user namespace bubblewrap drops them itself."""
+    args = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    if userns:
+        args += ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
+    if not network:
+        args.append("--unshare-net")
+    return [*args, "--die-with-parent", "--new-session"]
+
+
+def visible(path: Path) -> bool:
+    """Whether a host path is already visible through a system folder bind."""
+    parts = path.parts
+    return len(parts) > 1 and parts[1] in SYSTEM_FOLDERS
+
+
+def host_path_binds(paths: list[Path], mode: str = "--ro-bind") -> list[str]:
+    """Bind each host path at the same path inside, making its missing parents 0755.
+
+    Paths already visible through a system folder are skipped; one that lies inside
+    another listed path is bound once, by the outer one.
+    """
+    args: list[str] = []
+    made: set[PurePosixPath] = set()
+    outer: list[Path] = []
+    for path in sorted({Path(p) for p in paths}):
+        if visible(path) or any(path.is_relative_to(o) for o in outer):
+            continue
+        outer.append(path)
+        for parent in reversed(path.parents):
+            pure = PurePosixPath(parent)
+            if str(pure) == "/" or pure in made or visible(Path(parent)):
+                continue
+            args += ["--perms", "0755", "--dir", str(pure)]
+            made.add(pure)
+        args += [mode, str(path), str(path)]
     return args

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,32 +15,43 @@ NOBODY = 65534
 
 @dataclass(frozen=True)
 class SandboxRequest:
-    """One execution's folders and how tightly to confine its program (SPEC 3, 7.6)."""
+    """One confined run: what the program may see and write (SPEC 3, 7.6).
+
+    Every path is a host path. The execution's own folders appear inside under neutral
+    names (/ringflow/solution, /ringflow/inputs, /ringflow/output); the interpreter's
+    environment and the declared mounts appear read-only at their host paths.
+    """
 
     solution_dir: Path  # the execution's working copy (already prepared by the caller)
-    input_dir: Path  # the view's inputs/
+    input_dir: Path  # the view's inputs (a ring-owned snapshot)
     output_dir: Path  # where predictions go (exists, empty)
     progress_file: Path  # solution_dir / "progress.json" (may not exist yet)
     writable_dirs: tuple[Path, ...] = ()  # weights folders in solution_dir, when training
-    hidden_paths: tuple[Path, ...] = ()  # labels, the store, the ring's folder: never visible
-    blind: bool = False  # no network
-    uid: int = NOBODY
+    environment_dirs: tuple[Path, ...] = ()  # the interpreter's install: prefix, base prefix
+    mounts: tuple[Path, ...] = ()  # sandbox.mounts: extra read-only folders
+    hidden_paths: tuple[Path, ...] = ()  # never visible, even under a system folder
+    network: bool = False  # sandbox.network: keep the host's network
+    gpu_devices: tuple[tuple[str, str], ...] = ()  # (host, inside) device nodes of its GPUs
+    uid: int = NOBODY  # as root: the unprivileged uid the program runs as
     gid: int = NOBODY
-    staging_root: Path | None = None  # user-only mode: where copies the uid can reach live
-    allow_readable_hidden: bool = False  # user-only mode: note, rather than refuse, leaks
+    tmp_mb: int = 1024  # size of the fresh /tmp and of /dev/shm
+    max_processes: int | None = None  # RLIMIT_NPROC inside the sandbox
+    max_file_bytes: int | None = None  # RLIMIT_FSIZE inside the sandbox
 
 
 @dataclass
 class SandboxPlan:
     """How to start the program confined, and how to clean up after it.
 
-    `argv`, `env` and `cwd` go to the supervisor as they are; the paths in
-    `env` are those the program sees. Call `finish()` once the program and
-    all its processes have ended: it brings results back, returns ownership
-    and removes any staging folder. It may be called more than once.
+    `argv`, `env` and `cwd` go to the supervisor as they are; the paths in `env` are those
+    the program sees. `status_fd` (when not None) must be passed to the child: a shell
+    inside the finished sandbox reports on it; `confirm_started()` reads that report
+    after the run and raises SandboxError when the sandbox never came up (a failure of
+    the machine, never of the program). Call `finish()` once the program and all its
+    processes have ended; it may be called more than once.
     """
 
-    mode: str  # "bwrap" | "user-only"
+    mode: str  # "root" | "userns" | "none"
     argv: list[str]
     env: dict[str, str]
     cwd: str
@@ -47,11 +60,37 @@ class SandboxPlan:
     # Executables of the sandbox itself: they end with the program, and a stop must send
     # them no SIGTERM (bubblewrap would die at once and SIGKILL the program).
     wrappers: list[str] = field(default_factory=list)
+    status_fd: int | None = None
+    _status_read: int | None = field(default=None, repr=False)
     _cleanups: list[Callable[[], list[str] | None]] = field(default_factory=list, repr=False)
     _finished: bool = field(default=False, repr=False)
 
+    def confirm_started(self) -> None:
+        """Raise SandboxError when bubblewrap never started the program (setup failed)."""
+        if self._status_read is None:
+            return
+        if self.status_fd is not None:
+            _close(self.status_fd)
+            self.status_fd = None
+        chunks = []
+        try:
+            while True:
+                try:
+                    chunk = _read_nonblocking(self._status_read)
+                except BlockingIOError:
+                    break
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        finally:
+            _close(self._status_read)
+            self._status_read = None
+        report = b"".join(chunks).decode(errors="replace")
+        if "started" not in report:
+            raise SandboxError("bubblewrap did not start the program (sandbox set-up failed)")
+
     def finish(self) -> None:
-        """Copy results back (user-only), restore ownership, remove the stage; idempotent.
+        """Restore ownership and release what the plan holds; idempotent.
 
         Every cleanup step runs even when an earlier one fails; the first
         failure is raised afterwards as a SandboxError.
@@ -59,6 +98,10 @@ class SandboxPlan:
         if self._finished:
             return
         self._finished = True
+        for fd in (self.status_fd, self._status_read):
+            if fd is not None:
+                _close(fd)
+        self.status_fd = self._status_read = None
         failures: list[str] = []
         for cleanup in self._cleanups:
             try:
@@ -67,3 +110,13 @@ class SandboxPlan:
                 failures.append(f"{type(exc).__name__}: {exc}")
         if failures:
             raise SandboxError("cleaning up after the sandbox failed: " + "; ".join(failures))
+
+
+def _read_nonblocking(fd: int) -> bytes:
+    os.set_blocking(fd, False)
+    return os.read(fd, 65536)
+
+
+def _close(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)

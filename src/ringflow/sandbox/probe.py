@@ -1,8 +1,8 @@
 """Find out, once per process, how this machine lets ringflow confine a program.
 
-Nothing is assumed from the distribution: bubblewrap is tried for real, in
-the very form the sandbox uses (run by root, dropping to the sandbox uid
-inside, with its own network namespace).
+Nothing is assumed from the distribution: bubblewrap is tried for real, in the very form
+the sandbox uses (as root: run by root, dropping to the sandbox uid inside; otherwise: in
+a user namespace). Where it does not work, the reason says what to install or configure.
 """
 
 from __future__ import annotations
@@ -10,96 +10,129 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 from ringflow.errors import SandboxError
-from ringflow.sandbox.as_user import attempt_as_user, describe_owner, first_untraversable
-from ringflow.sandbox.commands import bwrap_root_argv, drop_privileges_argv
+from ringflow.sandbox.commands import drop_privileges_argv, namespace_argv, system_argv
 
-MODE_VARIABLE = "RINGFLOW_SANDBOX"
-MODES = ("bwrap", "user-only")
+MODES = ("auto", "bwrap", "none")
 PROBE_TIMEOUT_S = 20
 
 _probes: dict[tuple, dict] = {}
-_interpreters: dict[tuple[str, int, int], str | None] = {}
-
-
-def requested_mode() -> str:
-    """The mode that RINGFLOW_SANDBOX asks for ("" when unset: the best available)."""
-    wanted = os.environ.get(MODE_VARIABLE, "").strip()
-    if wanted and wanted not in MODES:
-        raise SandboxError(f"{MODE_VARIABLE}={wanted!r} is not one of {', '.join(MODES)}")
-    return wanted
 
 
 def probe(uid: int = 65534, gid: int = 65534) -> dict:
-    """What confinement works here, cached per process (per RINGFLOW_SANDBOX and tools found).
+    """What confinement works here, cached per process.
 
-    Keys: bwrap (bool), bwrap_reason (why not, or "works"), bwrap_path,
-    setpriv (path or None), net_isolation (bool), root (bool), requested
-    (RINGFLOW_SANDBOX or "auto"), python (sys.executable) and python_problem
-    (why uid cannot run it, or None).
+    Keys: mode ("root", "userns" or None when bubblewrap cannot be used), reason (why
+    not, with what to do; "works" otherwise), bwrap_path, setpriv, prlimit, root.
     """
-    wanted = os.environ.get(MODE_VARIABLE, "").strip()
     setpriv = shutil.which("setpriv")
     bwrap_path = shutil.which("bwrap")
-    key = (uid, gid, wanted, setpriv, bwrap_path)
+    prlimit = shutil.which("prlimit")
+    key = (uid, gid, os.geteuid(), setpriv, bwrap_path, prlimit)
     if key not in _probes:
-        _probes[key] = _probe_uncached(uid, gid, wanted, setpriv, bwrap_path)
+        _probes[key] = _probe_uncached(uid, gid, setpriv, bwrap_path, prlimit)
     return dict(_probes[key])
 
 
 def _probe_uncached(
-    uid: int, gid: int, wanted: str, setpriv: str | None, bwrap_path: str | None
+    uid: int, gid: int, setpriv: str | None, bwrap_path: str | None, prlimit: str | None
 ) -> dict:
     root = os.geteuid() == 0
-    if wanted == "user-only":
-        works, reason = False, f"{MODE_VARIABLE}=user-only"
-    elif not root:
-        works, reason = False, f"ringflow runs as uid {os.geteuid()}, not root"
-    elif setpriv is None:
-        works, reason = False, "setpriv (util-linux) not found"
-    elif bwrap_path is None:
-        works, reason = False, "bwrap not found on PATH"
+    mode, reason = None, "works"
+    if bwrap_path is None:
+        reason = (
+            "bubblewrap (bwrap) is not installed; install it (Debian/Ubuntu: "
+            "apt-get install bubblewrap; Fedora/RHEL: dnf install bubblewrap)"
+        )
+    elif root and setpriv is None:
+        reason = "setpriv is not installed; install util-linux (apt-get install util-linux)"
     else:
-        works, reason = _try_bwrap(bwrap_path, setpriv, uid, gid)
-    python_problem = interpreter_problem(sys.executable, uid, gid) if root else None
+        works, detail = _try_bwrap(bwrap_path, setpriv, uid, gid, root)
+        if works:
+            mode = "root" if root else "userns"
+        else:
+            reason = detail if root else f"{detail}; {userns_advice()}"
     return {
-        "requested": wanted or "auto",
+        "mode": mode,
+        "reason": reason,
         "root": root,
-        "setpriv": setpriv,
-        "bwrap": works,
         "bwrap_path": bwrap_path,
-        "bwrap_reason": reason,
-        "net_isolation": works,
-        "python": sys.executable,
-        "python_problem": python_problem,
+        "setpriv": setpriv,
+        "prlimit": prlimit,
     }
 
 
-def _try_bwrap(bwrap: str, setpriv: str, uid: int, gid: int) -> tuple[bool, str]:
+def _try_bwrap(bwrap: str, setpriv: str | None, uid: int, gid: int, root: bool) -> tuple[bool, str]:
     # The very form the plans use, so that a probe that passes means runs that start.
-    command = [
-        bwrap,
-        *bwrap_root_argv(),
-        "--unshare-net",
-        "--unshare-pid",
-        "--die-with-parent",
-        "--",
-        *drop_privileges_argv(setpriv, uid, gid),
-        "true",
-    ]
+    command = [bwrap, *namespace_argv(userns=not root, network=False), *system_argv()]
+    command += ["--proc", "/proc", "--dev", "/dev", "--"]
+    if root:
+        command += drop_privileges_argv(setpriv, uid, gid)  # type: ignore[arg-type]
+    command.append("true")
     try:
         done = subprocess.run(
             command, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, f"{' '.join(command[:1])} failed to run: {exc}"
+        return False, f"bubblewrap failed to run: {exc}"
     if done.returncode != 0:
         detail = (done.stderr or done.stdout).strip().splitlines()
-        return False, f"bwrap probe exited {done.returncode}: {detail[-1] if detail else ''}"
+        return False, f"bubblewrap does not work here ({detail[-1] if detail else done.returncode})"
     return True, "works"
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        return int(Path(path).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def userns_advice() -> str:
+    """What keeps unprivileged user namespaces off on this machine, and how to turn them on."""
+    if _read_int("/proc/sys/user/max_user_namespaces") == 0:
+        return (
+            "user namespaces are disabled (user.max_user_namespaces = 0): ask the "
+            "administrator for `sysctl -w user.max_user_namespaces=15000`"
+        )
+    if _read_int("/proc/sys/kernel/unprivileged_userns_clone") == 0:
+        return (
+            "unprivileged user namespaces are disabled: ask the administrator for "
+            "`sysctl -w kernel.unprivileged_userns_clone=1`"
+        )
+    if _read_int("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == 1:
+        return (
+            "AppArmor restricts unprivileged user namespaces (Ubuntu 23.10+): ask the "
+            "administrator for an AppArmor profile that allows `userns` for "
+            "/usr/bin/bwrap, or `sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`"
+        )
+    return (
+        "unprivileged user namespaces may be unavailable here; run as root, or ask the "
+        "administrator to enable them"
+    )
+
+
+def require_sandbox(settings: dict) -> dict:
+    """The sandbox a ring will use under its `sandbox` settings, or SandboxError.
+
+    `mode: none` (trusted programs only) must be asked for by name; `auto` and `bwrap`
+    both require a working bubblewrap and refuse, with what to do, where there is none.
+    """
+    wanted = settings["mode"]
+    if wanted not in MODES:
+        raise SandboxError(f"sandbox.mode {wanted!r} is not one of {', '.join(MODES)}")
+    if wanted == "none":
+        return {"mode": "none", "reason": "sandbox.mode: none (trusted programs only)"}
+    info = probe(settings["uid"], settings["gid"])
+    if info["mode"] is None:
+        raise SandboxError(
+            f"no sandbox can be had on this machine: {info['reason']}. Programs are never "
+            "run unconfined unless the configuration says sandbox.mode: none (trusted "
+            "programs only)"
+        )
+    return info
 
 
 def resolve_program(argv0: str, search_path: str | None) -> Path:
@@ -110,55 +143,3 @@ def resolve_program(argv0: str, search_path: str | None) -> Path:
     if found is None:
         raise SandboxError(f"program {argv0!r} not found on PATH {search_path or os.defpath!r}")
     return Path(os.path.abspath(found))
-
-
-def interpreter_problem(
-    argv0: str, uid: int, gid: int, search_path: str | None = None
-) -> str | None:
-    """Why uid/gid cannot run argv0 (naming the folder it cannot traverse), or None.
-
-    A virtual environment counts as its whole install: the folder named by
-    `home` in its pyvenv.cfg and its lib/ folder must be reachable too.
-    """
-    program = resolve_program(argv0, search_path)
-    key = (str(program), uid, gid)
-    if key not in _interpreters:
-        _interpreters[key] = _interpreter_problem_uncached(program, uid, gid)
-    return _interpreters[key]
-
-
-def interpreter_paths(program: Path) -> list[Path]:
-    """The program, and for a virtual environment its lib/ and the `home` of pyvenv.cfg."""
-    paths = [program]
-    config = program.parent.parent / "pyvenv.cfg"
-    if config.is_file():
-        paths.append(program.parent.parent / "lib")
-        for line in config.read_text(errors="replace").splitlines():
-            name, _, value = line.partition("=")
-            if name.strip() == "home" and value.strip():
-                paths.append(Path(value.strip()))
-    return paths
-
-
-def _interpreter_problem_uncached(program: Path, uid: int, gid: int) -> str | None:
-    who = f"uid {uid}"
-    blocked = first_untraversable(uid, gid, program)
-    if blocked is not None:
-        return (
-            f"the sandbox user ({who}) cannot run {program}: folder {blocked} is not "
-            f"traversable ({describe_owner(blocked)}); use an interpreter installed where "
-            f"{who} can read it, or give the folder o+x"
-        )
-    if attempt_as_user(uid, gid, [("exec", str(program))])[0] is not None:
-        return f"the sandbox user ({who}) cannot execute {program} ({describe_owner(program)})"
-    venv = program.parent.parent
-    for folder in interpreter_paths(program)[1:]:
-        blocked = first_untraversable(uid, gid, folder, include_self=True)
-        if blocked is None and attempt_as_user(uid, gid, [("list", str(folder))])[0] is not None:
-            blocked = folder
-        if blocked is not None:
-            return (
-                f"the sandbox user ({who}) cannot use the environment {venv} of {program}: "
-                f"folder {blocked} is not readable ({describe_owner(blocked)})"
-            )
-    return None

@@ -40,17 +40,18 @@ def _reorder_csv(data: bytes, seed: int) -> bytes:
 def disguised_inputs(ring: dict, view: str) -> Path:
     """Same content under another name and path, rows reordered where the task allows it."""
     layout = RingLayout(Path(ring["ring_dir"]))
-    dest = layout.disguised_view(view) / alias(ring, view) / "inputs"
+    # Beside the real views' snapshots, under the alias: the same kind of path.
+    dest = layout.root / "inputs" / alias(ring, view, "disguised")
     layout.locks.mkdir(exist_ok=True)
     with FileLock(str(layout.locks / f"disguise-{view}.lock")):
         if dest.is_dir():
             return dest
-        source = Path(ring["views"][view]["dir"]) / "inputs"
-        staging = dest.with_name("inputs.tmp")
+        source = Path(ring["views"][view]["inputs_snapshot"])
+        staging = dest.with_name(dest.name + ".tmp")
         if staging.exists():
             shutil.rmtree(staging)
         shutil.copytree(source, staging)
-        seed = int(hashlib.sha256(alias(ring, view).encode()).hexdigest()[:8], 16)
+        seed = int(hashlib.sha256(alias(ring, view, "disguised").encode()).hexdigest()[:8], 16)
         for name in ring["task"]["reorder_rows"]:
             path = staging / name
             if path.is_file():

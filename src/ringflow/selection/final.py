@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from statistics import fmean
 
-from ..jsonio import atomic_write_json, read_json, sha256_json
+from ..jsonio import atomic_write_json, fsync_dir, fsync_tree, read_json, sha256_json
 from ..ring.clock import final_top_k, load_node, load_ring, stage_deadline
 from ..ring.layout import RingLayout
 from ..ring.ledger import Ledger, emit_event
@@ -19,6 +19,7 @@ from ..scoring import read_score, usable
 from ..weights.hashing import listing, listing_hash
 from ..weights.store import WeightsStore
 from . import guardstats
+from .deploy import complete_solution
 from .promote import node_mean
 
 EQUAL_TOL = 1e-9
@@ -53,12 +54,15 @@ def write_final(layout: RingLayout, node: str, record: dict) -> None:
     if staging.exists():
         shutil.rmtree(staging)
     shutil.copytree(layout.submission(node), staging / "solution")
+    complete_solution(layout, node, staging / "solution")  # weights + MANIFEST.json
     atomic_write_json(staging / "FINAL.json", record)
+    fsync_tree(staging)  # every file on disk before the swap makes it final/
     if old.exists():
         shutil.rmtree(old)
     if layout.final_dir.exists():
         layout.final_dir.rename(old)
     staging.rename(layout.final_dir)
+    fsync_dir(layout.root)
     if old.exists():
         shutil.rmtree(old)
 

@@ -93,14 +93,19 @@ class OwnedCgroup:
 
     v2_path: str | None = None
     v1_memory_path: str | None = None
+    v1_pids_path: str | None = None
     memory: dict = field(default_factory=dict)  # what was done about the memory limit
+    pids: dict = field(default_factory=dict)  # what was done about the process limit
     notes: list[str] = field(default_factory=list)
     kill_used: bool = False
 
     @classmethod
-    def create(cls, name: str, memory_limit_bytes: int | None) -> OwnedCgroup:
+    def create(
+        cls, name: str, memory_limit_bytes: int | None, pids_limit: int | None = None
+    ) -> OwnedCgroup:
         """Create what the machine allows; never raises for an unsupported machine."""
         owned = cls()
+        owned.pids = {"limit": pids_limit, "enforced": False}
         if os.environ.get(DISABLE_ENV):
             owned.notes.append(f"cgroups not used: {DISABLE_ENV} is set")
             owned.memory = _memory_record(memory_limit_bytes, False, f"{DISABLE_ENV} is set")
@@ -116,7 +121,37 @@ class OwnedCgroup:
             owned._limit_v2_memory(memory_limit_bytes)
         else:
             owned._create_v1_memory(mounts, paths, name, memory_limit_bytes)
+        if pids_limit is not None:
+            owned._limit_pids(mounts, paths, name, pids_limit)
         return owned
+
+    def _limit_pids(self, mounts: list[Mount], paths: dict[str, str], name: str, limit: int):
+        """pids.max of the cgroup2 child, else of a v1 pids child: counts this tree only."""
+        if self.v2_path and _has_controller(self.v2_path, "pids"):
+            try:
+                _write(os.path.join(self.v2_path, "pids.max"), str(limit))
+                self.pids.update(enforced=True, how="cgroup2 pids.max")
+                return
+            except OSError as exc:
+                self.pids["reason"] = f"pids.max not writable: {exc}"
+        mount = next((m for m in mounts if m.fstype == "cgroup" and "pids" in m.superopts), None)
+        if mount is None or "pids" not in paths:
+            self.pids.setdefault("reason", "no pids controller (cgroup2 or v1)")
+            return
+        target = os.path.join(_join(mount, paths["pids"]), name)
+        try:
+            os.mkdir(target)
+        except OSError as exc:
+            self.pids["reason"] = f"cannot create v1 pids cgroup: {exc}"
+            return
+        try:
+            _write(os.path.join(target, "pids.max"), str(limit))
+        except OSError as exc:
+            _rmdir(target)
+            self.pids["reason"] = f"pids.max: {exc}"
+            return
+        self.v1_pids_path = target
+        self.pids.update(enforced=True, how="cgroup v1 pids.max")
 
     def _create_v2(self, mounts: list[Mount], paths: dict[str, str], name: str) -> None:
         mount = next((m for m in mounts if m.fstype == "cgroup2"), None)
@@ -170,7 +205,7 @@ class OwnedCgroup:
         self.memory = _memory_record(limit, True, "", how="cgroup v1 memory.limit_in_bytes")
 
     def procs_files(self) -> list[str]:
-        paths = [self.v1_memory_path, self.v2_path]
+        paths = [self.v1_memory_path, self.v1_pids_path, self.v2_path]
         return [os.path.join(p, "cgroup.procs") for p in paths if p]
 
     def join_self(self) -> None:
@@ -189,7 +224,7 @@ class OwnedCgroup:
 
     def verify_member(self, pid: int) -> None:
         """After start: drop (and note) any cgroup the child did not manage to join."""
-        for attr in ("v2_path", "v1_memory_path"):
+        for attr in ("v2_path", "v1_memory_path", "v1_pids_path"):
             path = getattr(self, attr)
             if path and pid not in _pids(os.path.join(path, "cgroup.procs")):
                 if _read(f"/proc/{pid}/stat") is None:
@@ -253,7 +288,7 @@ class OwnedCgroup:
     def remove(self) -> list[str]:
         """rmdir every owned folder; returns the problems (a member that would not die)."""
         problems = []
-        for path in (self.v2_path, self.v1_memory_path):
+        for path in (self.v2_path, self.v1_memory_path, self.v1_pids_path):
             if path and not _rmdir(path):
                 problems.append(f"could not remove {path}")
         return problems
@@ -263,6 +298,7 @@ class OwnedCgroup:
             "owned": bool(self.v2_path or self.v1_memory_path),
             "cgroup2": self.v2_path,
             "memory_v1": self.v1_memory_path,
+            "pids_v1": self.v1_pids_path,
             "cpu_accounting": "cgroup2 cpu.stat" if self.v2_path else "proc",
             "kill": "cgroup.kill" if self.can_kill else "signals",
             "kill_used": self.kill_used,

@@ -73,6 +73,9 @@ class ResourceLimits:
     memory_gb: float | None = 28
     time_limit_min: float | None = 360
     threads: int | None = 8
+    output_gb: float | None = None  # output and writable folders together
+    log_mb: float | None = None  # each of stdout.log and stderr.log; the rest is dropped
+    max_processes: int | None = None  # processes and threads of the tree
 
     @classmethod
     def from_config(cls, d: dict) -> ResourceLimits:
@@ -80,11 +83,11 @@ class ResourceLimits:
         d = _check_keys("limits", cls, d)
         values: dict[str, Any] = {}
         for key, value in d.items():
-            if key == "threads":
+            if key in ("threads", "max_processes"):
                 if value is not None and (
                     isinstance(value, bool) or not isinstance(value, int) or value < 1
                 ):
-                    raise InputError(f"limits.threads: must be an integer >= 1, got {value!r}")
+                    raise InputError(f"limits.{key}: must be an integer >= 1, got {value!r}")
                 values[key] = value
             else:
                 values[key] = _number("limits", key, value, allow_none=True, allow_zero=False)

@@ -27,6 +27,7 @@ from .activity import ActivityTracker, judge_window
 from .cgroup import OwnedCgroup
 from .gpu import GpuMonitor
 from .health_log import HealthLog
+from .logsink import LogSink
 from .proctree import (
     SIGNAL_NAMES,
     TOKEN_ENV,
@@ -36,10 +37,11 @@ from .proctree import (
     read_stat,
     set_child_subreaper,
 )
-from .sampling import Sample, TreeSampler
+from .sampling import Sample, TreeSampler, folder_bytes
 from .settings import HealthSettings, ResourceLimits
 
 TICK_S = 0.25  # deadline, signal and orphan checks happen at least this often
+LIMIT_CHECK_S = 1.0  # output size, process count and (without a cgroup) memory
 GPU_POLL_S = 1.0  # NVML per-process samples are integrated at this cadence
 KILL_SWEEPS = 20
 LEFTOVER_SETTLE_S = 0.5
@@ -136,6 +138,8 @@ class _Supervision:
         watch_ancestors,
         preexec_fn,
         wrappers=(),
+        pass_fds=(),
+        mark_environment=True,
     ) -> None:
         self.argv = [os.fspath(a) for a in argv]
         self.cwd, self.env = cwd, dict(env)
@@ -147,6 +151,9 @@ class _Supervision:
         self.progress_file, self.gpu_ids = progress_file, gpu_ids
         self.watch_ancestors, self.preexec_fn = watch_ancestors, preexec_fn
         self.wrappers = frozenset(os.path.realpath(w) for w in wrappers)
+        self.pass_fds = tuple(pass_fds)
+        self.mark_environment = mark_environment
+        self.sinks: list[LogSink] = []
         self.events: list[dict] = []
         self.got_signal: int | None = None
         self.signal_count = 0
@@ -249,7 +256,9 @@ class _Supervision:
         memory = None
         if self.limits.memory_gb is not None:
             memory = int(self.limits.memory_gb * 1024**3)
-        self.cgroup = OwnedCgroup.create(f"ringflow-{os.getpid()}-{token[:12]}", memory)
+        self.cgroup = OwnedCgroup.create(
+            f"ringflow-{os.getpid()}-{token[:12]}", memory, self.limits.max_processes
+        )
         try:
             return self._run_started(token)
         finally:
@@ -274,16 +283,30 @@ class _Supervision:
         else:
             applies = "always (observe mode)"
         return {
-            "memory": {"requested_gb": limits.memory_gb, **self.cgroup.memory},
+            "memory": {"requested_gb": limits.memory_gb, **self._memory_record()},
             "time_limit_min": {"value": limits.time_limit_min, "applies": applies},
             "threads": {
                 "value": limits.threads,
                 "enforced": False,
                 "how": "thread-count environment variables, set by the caller",
             },
+            "output_gb": {"value": limits.output_gb, "how": "output folders summed every second"},
+            "log_mb": {"value": limits.log_mb, "how": "logs copied up to the limit, then a marker"},
+            "max_processes": {
+                "value": limits.max_processes,
+                **self.cgroup.pids,
+                "counted": "tree counted every second; RLIMIT_NPROC in a user namespace",
+            },
             "cgroup": self.cgroup.describe(),
             "subreaper": {"ok": self.subreaper[0], "reason": self.subreaper[1]},
         }
+
+    def _memory_record(self) -> dict:
+        record = dict(self.cgroup.memory)
+        if not record.get("enforced") and self.limits.memory_gb is not None:
+            # No memory cgroup (an ordinary user has none): the supervisor enforces it.
+            record.update(enforced=True, how="supervisor: summed RSS of the tree every second")
+        return record
 
     def _install_signals(self) -> dict:
         if threading.current_thread() is not threading.main_thread():
@@ -294,7 +317,7 @@ class _Supervision:
         return previous
 
     def _run_started(self, token: str) -> Outcome:
-        owned = self.cgroup.v2_path or self.cgroup.v1_memory_path
+        owned = self.cgroup.v2_path or self.cgroup.v1_memory_path or self.cgroup.v1_pids_path
         self.tree = ProcessTree(token, self.cgroup.members if owned else None)
         if not self.cgroup.memory.get("enforced"):
             self.event("limits", memory=self.cgroup.memory)
@@ -323,20 +346,29 @@ class _Supervision:
     def _start(self, token: str) -> Outcome | None:
         self.stdout_path.parent.mkdir(parents=True, exist_ok=True)
         self.stderr_path.parent.mkdir(parents=True, exist_ok=True)
+        log_limit = None
+        if self.limits.log_mb is not None:
+            log_limit = int(self.limits.log_mb * 1024 * 1024)
+        self.sinks = [LogSink(self.stdout_path, log_limit), LogSink(self.stderr_path, log_limit)]
+        # Inside a sandbox the tree is found through its namespace; the token would only
+        # tell the program that it is supervised.
+        env = {**self.env, TOKEN_ENV: token} if self.mark_environment else dict(self.env)
         try:
-            with open(self.stdout_path, "ab") as out, open(self.stderr_path, "ab") as err:
-                self.proc = subprocess.Popen(
-                    self.argv,
-                    cwd=self.cwd,
-                    env={**self.env, TOKEN_ENV: token},
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=err,
-                    start_new_session=True,
-                    preexec_fn=self._child_setup,
-                    close_fds=True,
-                )
+            self.proc = subprocess.Popen(
+                self.argv,
+                cwd=self.cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=self.sinks[0].write_fd,
+                stderr=self.sinks[1].write_fd,
+                start_new_session=True,
+                preexec_fn=self._child_setup,
+                close_fds=True,
+                pass_fds=self.pass_fds,
+            )
         except (OSError, subprocess.SubprocessError) as exc:
+            for sink in self.sinks:
+                sink.close()
             reason = f"could not start {self.argv[0]!r}: {exc}"
             self.event("start_failed", error=str(exc))
             wall = time.monotonic() - self.start_t
@@ -344,6 +376,8 @@ class _Supervision:
             return self._outcome(
                 statuses.CRASH, False, reason, wall, 0.0, [], limits=self._limits_record()
             )
+        for sink in self.sinks:
+            sink.start()
         self.tree.set_root(self.proc.pid)
         self.cgroup.verify_member(self.proc.pid)
         try:
@@ -367,6 +401,7 @@ class _Supervision:
         oom_seen = prev.oom_kills or 0
         stop: tuple[str, bool, str] | None = None
         sample_failures = 0
+        next_limits = time.monotonic() + LIMIT_CHECK_S
         while stop is None:
             now = time.monotonic()
             if self.wait(min(tick, max(next_sample - now, 0.0))) and self.root_exited():
@@ -399,6 +434,11 @@ class _Supervision:
                         False,
                         f"time limit of {self.limits.time_limit_min} min reached",
                     )
+                    break
+            if now >= next_limits:
+                next_limits = now + LIMIT_CHECK_S
+                if exceeded := self._limit_exceeded():
+                    stop = (statuses.CRASH, False, exceeded)
                     break
             if self.gpu.available and now >= next_gpu:
                 self.gpu.poll(self.sampler.last_members, now=now)
@@ -450,6 +490,11 @@ class _Supervision:
                 reap_left = self._sweep_kill()
         else:
             reap_left = self._stop_tree()
+        for sink in self.sinks:
+            sink.close()
+        truncated = [s.path.name for s in self.sinks if s.truncated]
+        if truncated:
+            self.event("log_truncated", logs=truncated, limit_mb=self.limits.log_mb)
         end_t = time.monotonic()
         final = self.sampler.sample()
         window = judge_window(prev, final, self.settings) if prev.ok and final.ok else None
@@ -460,6 +505,9 @@ class _Supervision:
         if reap_left:
             self.event("reap_left", processes=reap_left)
         status, budget_cut, reason = stop or self._exit_verdict()
+        if stop is None and status == statuses.CRASH and (full := self._output_at_quota()):
+            # A write refused at the file-size limit (RLIMIT_FSIZE) ends the program first.
+            reason = f"{full}; {reason}"
         wall = end_t - self.start_t
         self.health.close(
             end_t,
@@ -469,6 +517,48 @@ class _Supervision:
         return self._outcome(
             status, budget_cut, reason, wall, cpu_s, reap_left, limits=self._limits_record()
         )
+
+    def _output_used(self) -> int:
+        folders = [*self.watch_output, *self.watch_writable]
+        return sum(folder_bytes(Path(f))[0] for f in folders)
+
+    def _output_at_quota(self) -> str | None:
+        quota = self.limits.output_gb
+        if quota is None or self._output_used() < int(quota * 1024**3):
+            return None
+        return f"output limit exceeded: the output reached limits.output_gb = {quota}"
+
+    def _limit_exceeded(self) -> str | None:
+        """Which per-execution limit the tree is over (SPEC 7.6), or None."""
+        limits = self.limits
+        if limits.output_gb is not None:
+            used = self._output_used()
+            if used > limits.output_gb * 1024**3:
+                self.event("limit", limit="output_gb", used_bytes=used)
+                return (
+                    f"output limit exceeded: {used} bytes written "
+                    f"(limits.output_gb = {limits.output_gb})"
+                )
+        members = None
+        if limits.max_processes is not None:
+            members = alive(self.tree.discover())
+            tasks = sum(max(stat.num_threads, 1) for stat in members.values())
+            if tasks >= limits.max_processes:
+                self.event("limit", limit="max_processes", tasks=tasks)
+                return (
+                    f"process limit reached: {tasks} processes and threads "
+                    f"(limits.max_processes = {limits.max_processes})"
+                )
+        if limits.memory_gb is not None and not self.cgroup.memory.get("enforced"):
+            members = members if members is not None else alive(self.tree.discover())
+            rss = sum(_rss_bytes(pid) for pid in members)
+            if rss > limits.memory_gb * 1024**3:
+                self.event("limit", limit="memory_gb", rss_bytes=rss)
+                return (
+                    f"memory limit exceeded: {rss} bytes resident in the tree "
+                    f"(limits.memory_gb = {limits.memory_gb}, summed RSS)"
+                )
+        return None
 
     def _exit_verdict(self) -> tuple[str, bool, str]:
         code = self.proc.returncode if self.proc else None
@@ -554,6 +644,8 @@ def supervise(
     watch_ancestors: bool = True,
     preexec_fn: Callable[[], None] | None = None,
     wrappers: Sequence[str] = (),
+    pass_fds: Sequence[int] = (),
+    mark_environment: bool = True,
 ) -> Outcome:
     """Run `argv` in its own session under health sampling and the (moving) deadline.
 
@@ -581,4 +673,14 @@ def supervise(
         watch_ancestors,
         preexec_fn,
         wrappers,
+        pass_fds,
+        mark_environment,
     ).run()
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0

@@ -1,7 +1,9 @@
 """Content hashes of files and trees, with a memo so unchanged files cost a `stat`.
 
 A view of several gigabytes is hashed once; later hashes compare each file's
-(size, mtime_ns, inode) with the memo and reuse the recorded sha256 (SPEC 4).
+(size, mtime_ns, ctime_ns, inode) with the memo and reuse the recorded sha256 (SPEC 4).
+ctime_ns cannot be set back by a user, so an in-place rewrite that restores the mtime
+(`cp -p`, `rsync --inplace -t`) is still seen.
 """
 
 from __future__ import annotations
@@ -9,10 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from filelock import FileLock
@@ -35,6 +38,9 @@ PROGRESS_FILE = "progress.json"
 
 Exclude = Callable[[str], bool]
 
+# A memo record: size, mtime_ns, ctime_ns, inode, sha256 (older shorter records are dropped).
+MEMO_FIELDS = 5
+
 
 def sha256_file(path: str | os.PathLike) -> str:
     """sha256 of a file's bytes, read in 1 MiB chunks (hashlib releases the GIL on each)."""
@@ -50,12 +56,12 @@ def sha256_file(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def _signature(st: os.stat_result) -> tuple[int, int, int]:
-    return (st.st_size, st.st_mtime_ns, st.st_ino)
+def _signature(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
 class HashMemo:
-    """Persistent memo {absolute path: [size, mtime_ns, inode, sha256]} in one JSON file.
+    """Persistent memo {absolute path: [size, mtime_ns, ctime_ns, inode, sha256]} in one JSON file.
 
     Loaded once; `save()` merges this process's new entries into what is on
     disk under a file lock, so concurrent processes lose nothing.
@@ -77,15 +83,15 @@ class HashMemo:
         return {
             key: value
             for key, value in data.items()
-            if isinstance(value, list) and len(value) == 4 and isinstance(value[3], str)
+            if isinstance(value, list) and len(value) == MEMO_FIELDS and isinstance(value[-1], str)
         }
 
     def lookup(self, path: str | os.PathLike, st: os.stat_result) -> str | None:
-        """The remembered sha256 if size, mtime_ns and inode still match; else None."""
+        """The remembered sha256 if size, mtime_ns, ctime_ns and inode still match; else None."""
         record = self._entries.get(os.path.abspath(path))
-        if record is None or tuple(record[:3]) != _signature(st):
+        if record is None or tuple(record[:-1]) != _signature(st):
             return None
-        return record[3]
+        return record[-1]
 
     def remember(self, path: str | os.PathLike, st: os.stat_result, sha: str) -> None:
         """Record the hash of a file as it was when `st` was taken."""
@@ -116,7 +122,7 @@ def _hash_stable(path: str) -> tuple[str, os.stat_result]:
         before = os.stat(path)
         sha = sha256_file(path)
         after = os.stat(path)
-        if _signature(before) == _signature(after) and before.st_ctime_ns == after.st_ctime_ns:
+        if _signature(before) == _signature(after):
             return sha, after
     raise InputError(f"{path}: the file kept changing while it was being hashed")
 
@@ -132,7 +138,7 @@ def hash_files(
 ) -> dict[str, str]:
     """sha256 of each file, keyed by the path as given.
 
-    Files whose (size, mtime_ns, inode) match the memo cost a stat only; the
+    Files whose (size, mtime_ns, ctime_ns, inode) match the memo cost a stat only; the
     rest are hashed on a thread pool (one thread per core by default), and the
     memo is saved when it learned anything.
     """
@@ -261,6 +267,24 @@ def view_content_hash(
     return listing_hash(entries), entries
 
 
+def view_part_hashes(
+    view_dir: str | os.PathLike, memo: HashMemo | None = None
+) -> dict[str, tuple[str, list[dict[str, Any]]]]:
+    """{part: (hash, listing)} of a view's `inputs/` and of its `labels/`, each on its own.
+
+    A weights key takes the inputs hash only: the program never sees the labels, so a
+    corrected label must not retrain anything; the labels hash belongs to the evaluation.
+    """
+    view_dir = Path(view_dir)
+    hashes = {}
+    for part in VIEW_PARTS:
+        if not (view_dir / part).is_dir():
+            raise InputError(f"view {view_dir}: missing folder {part}/")
+        entries = listing(view_dir / part, memo=memo)
+        hashes[part] = (listing_hash(entries), entries)
+    return hashes
+
+
 def is_cache(rel: str) -> bool:
     parts = rel.rstrip("/").split("/")
     if any(part in CACHE_DIR_NAMES for part in parts):
@@ -272,18 +296,49 @@ def _normalise_rel(path: str) -> str:
     return Path(path).as_posix().strip("/")
 
 
+def tree_ignored(rel: str, patterns: Iterable[str]) -> bool:
+    """Whether a solution path matches a `tree_ignore` pattern (matched from the right, like
+    `PurePosixPath.match`: `METHOD.md`, `*.md`, `docs`)."""
+    bare = PurePosixPath(rel.rstrip("/"))
+    return any(bare.match(pattern.strip("/")) for pattern in patterns)
+
+
+def drop_ignored(root: str | os.PathLike, patterns: Iterable[str]) -> list[str]:
+    """Remove what `tree_ignore` leaves out of the hash from a working copy: the program
+    cannot read what the key does not cover."""
+    patterns = list(patterns)
+    removed = []
+    if not patterns:
+        return removed
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = Path(dirpath).relative_to(root)
+        for name in list(dirnames):
+            if tree_ignored((rel_dir / name).as_posix() + "/", patterns):
+                shutil.rmtree(Path(dirpath) / name)
+                dirnames.remove(name)
+                removed.append((rel_dir / name).as_posix() + "/")
+        for name in filenames:
+            if tree_ignored((rel_dir / name).as_posix(), patterns):
+                (Path(dirpath) / name).unlink()
+                removed.append((rel_dir / name).as_posix())
+    return removed
+
+
 def solution_tree_hash(
-    solution_dir: str | os.PathLike, per_view_paths: set[str]
+    solution_dir: str | os.PathLike, per_view_paths: set[str], ignore: Iterable[str] = ()
 ) -> tuple[str, list[dict[str, Any]]]:
     """Hash of a `solution/` tree without per-view weights, `progress.json` and caches.
 
-    A per-view path names a file, or a folder whose whole content is per-view.
+    A per-view path names a file, or a folder whose whole content is per-view. `ignore`
+    holds the ring's `tree_ignore` patterns (documentation the program cannot read); by
+    default everything counts.
     """
     per_view = {_normalise_rel(p) for p in per_view_paths}
+    ignore = list(ignore)
 
     def excluded(rel: str) -> bool:
         bare = rel.rstrip("/")
-        if bare == PROGRESS_FILE or is_cache(rel):
+        if bare == PROGRESS_FILE or is_cache(rel) or tree_ignored(rel, ignore):
             return True
         return any(bare == p or bare.startswith(p + "/") for p in per_view)
 

@@ -6,75 +6,105 @@ what training produces; two executions with the same key may share weights.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import platform
 import re
-import sys
+import shutil
+from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from ..errors import InputError, RingflowError
 from ..jsonio import canonical_json, sha256_json
+from .hashing import sha256_file
 
 SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
+REPO = Path(__file__).resolve().parents[3]
 
 # What each component means, in the order `explain` prints them.
 COMPONENT_MEANINGS = {
     "tree_hash": "solution tree (without per-view files, progress.json, caches)",
     "train_seed": "training seed",
-    "view_hash": "view content (inputs/ and labels/)",
-    "env_key": "environment (python, installed packages, threads, variables)",
+    "view_hash": "the view's inputs/ (labels are not part of it)",
+    "env_key": "environment (program.python's packages, mounts, variables, threads, GPUs)",
     "train_args": "extra arguments that affect training",
+    "interpreter": "the command's interpreter when it is not program.python (by content)",
 }
+PYTHON_COMMANDS = ("python", "python3")
 
 
-def installed_packages() -> list[str]:
-    """Sorted "name==version" lines of every installed distribution (what `pip freeze` lists).
+def program_python(config: dict, repo: Path | None = None) -> Path:
+    """The candidates' interpreter: `program.python`, or the repository's .venv-program.
 
-    Read from the names of the `*.dist-info` / `*.egg-info` folders on sys.path, which hold
-    both: every execution checks the environment, and parsing each distribution's
-    METADATA file costs a tenth of a second on a loaded machine.
+    A relative path is taken from the repository root, like the default.
     """
-    lines = set()
-    # Only package folders: sys.path[0] is the script's folder or the working directory.
-    for entry in sys.path:
-        if not entry.endswith(("site-packages", "dist-packages")):
-            continue
-        try:
-            names = os.listdir(entry)
-        except OSError:
-            continue
-        for name in names:
-            stem, dot, suffix = name.rpartition(".")
-            if dot and suffix in ("dist-info", "egg-info") and "-" in stem:
-                package, _, version = stem.partition("-")
-                lines.add(f"{package.replace('_', '-').lower()}=={version.split('-')[0]}")
-    return sorted(lines)
+    repo = REPO if repo is None else repo
+    named = (config.get("program") or {}).get("python")
+    if not named:
+        return repo / ".venv-program" / "bin" / "python"
+    path = Path(named).expanduser()
+    return path if path.is_absolute() else repo / path
 
 
-def environment(threads: int, extra_vars: dict[str, str] | None = None) -> dict[str, Any]:
-    """The environment facts that change what a training program computes."""
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise InputError(f"environment: threads must be a positive integer, got {threads!r}")
-    extra_vars = dict(extra_vars or {})
-    for name, value in extra_vars.items():
-        if not isinstance(name, str) or not isinstance(value, str):
-            raise InputError(
-                f"environment: variable {name!r} must map a name to a string, got {value!r}"
-            )
-    packages = "\n".join(installed_packages()).encode()
-    return {
-        "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "platform": platform.machine(),
-        "packages_sha256": hashlib.sha256(packages).hexdigest(),
-        "threads": threads,
-        "vars": extra_vars,
-    }
+def ring_program_python(ring: dict) -> Path:
+    """The interpreter a locked ring's programs run with (resolved at lock time)."""
+    if ring.get("program_python"):
+        return Path(ring["program_python"])
+    return program_python(ring["config"])
 
 
-def environment_key(env: dict[str, Any]) -> str:
-    """sha256 of the canonical JSON of an environment dict."""
-    return sha256_json(env)
+def environment_for(config: dict, memo=None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(components, stamp) of the candidates' environment under a ring's configuration."""
+    from .environment import describe
+
+    return describe(
+        program_python(config),
+        config["limits"]["threads"],
+        list(config["sandbox"].get("mounts") or []),
+        memo,
+    )
+
+
+def command_interpreter(command: list[str], path: str | None = None) -> dict | None:
+    """What runs a command that is neither `python` (program.python, in the environment key)
+    nor a file of the solution (in the tree hash): its resolved path and content hash."""
+    first = command[0]
+    if first in PYTHON_COMMANDS or ("/" in first and not first.startswith("/")):
+        return None
+    resolved = first if first.startswith("/") else shutil.which(first, path=path)
+    if resolved is None or not os.path.isfile(resolved):
+        return {"command": first, "path": None, "sha256": None}
+    real = os.path.realpath(resolved)
+    return {"command": first, "path": real, "sha256": sha256_file(real)}
+
+
+def check_environment(ring: dict, memo=None) -> None:
+    """Refuse a job whose environment differs from the one frozen in RING.json.
+
+    Cheap when nothing moved (a stat per package folder, memoised hashes of the mounts);
+    the interpreter is probed again only when its folders changed.
+    """
+    from .environment import (
+        differences,
+        environment_key,
+        keyed_variables,
+        rehash_sources,
+        stamp_matches,
+    )
+
+    frozen = ring["environment"]
+    stamp = ring.get("environment_stamp")
+    if stamp is not None and stamp_matches(stamp, ring_program_python(ring)):
+        current = rehash_sources(frozen, stamp, memo)
+        current["variables"] = keyed_variables()
+        current["threads"] = ring["config"]["limits"]["threads"]
+    else:
+        current, _ = environment_for(ring["config"], memo)
+    if environment_key(current) != ring["env_key"]:
+        raise RingflowError(
+            f"this job's environment differs from the one frozen in {ring['ring_dir']}/RING.json "
+            f"(in: {'; '.join(differences(frozen, current)) or 'env_key'}); weights keys would "
+            "not match, "
+            "so it refuses to run"
+        )
 
 
 def _require_sha256(name: str, value: Any) -> None:
@@ -89,8 +119,10 @@ def weights_key(
     view_hash: str,
     env_key: str,
     train_args: list[str],
+    interpreter: dict | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    """The weights key and the components it was computed from."""
+    """The weights key and the components it was computed from (`interpreter` only when the
+    command does not run with program.python)."""
     _require_sha256("tree_hash", tree_hash)
     _require_sha256("view_hash", view_hash)
     _require_sha256("env_key", env_key)
@@ -105,11 +137,48 @@ def weights_key(
         "env_key": env_key,
         "train_args": list(train_args),
     }
+    if interpreter is not None:
+        components["interpreter"] = interpreter
     return sha256_json(components), components
 
 
-def explain(key: str, components: dict[str, Any]) -> str:
-    """One line per component of a key, for `ringflow key --explain`."""
+def key_for_gpus(
+    key: str, components: dict[str, Any], environment: dict[str, Any], gpus: list[dict]
+) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """(key, components, environment) of an execution given `gpus` (unchanged without GPUs).
+
+    The GPUs' model, driver and CUDA version enter the environment, so each GPU model has
+    keys of its own: a mixed partition gives different keys, never a refused job.
+    """
+    if not gpus:
+        return key, components, environment
+    env = {**environment, "gpu": gpus}
+    new_key, new_components = weights_key(**{**components, "env_key": sha256_json(env)})
+    return new_key, new_components, env
+
+
+def spec_given_gpus(ring: dict, spec: dict, env: dict | None = None) -> dict:
+    """An execution's spec with its key for the GPUs it is given (unchanged without).
+
+    The GPUs are those `CUDA_VISIBLE_DEVICES` names in `env` (the job's environment when
+    None): pass the environment the program gets when GPUs are assigned to it there.
+    """
+    if not spec.get("key"):
+        return spec
+    from .environment import gpu_component
+
+    gpus = gpu_component(env)
+    if not gpus:
+        return spec
+    key, components, env = key_for_gpus(spec["key"], spec["key_components"],
+                                        ring["environment"], gpus)  # fmt: skip
+    return {**spec, "key": key, "key_components": components, "base_key": spec["key"],
+            "environment": env}  # fmt: skip
+
+
+def explain(key: str, components: dict[str, Any], environment: dict | None = None) -> str:
+    """One line per component of a key, for `ringflow key --explain`; with the frozen
+    environment, one line per environment component under env_key."""
     recomputed = sha256_json(components)
     status = "matches its components" if recomputed == key else f"MISMATCH: recomputed {recomputed}"
     lines = [f"weights key {key} ({status})"]
@@ -121,4 +190,20 @@ def explain(key: str, components: dict[str, Any]) -> str:
         meaning = COMPONENT_MEANINGS.get(name, "")
         suffix = f"  # {meaning}" if meaning else ""
         lines.append(f"  {name.ljust(width)}  {value}{suffix}")
+    if environment is not None:
+        env_ok = sha256_json(environment) == components.get("env_key")
+        lines.append(
+            "  environment components"
+            + ("" if env_ok else " (MISMATCH: they do not hash to env_key)")
+            + ":"
+        )
+        env_width = max((len(n) for n in environment), default=0)
+        for name in sorted(environment):
+            lines.append(f"    {name.ljust(env_width)}  {_env_value(environment[name])}")
     return "\n".join(lines)
+
+
+def _env_value(value: Any) -> str:
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return f"{len(value)}: " + ", ".join(value)
+    return canonical_json(value).decode()

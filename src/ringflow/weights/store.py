@@ -38,7 +38,7 @@ from ..errors import (
     StoreError,
 )
 from ..jsonio import fsync_dir
-from .hashing import CHUNK_BYTES, hash_files, sha256_file
+from .hashing import CHUNK_BYTES, hash_files, is_cache, sha256_file
 from .keys import SHA256_PATTERN
 
 OBJECT_MODE = 0o444
@@ -252,12 +252,15 @@ class WeightsStore:
         weights_root: str | os.PathLike,
         paths: Iterable[str],
         size_limit_bytes: int,
+        supplied: Iterable[str] = (),
     ) -> list[dict[str, Any]]:
         """Check a training run's declared weights: [{"path", "size"}] or AcceptanceError.
 
         Every declared path must exist under weights_root as a regular file (no
-        link anywhere on its way) no larger than size_limit_bytes. All faults
-        are reported together, each naming its file.
+        link anywhere on its way) no larger than size_limit_bytes, and the folders
+        that hold them may hold nothing else (besides the `supplied` files that came
+        with the submission, and caches): a replay would not see an undeclared file.
+        All faults are reported together, each naming its file.
         """
         if isinstance(size_limit_bytes, bool) or not isinstance(size_limit_bytes, int):
             raise InputError(f"weights size limit must be whole bytes, got {size_limit_bytes!r}")
@@ -281,9 +284,31 @@ class WeightsStore:
                 accepted.append({"path": rel, "size": size})
         if not seen and not problems:
             problems.append("no weights files were declared")
+        undeclared = self._undeclared(root, seen, set(supplied))
+        if undeclared:
+            problems.append(
+                "undeclared files in the weights folder (a replay would not get them; declare "
+                "them in ARTIFACTS.json or write them elsewhere): " + ", ".join(undeclared)
+            )
         if problems:
             raise AcceptanceError(f"weights in {root} not accepted: " + "; ".join(problems))
         return accepted
+
+    @staticmethod
+    def _undeclared(root: Path, declared: set[str], supplied: set[str]) -> list[str]:
+        folders = {PurePosixPath(rel).parent for rel in declared}
+        found: set[str] = set()
+        for folder in folders:
+            base = root / folder
+            if base.is_symlink() or not base.is_dir():
+                continue
+            for dirpath, dirnames, filenames in os.walk(base):
+                dirnames[:] = [d for d in dirnames if not is_cache(d + "/")]
+                for name in filenames:
+                    rel = (Path(dirpath) / name).relative_to(root).as_posix()
+                    if rel not in declared and rel not in supplied and not is_cache(rel):
+                        found.add(rel)
+        return sorted(found)
 
     @staticmethod
     def _acceptance_fault(root: Path, rel: str, size_limit_bytes: int) -> tuple[str | None, int]:
@@ -321,6 +346,7 @@ class WeightsStore:
         paths: Iterable[str],
         who: dict[str, Any],
         size_limit_bytes: int,
+        supplied: Iterable[str] = (),
     ) -> tuple[dict[str, Any], bool]:
         """Accept and store a training run's weights under a key: (entry, created).
 
@@ -333,7 +359,7 @@ class WeightsStore:
         existing = self.entry(tree, key)
         if existing is not None:
             return existing, False
-        accepted = self.accept(weights_root, paths, size_limit_bytes)
+        accepted = self.accept(weights_root, paths, size_limit_bytes, supplied)
         files = []
         for item in accepted:
             sha, st = self._store_object(Path(weights_root) / item["path"])
@@ -535,6 +561,30 @@ class WeightsStore:
                     copied.append(path.relative_to(dest).as_posix())
         return copied
 
+    def release_links(self, root: str | os.PathLike) -> list[str]:
+        """Remove every file under root that is a hard link to a store object.
+
+        Called when an execution ends: a replay's links must not outlive it, or a process
+        writing into the ring folder would write into the store. Returns what was removed.
+        """
+        root = Path(root)
+        if not root.is_dir():
+            return []
+        object_inodes: set[tuple[int, int]] | None = None
+        removed = []
+        for dirpath, _dirnames, filenames in os.walk(root):
+            for name in filenames:
+                path = Path(dirpath) / name
+                st = os.lstat(path)
+                if not stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
+                    continue
+                if object_inodes is None:
+                    object_inodes = self._object_inodes()
+                if (st.st_dev, st.st_ino) in object_inodes:
+                    path.unlink()
+                    removed.append(path.relative_to(root).as_posix())
+        return removed
+
     @staticmethod
     def _files_under(path: Path) -> list[Path]:
         if path.is_symlink() or path.is_file():
@@ -589,4 +639,16 @@ class WeightsStore:
                     )
                 elif os.stat(present[sha]).st_size != item["size"]:
                     problems.append(f"{where}: object size differs from the registered size")
+        problems += [
+            f"leftover of an interrupted registration: {path} (`ringflow store repair` removes it)"
+            for path in self.leftovers()
+        ]
         return problems
+
+    def leftovers(self) -> list[Path]:
+        """Temporary files a killed registration left in objects/ or per_view/."""
+        found = sorted(self.objects.glob(".incoming-*"))
+        for tree_dir in sorted(self.per_view.iterdir()):
+            if tree_dir.is_dir():
+                found += sorted(tree_dir.glob(".*.tmp"))
+        return found

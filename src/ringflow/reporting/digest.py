@@ -1,0 +1,116 @@
+"""The failure digest: for each node that was rejected, crashed, was invalid or was not
+scored, the first line of why (SPEC 14). Summary, status and report all show it, so a
+failure is never only inside a score.json or a stderr.log.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import statuses
+
+REJECTED = "rejected"
+INVALID = "invalid"
+NOT_SCORED = "not scored"
+TAIL_BYTES = 8192
+
+
+@dataclass(frozen=True)
+class Failure:
+    node: str
+    kind: str  # rejected, crash, hung, timeout, interrupted, invalid, not scored
+    count: int  # executions with this kind of failure (1 for a rejection)
+    example: str  # "view/variant" of the first one ("" for a rejection)
+    reason: str  # first line of the reason
+
+    def line(self) -> str:
+        where = f" ({self.count}x, e.g. {self.example})" if self.example else ""
+        return f"{self.node}: {self.kind}{where}: {self.reason}"
+
+
+def first_line(text: str | None) -> str:
+    for line in (text or "").strip().splitlines():
+        if line.strip():
+            return line.strip()[:300]
+    return ""
+
+
+def last_line(path: Path) -> str:
+    """The last non-empty line of a log (read from its tail only)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            size = handle.tell()
+            handle.seek(max(0, size - TAIL_BYTES))
+            text = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def execution_failure(exec_dir: Path, result: dict | None, score: dict | None):
+    """(kind, reason) of one finished execution, or None when it ran and was scored valid."""
+    if result is None:
+        return None
+    status = result.get("status")
+    if status != statuses.OK:
+        if status == statuses.INTERRUPTED and result.get("budget_cut"):
+            return None  # cut by the ring's own clock: not the program's failure
+        reason = first_line(result.get("reason"))
+        tail = last_line(exec_dir / "stderr.log") if status == statuses.CRASH else ""
+        if tail and tail not in reason:
+            reason = f"{reason}; stderr: {tail}" if reason else f"stderr: {tail}"
+        return status, reason or "no reason recorded"
+    if score is None:
+        return None
+    if not score.get("scored"):
+        if score.get("budget_cut"):
+            return None
+        return NOT_SCORED, first_line(score.get("reason")) or "no reason recorded"
+    if not score.get("valid"):
+        return INVALID, first_line(score.get("reason")) or "the scorer gave no reason"
+    return None
+
+
+def failure_digest(ring_root: str | Path, nodes: list[dict] | None = None) -> list[Failure]:
+    """Failures per node and kind, in node order; `nodes` as in nodes/index.json."""
+    root = Path(ring_root)
+    if nodes is None:
+        index = _read(root / "nodes" / "index.json") or {}
+        nodes = index.get("nodes", [])
+    digest: list[Failure] = []
+    for node in nodes:
+        node_id = node.get("id")
+        if node.get("status") == REJECTED:
+            record = _read(root / "nodes" / node_id / "node.json") or {}
+            reason = first_line(record.get("error") or node.get("error")) or "no reason recorded"
+            digest.append(Failure(node_id, REJECTED, 1, "", reason))
+            continue
+        found: dict[str, list] = {}
+        for exec_dir in sorted((root / "nodes" / node_id / "exec").glob("*/*")):
+            failure = execution_failure(
+                exec_dir, _read(exec_dir / "result.json"), _read(exec_dir / "score.json")
+            )
+            if failure is not None:
+                found.setdefault(failure[0], []).append(
+                    (f"{exec_dir.parent.name}/{exec_dir.name}", failure[1])
+                )
+        for kind, items in found.items():
+            digest.append(Failure(node_id, kind, len(items), items[0][0], items[0][1]))
+    return digest
+
+
+def digest_lines(digest: list[Failure]) -> list[str]:
+    if not digest:
+        return ["failures: none"]
+    return ["failures:", *(f"  {f.line()}" for f in digest)]

@@ -1,0 +1,189 @@
+"""What the terminal shows while a ring runs (SPEC 14): ringflow's progress, then the summary.
+
+Snakemake's own log (every job, every rule) still goes to its log file under
+`.snakemake/log/`; on the terminal only its warnings and errors remain, beside one
+progress line (executions done/total, best so far, time to cutoff) whenever something
+changed, and at least every `terminal.progress_s` seconds. The Snakefile's `onsuccess` and
+`onerror` hooks end every ring with `ring_end`: the summary, with its failure digest.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+import time
+from pathlib import Path
+
+from ..ring.layout import RingLayout
+from .report import format_duration
+
+SNAKEMAKE_LOGGER = "snakemake.logging"
+HEARTBEAT_S = 300.0
+
+
+class _WarningsOnly(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING
+
+
+def quiet_snakemake_terminal() -> bool:
+    """Keep Snakemake's terminal output to warnings and errors; its log file keeps all."""
+    quieted = False
+    for handler in logging.getLogger(SNAKEMAKE_LOGGER).handlers:
+        if handler.name == "DefaultStreamHandler":
+            handler.addFilter(_WarningsOnly())
+            quieted = True
+    return quieted
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def snapshot(ring_root: str | Path, now: float | None = None) -> dict:
+    """Counts for one progress line, from the ring's files only."""
+    now = time.time() if now is None else now
+    layout = RingLayout(Path(ring_root))
+    ring = _read(layout.ring_json) or {}
+    index = _read(layout.nodes_index) or {}
+    views = ring.get("search_views", [])
+    direction = (ring.get("task") or {}).get("direction", "maximize")
+    known = set()
+    for node in index.get("nodes", []):
+        if node.get("status") != "ready":
+            continue
+        variants = ["s0"] if node.get("role") == "baseline" else ["s0", "s0-ablate"]
+        known |= {(node["id"], v, var) for v in views for var in variants}
+    done = running = failed = 0
+    seed0: dict[str, dict[str, float]] = {}
+    for exec_dir in layout.root.glob("nodes/*/exec/*/*"):
+        node, view, variant = exec_dir.parts[-4], exec_dir.parts[-2], exec_dir.parts[-1]
+        known.add((node, view, variant))
+        result = _read(exec_dir / "result.json")
+        if result is None:
+            running += (exec_dir / "health" / "health_latest.json").exists()
+            continue
+        done += 1
+        score = _read(exec_dir / "score.json") or {}
+        if result.get("status") != "ok" or (score and not score.get("valid")):
+            failed += 1
+        if variant == "s0" and view in views and score.get("scored") and score.get("valid"):
+            seed0.setdefault(node, {})[view] = score["score"]
+    means = {n: sum(s.values()) / len(views) for n, s in seed0.items() if len(s) == len(views)}
+    best = None
+    if means:
+        pick = max if direction == "maximize" else min
+        node = pick(sorted(means), key=lambda n: means[n])
+        best = (node, means[node])
+    cutoff = (_read(layout.cutoff) or {}).get("cutoff", ring.get("initial_cutoff"))
+    return {
+        "ring_id": ring.get("ring_id", layout.root.name),
+        "done": done,
+        "total": len(known),
+        "running": running,
+        "failed": failed,
+        "best": best,
+        "to_cutoff": None if cutoff is None else cutoff - now,
+        "decided": layout.decision.exists(),
+    }
+
+
+def progress_line(snap: dict) -> str:
+    best = "none yet" if snap["best"] is None else f"{snap['best'][0]} {snap['best'][1]:.4f}"
+    if snap["decided"]:
+        clock = "final decision made"
+    elif snap["to_cutoff"] is None:
+        clock = "cutoff unknown"
+    elif snap["to_cutoff"] >= 0:
+        clock = f"cutoff in {format_duration(snap['to_cutoff'])}"
+    else:
+        clock = f"final selection (cutoff passed {format_duration(-snap['to_cutoff'])} ago)"
+    failed = f", {snap['failed']} failed" if snap["failed"] else ""
+    return (
+        f"[{time.strftime('%H:%M:%S')}] ring {snap['ring_id']}: executions "
+        f"{snap['done']}/{snap['total']} done, {snap['running']} running{failed} | "
+        f"best so far {best} (seed-0 mean) | {clock}"
+    )
+
+
+class Progress:
+    """A daemon thread printing a progress line when the counts change."""
+
+    def __init__(self, ring_root: str | Path, every_s: float, stream=None):
+        self.ring_root = Path(ring_root)
+        self.every_s = every_s
+        self.stream = stream or sys.stdout
+        self.stopped = threading.Event()
+        self.last_key = None
+        self.last_at = 0.0
+        self.thread = threading.Thread(target=self._loop, name="ringflow-progress", daemon=True)
+
+    def start(self) -> Progress:
+        self.thread.start()
+        return self
+
+    def print_now(self, force: bool = False) -> None:
+        if not (self.ring_root / "RING.json").exists():
+            return
+        snap = snapshot(self.ring_root)
+        key = (snap["done"], snap["total"], snap["running"], snap["best"], snap["decided"])
+        if force or key != self.last_key or time.monotonic() - self.last_at >= HEARTBEAT_S:
+            print(progress_line(snap), file=self.stream, flush=True)
+            self.last_key, self.last_at = key, time.monotonic()
+
+    def _loop(self) -> None:
+        while not self.stopped.wait(self.every_s):
+            try:
+                self.print_now()
+            except Exception as exc:  # progress must never bring the ring down
+                print(f"ringflow: progress: {exc}", file=sys.stderr)
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+
+_running: Progress | None = None
+
+
+def ring_start(ring_root: str | Path, terminal: dict) -> None:
+    """onstart: quiet Snakemake's terminal output and start the progress lines."""
+    global _running
+    if not terminal.get("snakemake_log", False):
+        quiet_snakemake_terminal()
+    if terminal.get("progress_s", 0) > 0:
+        _running = Progress(ring_root, terminal["progress_s"]).start()
+
+
+def ring_end(ring_root: str | Path, log: str | list | None, completed: bool) -> None:
+    """onsuccess/onerror: the last progress line, the summary with its failure digest, and
+    where Snakemake's own log is."""
+    from .summary import render_summary
+
+    if _running is not None:
+        _running.stop()
+        _running.print_now(force=True)
+    root = Path(ring_root)
+    logs = [log] if isinstance(log, str) else list(log or [])
+    out = sys.stdout
+    print("", file=out)
+    if (root / "RING.json").exists():
+        try:
+            print(render_summary(root), file=out)
+        except Exception as exc:
+            print(f"ringflow: the summary could not be written: {exc}", file=out)
+    if not completed and not (root / "RING.json").exists():
+        print("ringflow: the ring was not started: see the error above.", file=out)
+    elif not completed:
+        print(
+            "ringflow: the ring did not complete: a job failed or it was interrupted. Run the "
+            "same command again to continue it (after a kill: snakemake --unlock first).",
+            file=out,
+        )
+    for path in logs:
+        print(f"Snakemake's log: {path}", file=out)
+    out.flush()

@@ -1,0 +1,134 @@
+"""Continuing a chain (SPEC 12, 15): a ring that continues another inherits its task,
+candidates, baseline and configuration; another task or direction is refused.
+
+A key left at its default (`config/config.yaml`) takes the parent ring's value; a key given
+another value is a deliberate change, listed under `chain.changed` in RING.json.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..errors import InputError
+from ..jsonio import read_json
+
+# Keys that name this ring or where it is, never inherited.
+OWN_KEYS = ("ring_id", "runs_dir", "continue_from", "resources_dir")
+# Paths resolved by the lock from the parent's RING.json when left empty.
+PATH_KEYS = ("task", "candidates", "baseline")
+
+
+def _resolve(path: str, workdir: Path) -> Path:
+    p = Path(path).expanduser()
+    return (p if p.is_absolute() else workdir / p).resolve()
+
+
+def parent_lock(config: dict, workdir: Path | None = None) -> dict | None:
+    """The RING.json of the ring this one continues, or None for a first ring."""
+    if not config.get("continue_from"):
+        return None
+    previous = _resolve(config["continue_from"], Path(workdir or os.getcwd()))
+    lock = previous / "RING.json"
+    if not lock.is_file():
+        raise InputError(f"config: continue_from {previous} is not a ring (no RING.json)")
+    return read_json(lock, what=str(lock))
+
+
+def _inherit(given: dict, default: dict, parent: dict, prefix: str, taken: list[str]) -> dict:
+    out = dict(given)
+    for key, value in parent.items():
+        name = f"{prefix}{key}"
+        if prefix == "" and key in (*OWN_KEYS, *PATH_KEYS):
+            continue
+        if key not in default or key not in out:
+            continue
+        if isinstance(value, dict) and isinstance(out[key], dict):
+            out[key] = _inherit(out[key], default[key] or {}, value, f"{name}.", taken)
+        elif out[key] == default[key] and value != out[key]:
+            out[key] = value
+            taken.append(name)
+    return out
+
+
+def inherit_config(config: dict, defaults: dict, workdir: Path | None = None) -> list[str]:
+    """Give every key left at its default the parent's value, in place; the keys taken."""
+    parent = parent_lock(config, workdir)
+    if parent is None:
+        return []
+    taken: list[str] = []
+    config.update(_inherit(config, defaults, parent["config"], "", taken))
+    return taken
+
+
+def parent_paths(config: dict, parent: dict) -> dict:
+    """config with task, candidates and baseline taken from the parent when left empty."""
+    out = dict(config)
+    if not out.get("task"):
+        out["task"] = parent["task"]["dir"]
+    if not out.get("candidates"):
+        out["candidates"] = parent["candidates_dir"]
+    if out.get("baseline") == "":
+        out["baseline"] = parent["baseline_dir"]
+    return out
+
+
+def check_same_task(parent: dict, task_name: str, direction: str, task_dir: Path) -> None:
+    """A continuation runs its parent's task: another task or direction is refused."""
+    theirs = parent["task"]
+    if (theirs["name"], theirs["direction"]) == (task_name, direction):
+        return
+    raise InputError(
+        f"refusing to continue from {parent['ring_dir']}: it ran task {theirs['name']!r} "
+        f"({theirs['direction']}) from {theirs['dir']}, and this ring names task "
+        f"{task_name!r} ({direction}) from {task_dir}. Scores and guard seeds of a chain "
+        "belong to one task: leave task empty to continue it, or start a new chain "
+        "(no continue_from) for another task."
+    )
+
+
+def _leaves(config: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out.update(_leaves(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def describe(parent: dict | None, config: dict, paths: dict) -> dict | None:
+    """What RING.json records about the chain: the parent and every key this ring changed."""
+    if parent is None:
+        return None
+    mine, theirs = _leaves(config), _leaves(parent["config"])
+    skip = (*OWN_KEYS, *PATH_KEYS)
+    changed = {
+        key: {"parent": theirs.get(key), "this": mine.get(key)}
+        for key in sorted(set(mine) | set(theirs))
+        if key.split(".")[0] not in skip and mine.get(key) != theirs.get(key)
+    }
+    where = {
+        "task": (parent["task"]["dir"], str(paths["task"])),
+        "candidates": (parent["candidates_dir"], str(paths["candidates"])),
+        "baseline": (
+            parent["baseline_dir"],
+            None if paths["baseline"] is None else str(paths["baseline"]),
+        ),
+    }
+    for key, (theirs_path, mine_path) in where.items():
+        if theirs_path != mine_path:
+            changed[key] = {"parent": theirs_path, "this": mine_path}
+    return {"continues": parent["ring_id"], "parent_dir": parent["ring_dir"], "changed": changed}
+
+
+def refuse_task_switch(config: dict, workdir: Path | None = None) -> None:
+    """At workflow start: refuse a continuation that names another task or direction."""
+    from ..task import load_task
+
+    parent = parent_lock(config, workdir)
+    if parent is None:
+        return
+    task_dir = _resolve(parent_paths(config, parent)["task"], Path(workdir or os.getcwd()))
+    task = load_task(task_dir)
+    check_same_task(parent, task.name, task.direction, task_dir)

@@ -1,0 +1,51 @@
+"""Stopping a ring because the machinery failed (SPEC 4, 7.6).
+
+A failure of ringflow or of the machine (the sandbox cannot start, the view changed
+under the lock, the scorer fails on the baseline or on too many nodes) must not be
+recorded as a bad candidate. The first such failure writes `STOPPED.json` with its
+reason; every later job refuses to start, so the workflow ends non-zero and the summary
+says why. Running the ring again after fixing the cause clears nothing by itself: the
+user deletes STOPPED.json (the message says so) or starts a new ring.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from ..errors import MachineryError
+from ..jsonio import atomic_write_json, read_json
+from .ledger import emit_event
+
+STOP_FILE = "STOPPED.json"
+
+
+def stop_file(ring_dir: str | os.PathLike) -> Path:
+    return Path(ring_dir) / STOP_FILE
+
+
+def stop_ring(ring_dir: str | os.PathLike, reason: str, **fields) -> MachineryError:
+    """Record why the ring stops (the first reason wins); returns the error to raise."""
+    path = stop_file(ring_dir)
+    if not path.exists():
+        atomic_write_json(path, {"reason": reason, "at": time.time(), **fields})
+        emit_event(Path(ring_dir), "ring_stopped", reason=reason, **fields)
+    return MachineryError(f"the ring stopped: {reason}")
+
+
+def stopped_reason(ring_dir: str | os.PathLike) -> str | None:
+    path = stop_file(ring_dir)
+    if not path.exists():
+        return None
+    return str(read_json(path).get("reason", "unknown"))
+
+
+def refuse_if_stopped(ring_dir: str | os.PathLike) -> None:
+    """Raise MachineryError when the ring was stopped by a machinery failure."""
+    reason = stopped_reason(ring_dir)
+    if reason is not None:
+        raise MachineryError(
+            f"the ring stopped earlier: {reason} (fix the cause, then delete "
+            f"{stop_file(ring_dir)} to continue this ring, or start a new ring_id)"
+        )

@@ -1,0 +1,86 @@
+"""Training attempts of a weights key within a ring (SPEC 6): a failed trainer is retried by
+at most `max_train_attempts` executions; the others are skipped at once (`key_failed`).
+
+Each attempt is two lines of `runs/<ring>/keys/attempts/<key>.jsonl`: "started" when an
+execution begins to train (under the key lock) and "ended" with its outcome. Holding the
+lock, every started attempt of an unregistered key has failed (a killed one never ends);
+without it, only ended ones are known to have failed, so a running training is waited for.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from ..errors import RingflowError
+from ..jsonio import append_jsonl
+
+REGISTERED = "registered"
+
+
+class KeyFailed(RingflowError):
+    """The key's training failed as often as allowed; this execution is skipped."""
+
+
+class TrainAttempts:
+    def __init__(self, ring_dir: str | Path, key: str, execution: str, limit: int):
+        self.path = Path(ring_dir) / "keys" / "attempts" / f"{key}.jsonl"
+        self.key = key
+        self.execution = execution
+        self.limit = limit
+
+    def _lines(self) -> list[dict]:
+        """Every whole line; a torn one (a killed writer) is left out."""
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return []
+        lines = []
+        for raw in text.splitlines():
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(line, dict) and "attempt" in line:
+                lines.append(line)
+        return lines
+
+    def failed(self, holding_lock: bool) -> list[dict]:
+        """Attempts known to have failed (each {"execution", "outcome"})."""
+        lines = self._lines()
+        ended = {line["attempt"]: line for line in lines if line.get("event") == "ended"}
+        failed = []
+        for line in lines:
+            if line.get("event") != "started":
+                continue
+            end = ended.get(line["attempt"])
+            if end is not None and end.get("outcome") == REGISTERED:
+                continue
+            if end is None and not holding_lock:
+                continue  # may still be training: wait for it on the lock
+            outcome = "killed before it ended" if end is None else end["outcome"]
+            failed.append({"execution": line["execution"], "outcome": outcome})
+        return failed
+
+    def check(self, holding_lock: bool) -> None:
+        """Raise KeyFailed when the key failed `limit` times already."""
+        failed = self.failed(holding_lock)
+        if len(failed) >= self.limit:
+            tried = "; ".join(f"{f['execution']}: {f['outcome']}" for f in failed)
+            raise KeyFailed(
+                f"key_failed: training of weights key {self.key} failed "
+                f"{len(failed)} time(s), the most max_train_attempts allows ({tried})"
+            )
+
+    def started(self) -> str:
+        attempt = f"{self.execution}@{time.time_ns()}"
+        append_jsonl(self.path, {"event": "started", "attempt": attempt,
+                                 "execution": self.execution, "ts": time.time()})  # fmt: skip
+        self._attempt = attempt
+        return attempt
+
+    def ended(self, outcome: str) -> None:
+        append_jsonl(self.path, {"event": "ended", "attempt": self._attempt,
+                                 "execution": self.execution, "outcome": outcome,
+                                 "ts": time.time()})  # fmt: skip

@@ -1,0 +1,286 @@
+"""`ringflow store check` and `ringflow store repair` (SPEC 6, healing).
+
+check: rehash every object an index entry uses, list malformed entries, orphan objects,
+leftovers of killed registrations, and compare the index with the ledgers of the rings
+that wrote it (a registration in a ledger without its index entry, an entry without its
+ledger record, or the two listing different files).
+
+repair: move every damaged entry and its damaged objects to `quarantine/<stamp>/` (kept,
+never deleted), record that in the ring's ledger, and remove leftovers, so the key is
+missing again and the next ring trains it exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import DeadlineReached
+from ..jsonio import atomic_write_json, fsync_dir
+from .hashing import hash_files
+from .keys import SHA256_PATTERN
+from .store import WeightsStore, _index_fault
+
+# A leftover younger than this may belong to a registration still copying its files.
+LEFTOVER_MIN_AGE_S = 600
+# How long repair waits for a key that an execution is training or replaying.
+KEY_LOCK_WAIT_S = 30.0
+
+
+@dataclass
+class Damage:
+    """One index entry that cannot be replayed, and the objects at fault."""
+
+    index: Path
+    key: str
+    tree: str
+    reason: str
+    objects: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StoreReport:
+    damaged: list[Damage] = field(default_factory=list)
+    orphans: list[Path] = field(default_factory=list)
+    leftovers: list[Path] = field(default_factory=list)
+    unexpected: list[Path] = field(default_factory=list)
+    ledger_problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    entries: int = 0
+    objects: int = 0
+
+    @property
+    def problems(self) -> list[str]:
+        out = [f"damaged: key {d.key} ({d.index}): {d.reason}" for d in self.damaged]
+        out += [f"leftover of an interrupted registration: {p}" for p in self.leftovers]
+        out += [f"unexpected file in the store: {p}" for p in self.unexpected]
+        return out + self.ledger_problems
+
+    def lines(self) -> list[str]:
+        lines = [f"{self.entries} index entries, {self.objects} objects checked"]
+        lines += [f"- {p}" for p in self.problems]
+        lines += [f"- orphan object (no index entry uses it): {p}" for p in self.orphans]
+        lines += [f"  note: {n}" for n in self.notes]
+        return lines
+
+
+def _ledger_registrations(ledgers: dict[str, Path]) -> dict[str, list[tuple[str, dict]]]:
+    """{key: [(ring_id, record)]} of weights_registered / weights_quarantined records."""
+    found: dict[str, list[tuple[str, dict]]] = {}
+    for ring_id, ledger in ledgers.items():
+        try:
+            lines = ledger.read_text().splitlines()
+        except FileNotFoundError:
+            continue
+        for raw in lines:
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and record.get("kind") in (
+                "weights_registered",
+                "weights_quarantined",
+            ):
+                found.setdefault(record.get("key"), []).append((ring_id, record))
+    return found
+
+
+def check_store_index(store: WeightsStore, ledgers: dict[str, Path]) -> list[str]:
+    """Where the index and the ledgers disagree (without rehashing any object)."""
+    report = StoreReport()
+    _compare_with_ledgers(report, _read_entries(store, report), ledgers)
+    return report.ledger_problems
+
+
+def _read_entries(store: WeightsStore, report: StoreReport) -> list[tuple[Path, dict]]:
+    """Well-formed index entries; malformed ones go to report.damaged."""
+    entries: list[tuple[Path, dict]] = []
+    for tree_dir in sorted(store.per_view.iterdir()):
+        if not tree_dir.is_dir():
+            report.unexpected.append(tree_dir)
+            continue
+        for index_path in sorted(tree_dir.glob("*.json")):
+            try:
+                entry = json.loads(index_path.read_bytes())
+            except ValueError as exc:
+                report.damaged.append(Damage(index_path, index_path.stem, tree_dir.name,
+                                             f"malformed JSON ({exc})"))  # fmt: skip
+                continue
+            fault = _index_fault(entry, tree_dir.name, index_path.stem)
+            if fault:
+                report.damaged.append(Damage(index_path, index_path.stem, tree_dir.name, fault))
+                continue
+            entries.append((index_path, entry))
+    return entries
+
+
+def check_store(store: WeightsStore, ledgers: dict[str, Path] | None = None) -> StoreReport:
+    """Everything wrong with a store; `ledgers` maps ring_id to the ledger it wrote."""
+    report = StoreReport()
+    entries = _read_entries(store, report)
+    report.entries = len(entries) + len(report.damaged)
+    report.leftovers = store.leftovers()
+    used = {item["sha256"] for _, entry in entries for item in entry["files"]}
+    present: dict[str, str] = {}
+    for child in sorted(store.objects.iterdir()):
+        if child.name.startswith(".incoming-"):
+            continue
+        if not SHA256_PATTERN.fullmatch(child.name) or child.is_symlink() or not child.is_file():
+            report.unexpected.append(child)
+            continue
+        if child.name in used:
+            present[child.name] = str(child)
+        else:
+            report.orphans.append(child)
+    report.objects = len(present)
+    hashes = hash_files(present.values()) if present else {}
+    for index_path, entry in entries:
+        faults, objects = [], []
+        for item in entry["files"]:
+            sha = item["sha256"]
+            if sha not in present:
+                faults.append(f"{item['path']}: object {sha} is missing")
+                continue
+            if hashes[present[sha]] != sha:
+                faults.append(f"{item['path']}: object {sha} was altered "
+                              f"(now hashes to {hashes[present[sha]]})")  # fmt: skip
+                objects.append(sha)
+            elif os.stat(present[sha]).st_size != item["size"]:
+                faults.append(f"{item['path']}: object {sha} has another size than registered")
+                objects.append(sha)
+        if faults:
+            report.damaged.append(Damage(index_path, entry["key"], entry["tree"],
+                                         "; ".join(faults), objects))  # fmt: skip
+    if ledgers is not None:
+        _compare_with_ledgers(report, entries, ledgers)
+    return report
+
+
+def _compare_with_ledgers(report: StoreReport, entries, ledgers: dict[str, Path]) -> None:
+    records = _ledger_registrations(ledgers)
+    indexed = {entry["key"]: entry for _, entry in entries}
+    for index_path, entry in entries:
+        ring_id = entry["who"].get("ring")
+        if ring_id not in ledgers:
+            report.notes.append(f"key {entry['key']} was written by ring {ring_id!r}, "
+                                "whose ledger is not among the rings compared")  # fmt: skip
+            continue
+        own = [r for ring, r in records.get(entry["key"], []) if ring == ring_id
+               and r["kind"] == "weights_registered"]  # fmt: skip
+        if not own:
+            report.ledger_problems.append(
+                f"index entry {index_path} (written by ring {ring_id}) has no "
+                f"weights_registered record in that ring's ledger"
+            )
+            continue
+        listed = sorted((f["path"], f["sha256"]) for f in entry["files"])
+        if sorted((f["path"], f["sha256"]) for f in own[-1].get("files", [])) != listed:
+            report.ledger_problems.append(
+                f"index entry {index_path} lists other files than ring {ring_id}'s ledger "
+                f"(line {own[-1].get('seq')})"
+            )
+    for key, found in sorted(records.items(), key=lambda item: str(item[0])):
+        found = sorted(found, key=lambda pair: pair[1].get("ts", 0))
+        last = found[-1][1]
+        if last["kind"] == "weights_registered" and key not in indexed:
+            if any(d.key == key for d in report.damaged):
+                continue
+            report.ledger_problems.append(
+                f"key {key} is registered in ring {found[-1][0]}'s ledger (line {last.get('seq')})"
+                " but the store has no index entry for it"
+            )
+
+
+def repair_store(
+    store: WeightsStore,
+    report: StoreReport,
+    ledger=None,
+    min_age_s: float = LEFTOVER_MIN_AGE_S,
+    now: float | None = None,
+    lock_wait_s: float = KEY_LOCK_WAIT_S,
+) -> dict[str, Any]:
+    """Quarantine the damaged entries and objects of `report`; remove old leftovers.
+
+    Each entry is moved under its key's lock, so no execution is reading it meanwhile; a
+    key whose lock stays busy is left for a later repair (listed in "busy"). Each
+    quarantined key is recorded in `ledger` (a ring's Ledger) as weights_quarantined.
+    """
+    now = time.time() if now is None else now
+    done: dict[str, Any] = {"quarantined": [], "removed": [], "kept_young": [], "busy": []}
+    if report.damaged:
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"-{os.getpid()}"
+        folder = store.root / "quarantine" / stamp
+        (folder / "objects").mkdir(parents=True, exist_ok=True)
+        moved: set[str] = set()
+        for damage in report.damaged:
+            target = folder / "per_view" / damage.tree / damage.index.name
+            try:
+                with _key_lock(store, damage.key, lock_wait_s):
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    if damage.index.exists():
+                        os.replace(damage.index, target)
+            except DeadlineReached:
+                done["busy"].append(damage.key)
+                continue
+            moved.add(str(damage.index))
+            record = {"key": damage.key, "tree": damage.tree, "reason": damage.reason,
+                      "objects": damage.objects,
+                      "quarantine": str(target.relative_to(store.root))}  # fmt: skip
+            done["quarantined"].append(record)
+            if ledger is not None:
+                ledger.append("weights_quarantined", **record)
+        # An object goes only once every entry that uses it went (its bytes are kept).
+        for sha in sorted({sha for d in report.damaged for sha in d.objects}):
+            users = [d for d in report.damaged if sha in d.objects]
+            source = store.objects / sha
+            if all(str(d.index) in moved for d in users) and source.exists():
+                os.replace(source, folder / "objects" / sha)
+        atomic_write_json(folder / "record.json", {"at": now, "entries": done["quarantined"]})
+        fsync_dir(store.objects)
+    for path in report.leftovers:
+        try:
+            age = now - os.lstat(path).st_mtime
+        except FileNotFoundError:
+            continue
+        if age < min_age_s:
+            done["kept_young"].append(str(path))
+            continue
+        path.unlink(missing_ok=True)
+        done["removed"].append(str(path))
+    return done
+
+
+def _key_lock(store: WeightsStore, key: str, wait_s: float):
+    if not SHA256_PATTERN.fullmatch(key):
+        return nullcontext()  # a malformed entry's file name: no execution can use it
+    give_up = time.monotonic() + wait_s
+    return store.key_lock(key, should_stop=lambda: "busy" if time.monotonic() > give_up else None)
+
+
+def rings_of_store(ring: dict) -> dict[str, Path]:
+    """{ring_id: ledger} of the rings beside this one (same runs folder) and its ancestors
+    that use the same store."""
+    from ..selection.seeds import chain_rings
+
+    store = os.path.realpath(ring["store"])
+    found: dict[str, Path] = {}
+    candidates = [Path(ring["ring_dir"]).parent.glob("*/RING.json")]
+    for lock_files in candidates:
+        for lock_file in sorted(lock_files):
+            try:
+                other = json.loads(lock_file.read_text())
+            except ValueError:
+                continue
+            if os.path.realpath(other.get("store", "")) == store:
+                found[other["ring_id"]] = lock_file.parent / "ledger.jsonl"
+    if ring.get("continue_from"):
+        previous = (Path(ring["ring_dir"]) / ring["continue_from"]).resolve()
+        for ancestor in chain_rings(previous):
+            if os.path.realpath(ancestor.get("store", "")) == store:
+                found.setdefault(ancestor["ring_id"], Path(ancestor["ring_dir"]) / "ledger.jsonl")
+    return found
