@@ -373,7 +373,12 @@ def _run_program(ex: Execution, inputs: Path, training: bool) -> dict:
         if outcome.events and outcome.events[0].get("event") == "start_failed":
             raise SandboxError(outcome.reason)
         if outcome.exit_code is not None or outcome.signal is not None:
-            plan.confirm_started()
+            try:
+                plan.confirm_started()
+            except SandboxError as exc:
+                # bubblewrap says why on the program's stderr: no program ran to write there.
+                said = (ex.dir / "stderr.log").read_text(errors="replace").strip().splitlines()
+                raise SandboxError(f"{exc}: {said[-1] if said else 'no message'}") from None
     finally:
         plan.finish()
     record = outcome.to_dict()

@@ -11,7 +11,6 @@ proves that the data a program read is the data that was hashed (SPEC 4).
 
 from __future__ import annotations
 
-import errno
 import os
 import shutil
 import stat
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..weights.hashing import sha256_file
+from ..workcopy import link_or_copy
 
 SNAPSHOT_DIR = "inputs"
 
@@ -60,12 +60,7 @@ def take_snapshot(source: Path, dest: Path, world_readable: bool) -> None:
             if world_readable and not st.st_mode & stat.S_IROTH:
                 _copy(path, target)
                 continue
-            try:
-                os.link(path, target)
-            except OSError as exc:
-                if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
-                    raise
-                _copy(path, target)
+            link_or_copy(path, target, copy=_copy)
     staging.rename(dest)
 
 
