@@ -101,6 +101,11 @@ def test_a_node_that_only_replayed_is_priced_by_the_rings_training_replay_ratio(
     record(alone, "n001-b", "proxy", "s0", 3.0, "replay")
     lonely = Measurements(load_ring(alone), _layout(alone)).program("n001-b", "proxy", "train")
     assert lonely.seconds == pytest.approx(15.0) and "assumed training/replay ratio" in lonely.how
+    # ... and a replay derived from trainings, with no ratio measured, costs a training.
+    trainer = make_ring(tmp_path / "trainer", {"c": True})
+    record(trainer, "n001-c", "proxy", "s0", 8.0, "train")
+    replay = Measurements(load_ring(trainer), _layout(trainer)).program("n001-c", "proxy", "replay")
+    assert replay.seconds == pytest.approx(8.0) and replay.basis == ASSUMED
 
 
 def test_nothing_measured_falls_back_and_says_so(tmp_path):

@@ -171,6 +171,8 @@ class Measurements:
         if mode == TRAIN and (replay := self._scaled(own.get(REPLAY, {}), view)) is not None:
             return Price(replay * ratio, ASSUMED, f"own replays x {ratio_how}")
         if mode == REPLAY and (train := self._scaled(own.get(TRAIN, {}), view)) is not None:
+            if self.train_replay_ratio is None:  # nothing says how much less a replay costs
+                return Price(train, ASSUMED, "own trainings (a replay costs at most that)")
             return Price(train / ratio, ASSUMED, f"own trainings / {ratio_how}")
         others = [
             s
