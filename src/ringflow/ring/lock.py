@@ -202,7 +202,7 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
     store.mkdir(parents=True, exist_ok=True, mode=0o700)
     memo = HashMemo(store / "cache" / "hashmemo.json")
     limits = dict(config["limits"])
-    per_view = views_limits(config, (*search_views, final_view))
+    per_view = views_limits(config, (*search_views, *guard_views, final_view))
     views = {}
     world_readable = sandbox_info["mode"] == "root"
     for view in (*search_views, *guard_views, final_view):
