@@ -20,8 +20,11 @@ def stage(timing: dict, name: str) -> dict:
 
 def test_a_candidate_that_replays_on_seed_0_gets_its_slow_cold_start_reserved(tmp_path):
     cands = tmp_path / "cands"
-    make_candidate(cands / "slow", mean=0.6, weights=True, train_sleep=4)
-    baseline = make_candidate(tmp_path / "base" / "baseline", mean=0.5)
+    make_candidate(cands / "slow", mean=0.6, sd=0.01, weights=True, train_sleep=4)
+    # Seed noise of its own on each side: a guard whose differences have no spread never
+    # passes (the scripted scorer ignores the seed).
+    baseline = make_candidate(tmp_path / "base" / "baseline", mean=0.5, sd=0.01,
+                              noise_key="baseline")  # fmt: skip
     # An earlier ring trained its search-view weights into the shared store, so in the
     # ring under test seed 0 only replays: fast, while every training takes 4 s.
     earlier = locked_ring(tmp_path, cands, "earlier")

@@ -47,7 +47,8 @@ def is_search_work(ring: dict, view: str, variant: str) -> bool:
 
 
 def stage_of(ring: dict, view: str, variant: str) -> str:
-    """Which stage an execution belongs to: search, or one of FINAL_STAGES."""
+    """Which stage an execution belongs to: search, one of FINAL_STAGES, or "diagnostic"
+    (the reproduction check, after the decision)."""
     if view == ring["final_view"]:
         return "final"
     if variant in SEARCH_PHASE_VARIANTS:
@@ -57,8 +58,9 @@ def stage_of(ring: dict, view: str, variant: str) -> str:
     if variant in ("blind-s0", "blind2-s0"):
         return "review"
     if variant == "fresh-s0":
-        # The reproduction check runs after the decision, in what is left of the ring.
-        return "final"
+        # The reproduction check runs after the decision, in whatever time is left (up to
+        # stop_at - stop_margin_s); no stage reserves time for it.
+        return "diagnostic"
     if variant.startswith("g") and variant[1:].isdigit():
         return "guard"
     raise InputError(f"no stage for execution {view}/{variant}")
