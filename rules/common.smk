@@ -152,13 +152,27 @@ def key_target_inputs(wildcards):
 
 
 def execution_priority(wildcards):
-    """Seed 0 on the first search view first, so every node gets a first score early."""
+    """Resumed work first (SPEC 11.3), then seed 0 on the first search view, so every node
+    gets a first score early."""
     lock = ring_lock()
+    if resume_rank(wildcards.node) is not None:
+        return 1000 - resume_rank(wildcards.node)
     if wildcards.variant == "s0" and wildcards.view == lock["search_views"][0]:
         return 100
     if wildcards.variant == "s0":
         return 50
     return 10
+
+
+def resume_rank(node):
+    """A resume node's place in the resume queue (oldest seal first), None for other nodes."""
+    origin = node_record(node).get("origin") or {}
+    if origin.get("kind") != "resume":
+        return None
+    queue = read_json(RING.carryover_imported)["queue"]
+    return (
+        queue.index(origin["identity"]) if origin["identity"] in queue else len(queue)
+    )
 
 
 def execution_threads(wildcards):
@@ -263,8 +277,22 @@ def repro_inputs(wildcards):
     return [path(RING.decision)] + score_files(nodes, ["s0", "fresh-s0"], view)
 
 
+def stop_manifest_inputs(wildcards):
+    """The manifest comes last: the decision, the reports and every seal, as files."""
+    seals = read_json(checkpoints.seal_carryover.get().output.seals)["seals"]
+    return [
+        path(RING.decision),
+        path(RING.repro_record),
+        path(RING.summary),
+        path(RING.report),
+        path(RING.carryover_seals),
+        *[path(RING.seal(seal["node"])) for seal in seals],
+    ]
+
+
 def ring_outputs(wildcards):
     return [
+        path(RING.stop_manifest),
         path(RING.decision),
         path(RING.repro_record),
         path(RING.summary),

@@ -247,6 +247,43 @@ def cmd_check(args) -> int:
     return 1 if report.failed else 0
 
 
+def cmd_import_carryover(args) -> int:
+    from .carryover.importing import import_carryover
+
+    done = import_carryover(args.ring_dir)
+    for item in done["rejected"]:
+        print(f"carryover_rejected {item['identity']}: {item['reason']}")
+    print(json.dumps({k: done[k] for k in ("queue", "waiting", "already_resumed")}))
+    return 0
+
+
+def cmd_seal(args) -> int:
+    from .carryover.executions import seal_ring
+
+    done = seal_ring(args.ring_dir)
+    for seal in done["seals"]:
+        print(f"sealed {seal['identity']} ({seal['kind']}): {seal['seal_sha256']}")
+    for item in done["refused"]:
+        print(f"not sealed {item['node']}: {item['reason']}")
+    return 0
+
+
+def cmd_stop_manifest(args) -> int:
+    from .carryover.manifest import write_stop_manifest
+
+    manifest = write_stop_manifest(args.ring_dir)
+    print(json.dumps({k: manifest[k] for k in ("ring_id", "ledger_head")}))
+    return 0
+
+
+def cmd_taint(args) -> int:
+    from .carryover.ancestry import taint
+
+    taint(args.ring_dir, args.why)
+    print(f"{args.ring_dir}: marked tainted; no ring will continue from it or its descendants")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ringflow", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -308,8 +345,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--no-run", action="store_true", help="do not run a candidate")
     check.set_defaults(func=cmd_check)
+    add(
+        "taint",
+        cmd_taint,
+        "mark a ring tainted: no ring continues from it (or from a ring after it)",
+        (("--why",), {"required": True, "help": "the reason, shown to every refused ring"}),
+    )
     add("reserve", cmd_reserve, "re-estimate the final reserve once (may move the cutoff)")
     add("import-nodes", cmd_import_nodes, "(rule) create the ring's nodes")
+    add("import-carryover", cmd_import_carryover, "(rule) verify and import sealed work")
+    add("seal", cmd_seal, "(rule) seal the work the cutoff cut off")
+    add("stop-manifest", cmd_stop_manifest, "(rule) write stop_manifest.json")
     gpus = (("--gpus",), {"type": int, "default": 0, "help": "GPUs to give the program"})
     add("execute", cmd_execute, "(rule) run one execution, then score it", *execution, gpus)
     add("score", cmd_score, "score one finished execution again", *execution)

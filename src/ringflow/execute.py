@@ -18,6 +18,7 @@ from pathlib import Path
 
 from . import sandbox, statuses
 from .candidate import train_seed_args, weights_dirs
+from .carryover.checkpoint import keep_grace_checkpoint
 from .errors import (
     AcceptanceError,
     DeadlineReached,
@@ -254,6 +255,9 @@ def _run_in_box(ex: Execution, result: dict, inputs: Path) -> dict:
             store.release_links(ex.work)
         _check_view(ex, inputs, "after the run")
         os.replace(ex.box_output, reset_dir(ex.dir / "output"))
+        # A seed-0 run cut by the cutoff keeps its grace checkpoint for the seal (SPEC 11).
+        weights = weights_dirs(ex.node["solution"]["per_view_paths"])
+        keep_grace_checkpoint(ex.ring, view, variant, result, ex.work, weights, ex.dir)
         registered = False
         if mode == statuses.TRAIN and result["status"] == statuses.OK:
             registered = _register(ex, store, result)

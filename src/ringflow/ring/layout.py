@@ -109,6 +109,21 @@ class RingLayout:
         return self.root / "report.html"
 
     @property
+    def carryover_imported(self) -> Path:
+        return self.root / "carryover" / "imported.json"
+
+    @property
+    def carryover_seals(self) -> Path:
+        return self.root / "carryover" / "seals.json"
+
+    def seal(self, node: str) -> Path:
+        return self.node_dir(node) / "carryover" / "SEAL.json"
+
+    @property
+    def stop_manifest(self) -> Path:
+        return self.root / "stop_manifest.json"
+
+    @property
     def locks(self) -> Path:
         return self.root / ".locks"
 
