@@ -73,6 +73,11 @@ def test_a_cut_training_run_is_sealed_with_its_grace_checkpoint(tmp_path):
     assert manifest["ledger_head"] == Ledger(ring / "ledger.jsonl").head()
     assert ("stop_manifest.json", manifest["ledger_head"]) in ledger_anchors(RingLayout(ring))
     assert verify_ring(ring) == []
+    # verify checks every seal against its snapshot.
+    target = snapshot / "solution" / "run.py"
+    os.chmod(target, 0o644)
+    target.write_text("print('changed after sealing')\n")
+    assert any("solution/run.py: content differs" in p for p in verify_ring(ring))
 
 
 def test_a_run_with_processes_left_after_the_stop_is_never_sealed(tmp_path):

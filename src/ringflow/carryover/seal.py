@@ -291,3 +291,18 @@ def _remove_tree(folder: Path) -> None:
     for dirpath, _dirnames, _filenames in os.walk(folder):
         os.chmod(dirpath, 0o755)
     shutil.rmtree(folder)
+
+
+def seal_check(layout: RingLayout) -> list[str]:
+    """Every seal the ring's ledger records, against its snapshot (for `ringflow verify`)."""
+    problems = []
+    for node, record in sealed_records(layout.ledger).items():
+        folder = snapshot_dir(layout, node)
+        try:
+            _check_recorded(folder, record)
+            problems += [
+                f"{folder}: {p}" for p in seal_problems(folder, read_json(folder / SEAL_FILE))
+            ]
+        except RingflowError as exc:
+            problems.append(str(exc))
+    return problems
