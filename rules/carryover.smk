@@ -19,7 +19,9 @@ checkpoint import_carryover:
         "{params.ringflow} import-carryover {params.ring} > {log} 2>&1"
 
 
-checkpoint seal_carryover:
+# A plain rule: a checkpoint finishing here would make Snakemake re-read the other
+# checkpoints' outputs while final selection may be rewriting them.
+rule seal_carryover:
     input:
         search=path(RING.search),
     output:
@@ -37,7 +39,11 @@ checkpoint seal_carryover:
 
 rule stop_manifest:
     input:
-        stop_manifest_inputs,
+        decision=path(RING.decision),
+        repro=path(RING.repro_record),
+        summary=path(RING.summary),
+        report=path(RING.report),
+        seals=path(RING.carryover_seals),
     output:
         manifest=path(RING.stop_manifest),
     log:

@@ -277,19 +277,6 @@ def repro_inputs(wildcards):
     return [path(RING.decision)] + score_files(nodes, ["s0", "fresh-s0"], view)
 
 
-def stop_manifest_inputs(wildcards):
-    """The manifest comes last: the decision, the reports and every seal, as files."""
-    seals = read_json(checkpoints.seal_carryover.get().output.seals)["seals"]
-    return [
-        path(RING.decision),
-        path(RING.repro_record),
-        path(RING.summary),
-        path(RING.report),
-        path(RING.carryover_seals),
-        *[path(RING.seal(seal["node"])) for seal in seals],
-    ]
-
-
 def ring_outputs(wildcards):
     return [
         path(RING.stop_manifest),
