@@ -78,3 +78,25 @@ def test_two_sibling_rings_cannot_both_resume_the_same_work(tmp_path):
     ]
     # The first ring importing again keeps its own claim.
     assert import_carryover(first)["queue"] == ["a#n001-slow"]
+
+
+def test_work_whose_parent_failed_review_is_refused(tmp_path):
+    a = ring_with_cut(tmp_path)
+    node_json = a / "nodes" / "n001-slow" / "node.json"
+    node_json.write_text(json.dumps({**read(node_json), "parent": "n000-root"}))
+    review = {"node": "n000-root", "passed": False, "reasons": ["differs on a disguised view"]}
+    (a / "selection").mkdir()
+    (a / "selection" / "review-n000-root.json").write_text(json.dumps(review))
+    seal_ring(a)
+    b = continuing(tmp_path, a)
+    done, index = imported_ring(b)
+    assert done["queue"] == []
+    (refused,) = done["refused"]
+    assert refused["identity"] == "a#n001-slow"
+    assert "parent n000-root failed review" in refused["reason"]
+    assert "differs on a disguised view" in refused["reason"]
+    ledger = [json.loads(line) for line in (b / "ledger.jsonl").read_text().splitlines()]
+    assert [r["identity"] for r in ledger if r["kind"] == "resume_refused"] == ["a#n001-slow"]
+    # The candidate folder's copy runs as an ordinary node.
+    assert [read(b / "nodes" / n["id"] / "node.json")["origin"]["kind"]
+            for n in index["nodes"]] == ["static"]  # fmt: skip

@@ -108,6 +108,17 @@ def _segment(ancestor: dict, record: dict, seal: dict, snapshot: Path, copy: Pat
     }
 
 
+def _failed_parent_review(ring_dir: Path, parent: object) -> str | None:
+    """Why work whose parent failed its review in the sealing ring is refused (SPEC 11.3)."""
+    if not isinstance(parent, str) or not parent:
+        return None
+    review = ring_dir / "selection" / f"review-{parent}.json"
+    if not review.is_file() or read_json(review).get("passed", True):
+        return None
+    reasons = "; ".join(read_json(review).get("reasons") or []) or "no reason recorded"
+    return f"its parent {parent} failed review in {ring_dir}: {reasons}"
+
+
 def _logged(ledger_path: Path) -> set[tuple[str, str]]:
     """(kind, identity) of the import records this ring's ledger already has."""
     found = set()
@@ -116,7 +127,7 @@ def _logged(ledger_path: Path) -> set[tuple[str, str]]:
             record = json.loads(line)
         except ValueError:
             continue
-        if record.get("kind") in ("carryover_imported", "carryover_rejected"):
+        if record.get("kind") in ("carryover_imported", "carryover_rejected", "resume_refused"):
             found.add((record["kind"], record.get("identity")))
     return found
 
@@ -125,7 +136,8 @@ def import_carryover(ring_dir: str | Path) -> dict:
     """Verify and copy the chain's sealed work; choose the resume queue; write imported.json."""
     ring = load_ring(ring_dir)
     layout = RingLayout(Path(ring["ring_dir"]))
-    out = {"imported": [], "rejected": [], "already_resumed": [], "queue": [], "waiting": []}
+    out = {"imported": [], "rejected": [], "refused": [], "already_resumed": [], "queue": [],
+           "waiting": []}  # fmt: skip
     if ring.get("continue_from"):
         previous = (layout.root / ring["continue_from"]).resolve()
         _import_chain(ring, layout, chain_rings(previous), out)
@@ -161,6 +173,13 @@ def _import_chain(ring: dict, layout: RingLayout, chain: list[dict], out: dict) 
                 emit_event(layout.root, "carryover_rejected", identity=ident, reason=reason)
                 continue
             handoff = read_json(copy / HANDOFF_FILE)
+            refused = _failed_parent_review(root, handoff.get("parent"))
+            if refused is not None:
+                out["refused"].append({"identity": ident, "reason": refused})
+                if ("resume_refused", ident) not in logged:
+                    ledger.append("resume_refused", identity=ident, reason=refused)
+                emit_event(layout.root, "resume_refused", identity=ident, reason=refused)
+                continue
             segments = [*(handoff.get("segments") or []),
                         _segment(ancestor, record, seal, snapshot, copy)]  # fmt: skip
             out["imported"].append({

@@ -45,6 +45,7 @@ def write_stop_manifest(ring_dir: str | Path) -> dict:
         "seals": seals,
         "resumed": imported.get("queue", []),
         "carryover_rejected": imported.get("rejected", []),
+        "resume_refused": imported.get("refused", []),
         "stopped_at": time.time(),
         # Taken last: every line above is already in the ledger.
         "ledger_head": ledger_anchor(layout.ledger),
