@@ -128,3 +128,15 @@ def test_a_seal_killed_at_any_step_is_whole_or_absent_and_a_rerun_finishes_it(tm
         read(ring / "carryover" / "seals.json")["seals"][0]["seal_sha256"] == record["seal_sha256"]
     )
     assert Ledger(ring / "ledger.jsonl").verify() == []
+
+
+def test_a_carried_over_node_is_not_executed_again_in_its_ring(tmp_path):
+    ring = ring_with_cut(tmp_path)
+    seal_ring(ring)
+    run = subprocess.run(
+        [sys.executable, "-m", "ringflow", "execute", str(ring), "n001-slow", "x3", "s0"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert run.returncode == 2
+    assert "n001-slow was carried over (sealed in nodes/n001-slow/carryover/)" in run.stderr
+    assert not (ring / "nodes" / "n001-slow" / "exec" / "x3" / "s0" / "result.json").exists()

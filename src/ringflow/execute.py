@@ -119,6 +119,9 @@ def _load(ring_dir, node_id: str, view: str, variant: str, gpus: int = 0) -> Exe
         raise stop_ring(ring["ring_dir"], str(exc)) from None
     layout = RingLayout(Path(ring["ring_dir"]))
     node = load_node(ring, node_id)
+    if node["status"] == statuses.CARRIED_OVER:
+        raise RingflowError(f"node {node_id} was carried over (sealed in nodes/{node_id}/"
+                            "carryover/): a ring that continues this one resumes it")  # fmt: skip
     if node["status"] != "ready":
         raise RingflowError(f"node {node_id} was rejected at import: {node.get('error')}")
     try:
