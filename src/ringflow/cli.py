@@ -113,9 +113,15 @@ def cmd_repro(args) -> int:
 
 
 def cmd_reserve(args) -> int:
-    from .timekeeper import tick
+    from .timekeeper import render_breakdown, tick
 
-    print(json.dumps(tick(args.ring_dir)))
+    result = tick(args.ring_dir)
+    if args.json:
+        print(json.dumps(result))
+    elif "terms" not in result:
+        print(f"{args.ring_dir}: {result['reason']}")
+    else:
+        print(render_breakdown(result))
     return 0
 
 
@@ -351,7 +357,12 @@ def build_parser() -> argparse.ArgumentParser:
         "mark a ring tainted: no ring continues from it (or from a ring after it)",
         (("--why",), {"required": True, "help": "the reason, shown to every refused ring"}),
     )
-    add("reserve", cmd_reserve, "re-estimate the final reserve once (may move the cutoff)")
+    add(
+        "reserve",
+        cmd_reserve,
+        "re-estimate the final reserve once (may move the cutoff) and print its breakdown",
+        (("--json",), {"action": "store_true", "help": "print the estimate as JSON"}),
+    )
     add("import-nodes", cmd_import_nodes, "(rule) create the ring's nodes")
     add("import-carryover", cmd_import_carryover, "(rule) verify and import sealed work")
     add("seal", cmd_seal, "(rule) seal the work the cutoff cut off")

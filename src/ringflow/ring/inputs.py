@@ -102,19 +102,27 @@ def check_inputs(dest: Path, records: list[list]) -> str | None:
     A file whose (size, mtime_ns, ctime_ns, inode) differ from the lock's is hashed again:
     only different content counts as a change (a rewrite with the same bytes does not)."""
     expected = {r[0]: r[1:] for r in records}
+    root = os.fspath(dest)
+    cut = len(root) + 1
     seen = 0
-    for dirpath, _, filenames in os.walk(dest):
+    for dirpath, _, filenames in os.walk(root):
         for name in filenames:
-            path = os.path.join(dirpath, name)
-            rel = os.path.relpath(path, dest)
+            path = f"{dirpath}/{name}"
+            rel = path[cut:]
             want = expected.get(rel)
             if want is None:
                 return f"{rel} was added to the view's inputs after the ring was locked"
             try:
-                got = _signature(os.lstat(path))
+                st = os.lstat(path)
             except FileNotFoundError:
                 return f"{rel} vanished from the view's inputs"
-            if got != want[:4] and sha256_file(path) != want[4]:
+            same = (
+                st.st_size == want[0]
+                and st.st_mtime_ns == want[1]
+                and st.st_ctime_ns == want[2]
+                and st.st_ino == want[3]
+            )
+            if not same and sha256_file(path) != want[4]:
                 return f"{rel} was changed after the ring was locked"
             seen += 1
     if seen != len(expected):

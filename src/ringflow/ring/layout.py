@@ -124,6 +124,18 @@ class RingLayout:
         return self.root / "stop_manifest.json"
 
     @property
+    def slots(self) -> Path:
+        return self.root / "slots.json"
+
+    @property
+    def final_k(self) -> Path:
+        return self.root / "final_k.json"
+
+    @property
+    def final_timing(self) -> Path:
+        return self.root / "final_timing.json"
+
+    @property
     def locks(self) -> Path:
         return self.root / ".locks"
 
