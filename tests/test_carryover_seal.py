@@ -140,3 +140,17 @@ def test_a_carried_over_node_is_not_executed_again_in_its_ring(tmp_path):
     assert run.returncode == 2
     assert "n001-slow was carried over (sealed in nodes/n001-slow/carryover/)" in run.stderr
     assert not (ring / "nodes" / "n001-slow" / "exec" / "x3" / "s0" / "result.json").exists()
+
+
+def test_files_over_max_file_mb_are_listed_as_skipped_not_sealed(tmp_path):
+    ring = ring_with_cut(tmp_path, max_file_mb=0.0001)  # 104 bytes
+    seal_ring(ring)
+    snapshot = ring / "nodes" / "n001-slow" / "carryover"
+    seal = read(snapshot / "SEAL.json")
+    skipped = {s["path"]: s for s in seal["skipped"]}
+    assert skipped["solution/run.py"]["why"].startswith("larger than max_file_mb")
+    assert skipped["solution/run.py"]["size"] > 104
+    assert not (snapshot / "solution" / "run.py").exists()
+    assert "solution/behaviour.json" in {f["path"] for f in seal["files"]}  # small: sealed
+    assert read(snapshot / "HANDOFF.json")["skipped"] == seal["skipped"]
+    assert seal_problems(snapshot, seal) == []
