@@ -23,7 +23,7 @@ REJECTED = "rejected"
 
 
 def node_slug(name: str) -> str:
-    slug = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-.") or "node"
+    slug = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-._") or "node"
     return slug[:40]
 
 

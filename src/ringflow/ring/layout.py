@@ -7,7 +7,9 @@ from pathlib import Path
 
 SEARCH_VARIANTS = ("s0", "s0-ablate", "s1", "s2")
 VARIANT_PATTERN = r"s0|s0-ablate|s1|s2|g\d+|fresh-s0|blind-s0"
-NODE_PATTERN = r"n\d{3}-[a-z0-9][a-z0-9._-]*"
+# At least three digits (n000-…, n999-…, n1000-…): never runs out. Not `{3,}`: Snakemake
+# wildcard constraints accept only `{m}` and `{m,n}` quantifiers.
+NODE_PATTERN = r"n\d{3}\d*-[a-z0-9][a-z0-9._-]*"
 VIEW_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 
 
