@@ -48,6 +48,7 @@ wildcard_constraints:
     variant=VARIANT_PATTERN,
     key="[0-9a-f]{64}",
     rank=r"\d+",
+    g=r"\d+",
 
 
 def path(p):
@@ -195,7 +196,59 @@ def execution_runtime(wildcards):
 def search_inputs(wildcards):
     candidates = ready_nodes("candidate")
     baseline = [b for b in [baseline_node()] if b]
-    return score_files(candidates, ["s0", "s0-ablate"]) + score_files(baseline, ["s0"])
+    static = score_files(candidates, ["s0", "s0-ablate"]) + score_files(
+        baseline, ["s0"]
+    )
+    return static + [path(RING.search_loop)]
+
+
+# ---- the search loop: generations of engineered nodes (rules/search.smk) ------------------
+
+
+def engineered_nodes():
+    """(nodes planned by every generation, the last generation), walking the checkpoints."""
+    nodes, g = [], 0
+    while True:
+        plan = read_json(checkpoints.search_generation.get(g=g).output.generation)
+        nodes += plan["nodes"]
+        if plan["last"]:
+            return nodes, g
+        g += 1
+
+
+def settled_as(node):
+    """A planned node's status once its engineer session has ended."""
+    return read_json(checkpoints.engineer.get(node=node).output.session)["node_status"]
+
+
+def generation_inputs(wildcards):
+    """Generation g starts once g-1's nodes are settled and scored (seed 0); the first
+    once the static candidates are, so that parents are drawn among scored nodes."""
+    g = int(wildcards.g)
+    if g == 0:
+        return score_files(ready_nodes("candidate"), ["s0"])
+    previous = read_json(checkpoints.search_generation.get(g=g - 1).output.generation)
+    inputs = [path(RING.generation(g - 1))]
+    for node in previous["nodes"]:
+        inputs.append(path(RING.session(node)))
+        if settled_as(node) == "ready":
+            inputs += score_files([node], ["s0"])
+    return inputs
+
+
+def engineer_inputs(wildcards):
+    node = read_json(RING.node_json(wildcards.node))
+    return [ancient(path(RING.generation(node["origin"]["generation"])))]
+
+
+def search_loop_inputs(wildcards):
+    nodes, last = engineered_nodes()
+    inputs = [path(RING.generation(last))]
+    for node in nodes:
+        inputs.append(path(RING.session(node)))
+        if settled_as(node) == "ready":
+            inputs += score_files([node], ["s0", "s0-ablate"])
+    return inputs
 
 
 def promoted_inputs(wildcards):

@@ -62,6 +62,29 @@ def cmd_search_summary(args) -> int:
     return 0
 
 
+def cmd_plan_generation(args) -> int:
+    from .search.plan import plan_generation
+
+    plan = plan_generation(args.ring_dir, args.generation)
+    print(json.dumps({k: plan[k] for k in ("generation", "last", "reason", "nodes")}))
+    return 0
+
+
+def cmd_search_loop(args) -> int:
+    from .search.plan import write_loop_summary
+
+    write_loop_summary(args.ring_dir)
+    return 0
+
+
+def cmd_engineer(args) -> int:
+    from .search.session import run_session
+
+    record = run_session(args.ring_dir, args.node)
+    print(json.dumps({k: record.get(k) for k in ("node", "status", "node_status", "reason")}))
+    return 0
+
+
 def cmd_promote(args) -> int:
     from .selection.promote import promote
 
@@ -260,6 +283,11 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     execution = ([("node",), {}], [("view",), {}], [("variant",), {}])
+    add("plan-generation", cmd_plan_generation, "plan one generation of the search (internal)",
+        (("generation",), {"type": int}))  # fmt: skip
+    add("engineer", cmd_engineer, "run one node's engineer session and settle the node (internal)",
+        (("node",), {}))  # fmt: skip
+    add("search-loop", cmd_search_loop, "record the search loop's generations (internal)")
     add("status", cmd_status, "live table of nodes, in-flight executions, cutoff and reserve")
     add(
         "report",

@@ -110,6 +110,19 @@ class RingLayout:
     def report(self) -> Path:
         return self.root / "report.html"
 
+    def generation(self, generation: int) -> Path:
+        return self.root / "search" / f"gen-{generation}.json"
+
+    @property
+    def search_loop(self) -> Path:
+        return self.root / "search" / "loop.json"
+
+    def session(self, node: str) -> Path:
+        return self.node_dir(node) / "session.json"
+
+    def trajectory(self, node: str) -> Path:
+        return self.node_dir(node) / "trajectory"
+
     @property
     def locks(self) -> Path:
         return self.root / ".locks"
