@@ -205,20 +205,20 @@ def search_inputs(wildcards):
 # ---- the search loop: generations of engineered nodes (rules/search.smk) ------------------
 
 
-def engineered_nodes():
-    """(nodes planned by every generation, the last generation), walking the checkpoints."""
-    nodes, g = [], 0
+def generations():
+    """Every generation's plan up to the last one, walking the checkpoints."""
+    plans, g = [], 0
     while True:
-        plan = read_json(checkpoints.search_generation.get(g=g).output.generation)
-        nodes += plan["nodes"]
-        if plan["last"]:
-            return nodes, g
+        plans.append(read_json(checkpoints.search_generation.get(g=g).output.generation))
+        if plans[-1]["last"]:
+            return plans
         g += 1
 
 
-def settled_as(node):
-    """A planned node's status once its engineer session has ended."""
-    return read_json(checkpoints.engineer.get(node=node).output.session)["node_status"]
+def ready_in_generation(g):
+    """The nodes of generation g that were submitted (once all its sessions have ended)."""
+    settled = read_json(checkpoints.settle_generation.get(g=g).output.settled)
+    return [node for node, status in settled["nodes"].items() if status == "ready"]
 
 
 def generation_inputs(wildcards):
@@ -227,13 +227,13 @@ def generation_inputs(wildcards):
     g = int(wildcards.g)
     if g == 0:
         return score_files(ready_nodes("candidate"), ["s0"])
-    previous = read_json(checkpoints.search_generation.get(g=g - 1).output.generation)
-    inputs = [path(RING.generation(g - 1))]
-    for node in previous["nodes"]:
-        inputs.append(path(RING.session(node)))
-        if settled_as(node) == "ready":
-            inputs += score_files([node], ["s0"])
-    return inputs
+    return [path(RING.settled(g - 1))] + score_files(ready_in_generation(g - 1), ["s0"])
+
+
+def settle_inputs(wildcards):
+    """Every session of generation g (all of them start at once)."""
+    plan = read_json(checkpoints.search_generation.get(g=wildcards.g).output.generation)
+    return [path(RING.session(node)) for node in plan["nodes"]]
 
 
 def engineer_inputs(wildcards):
@@ -242,12 +242,12 @@ def engineer_inputs(wildcards):
 
 
 def search_loop_inputs(wildcards):
-    nodes, last = engineered_nodes()
-    inputs = [path(RING.generation(last))]
-    for node in nodes:
-        inputs.append(path(RING.session(node)))
-        if settled_as(node) == "ready":
-            inputs += score_files([node], ["s0", "s0-ablate"])
+    plans = generations()
+    inputs = [path(RING.generation(plans[-1]["generation"]))]
+    for plan in plans[:-1]:
+        ready = ready_in_generation(plan["generation"])
+        inputs += [path(RING.settled(plan["generation"]))]
+        inputs += score_files(ready, ["s0", "s0-ablate"])
     return inputs
 
 

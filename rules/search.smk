@@ -21,8 +21,9 @@ rule search:
 # The search loop (SPEC 8, 9): generation g is a checkpoint that plans new nodes once
 # generation g-1's are settled and scored; the last generation is the one planned after
 # the hand-over point, at max_nodes, or with no engineer. Each planned node gets one
-# engineer session (a checkpoint too: only once it has ended is it known whether the node
-# is executed, carried over or rejected).
+# engineer session; all sessions of a generation run at once. Settling a generation is a
+# checkpoint too: only once its sessions have ended is it known which nodes are executed
+# (the others are carried over or rejected).
 
 
 checkpoint search_generation:
@@ -41,7 +42,7 @@ checkpoint search_generation:
         "{params.ringflow} plan-generation {params.ring} {wildcards.g} > {log} 2>&1"
 
 
-checkpoint engineer:
+rule engineer:
     input:
         engineer_inputs,
     output:
@@ -55,6 +56,22 @@ checkpoint engineer:
         ring=RING.root,
     shell:
         "{params.ringflow} engineer {params.ring} {wildcards.node} > {log} 2>&1"
+
+
+checkpoint settle_generation:
+    input:
+        settle_inputs,
+    output:
+        settled=path(RING.settled("{g}")),
+    log:
+        log_for("settle_generation", "gen-{g}"),
+    conda:
+        "../envs/ringflow.yaml"
+    params:
+        ringflow=RINGFLOW,
+        ring=RING.root,
+    shell:
+        "{params.ringflow} settle-generation {params.ring} {wildcards.g} > {log} 2>&1"
 
 
 rule search_loop:

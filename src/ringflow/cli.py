@@ -70,6 +70,13 @@ def cmd_plan_generation(args) -> int:
     return 0
 
 
+def cmd_settle_generation(args) -> int:
+    from .search.plan import settle_generation
+
+    print(json.dumps(settle_generation(args.ring_dir, args.generation)))
+    return 0
+
+
 def cmd_search_loop(args) -> int:
     from .search.plan import write_loop_summary
 
@@ -287,6 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
         (("generation",), {"type": int}))  # fmt: skip
     add("engineer", cmd_engineer, "run one node's engineer session and settle the node (internal)",
         (("node",), {}))  # fmt: skip
+    add("settle-generation", cmd_settle_generation,
+        "record how a generation's sessions ended (internal)",
+        (("generation",), {"type": int}))  # fmt: skip
     add("search-loop", cmd_search_loop, "record the search loop's generations (internal)")
     add("status", cmd_status, "live table of nodes, in-flight executions, cutoff and reserve")
     add(

@@ -113,6 +113,9 @@ class RingLayout:
     def generation(self, generation: int) -> Path:
         return self.root / "search" / f"gen-{generation}.json"
 
+    def settled(self, generation: int) -> Path:
+        return self.root / "search" / f"settled-{generation}.json"
+
     @property
     def search_loop(self) -> Path:
         return self.root / "search" / "loop.json"

@@ -160,3 +160,16 @@ def write_loop_summary(ring_dir: str | Path) -> dict:
     summary = {"generations": generations, "written_at": time.time()}
     atomic_write_json(layout.search_loop, summary)
     return summary
+
+
+def settle_generation(ring_dir: str | Path, generation: int) -> dict:
+    """search/settled-<g>.json: each node of generation g and how it was settled."""
+    ring = load_ring(ring_dir)
+    layout = RingLayout(Path(ring["ring_dir"]))
+    plan = read_json(layout.generation(generation))
+    settled = {"generation": generation, "nodes": {}}
+    for node_id in plan["nodes"]:
+        status = read_json(layout.session(node_id))["node_status"]
+        settled["nodes"][node_id] = status
+    atomic_write_json(layout.settled(generation), settled)
+    return settled
