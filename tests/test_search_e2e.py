@@ -162,3 +162,48 @@ def test_a_session_without_activity_is_stalled(tmp_path):
     record = node(ring, plan["nodes"][0])
     assert record["session"]["status"] == "stalled" and not record["session"]["budget_cut"]
     assert record["status"] == "rejected" and "no runnable program" in record["error"]
+
+
+QUERYING_SH = """\
+mkdir -p /tmp/pred && printf '{{"value": 0.4}}' > /tmp/pred/score.json
+for i in 1 2 3; do "$RINGFLOW_PYTHON" "$RINGFLOW_QUERY_CLIENT" /tmp/pred; echo "rc=$?"; done
+for f in {labels} {scorer}; do
+  cat "$f" >/dev/null 2>&1 && echo "READ $f" || echo "unreadable $f"
+done
+"""
+
+
+@pytest.mark.parametrize("feedback", ["native", "blind"])
+def test_sessions_query_the_scorer_only_in_native_mode_and_never_see_labels(tmp_path, feedback):
+    task = make_task(tmp_path)
+    make_candidate(tmp_path / "cands" / "a", mean=0.5, sd=0.01)
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    script = QUERYING_SH.format(labels=task / "views" / "proxy" / "labels" / "truth.txt",
+                                scorer=task / "scorer.py")  # fmt: skip
+    (tools / "engineer.sh").write_text(script)
+    config = write_config(tmp_path, ring_id=feedback, task=str(task),
+                          candidates=str(tmp_path / "cands"), baseline=None,
+                          engineer=engineer(command=f"sh {tools}/engineer.sh", mounts=[str(tools)]),
+                          search=search(max_nodes=2, queries_per_node=2, feedback=feedback),
+                          timeline=timeline(3, 1.5, 0.5))  # fmt: skip
+    snakemake(tmp_path, config)
+    ring = tmp_path / "runs" / feedback
+    [plan, _] = generations(ring)
+    node_id = plan["nodes"][0]
+    log = (ring / "nodes" / node_id / "trajectory" / "stdout.log").read_text()
+    answers = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    assert "READ" not in log and log.count("unreadable") == 2, log
+    record = node(ring, node_id)
+    if feedback == "native":
+        assert [a.get("score") for a in answers] == [0.4, 0.4, None], answers
+        assert "quota of 2" in answers[2]["refused"]
+        assert log.count("rc=0") == 2 and log.count("rc=3") == 1
+        assert record["queries_used"] == 2
+        admitted = (ring / "nodes" / node_id / "queries.jsonl").read_text().count('"admitted"')
+        assert admitted == 2
+    else:
+        assert all("refused" in a for a in answers) and log.count("rc=3") == 3, answers
+        assert record["queries_used"] == 0
+        assert not (ring / "nodes" / node_id / "queries.jsonl").exists()
+    assert record["status"] == "ready"

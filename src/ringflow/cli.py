@@ -92,6 +92,12 @@ def cmd_engineer(args) -> int:
     return 0
 
 
+def cmd_query_score(args) -> int:
+    from .search.query_client import main as query_main
+
+    return query_main([args.pred_dir, *(["--socket", args.socket] if args.socket else [])])
+
+
 def cmd_promote(args) -> int:
     from .selection.promote import promote
 
@@ -294,6 +300,11 @@ def build_parser() -> argparse.ArgumentParser:
         (("generation",), {"type": int}))  # fmt: skip
     add("engineer", cmd_engineer, "run one node's engineer session and settle the node (internal)",
         (("node",), {}))  # fmt: skip
+    query = sub.add_parser("query-score", help="score predictions through an engineer "
+                           "session's socket (native feedback; exit 3 when refused)")  # fmt: skip
+    query.add_argument("pred_dir", help="folder of predictions, as a program writes them")
+    query.add_argument("--socket", help="the session's socket (default $RINGFLOW_QUERY_SOCKET)")
+    query.set_defaults(func=cmd_query_score)
     add("settle-generation", cmd_settle_generation,
         "record how a generation's sessions ended (internal)",
         (("generation",), {"type": int}))  # fmt: skip

@@ -51,6 +51,7 @@ from ..workcopy import make_readonly_tree
 from . import instructions
 from .index import add_keys, set_entry, update_index
 from .plan import ENGINEERING, handover_at
+from .queries import QueryServer
 
 CARRIED_OVER = "carried_over"
 BUILTIN_SCRIPT = Path(__file__).with_name("builtin_engineer.py")
@@ -61,6 +62,7 @@ PARENT = INSIDE / "parent"
 INPUTS = INSIDE / "inputs"
 INSTRUCTIONS = INSIDE / "INSTRUCTIONS.md"
 ENGINE = INSIDE / "engineer"
+SOCKET = INSIDE / "score.sock"
 LIBRARY = INSIDE / "library"
 
 
@@ -154,7 +156,10 @@ def _session_env(ring: dict, node: dict, paths: dict, deadline: float) -> dict[s
         "RINGFLOW_ENGINEER_DELAY_S": str(engineer["builtin_delay_s"]),
         "RINGFLOW_ENGINEER_LIBRARY": paths["library"],
         "RINGFLOW_ENGINEER_SEED": node["id"],
+        "RINGFLOW_QUERY_CLIENT": paths["query_client"],
     }
+    if paths.get("socket"):
+        env["RINGFLOW_QUERY_SOCKET"] = paths["socket"]
     if node["parent"]:
         env["RINGFLOW_PARENT_DIR"] = paths["parent"]
     for name in engineer["env_pass"]:
@@ -163,7 +168,7 @@ def _session_env(ring: dict, node: dict, paths: dict, deadline: float) -> dict[s
     return env
 
 
-def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: float):
+def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: float, sock):
     """bubblewrap around the session (or nothing with sandbox.mode none)."""
     config = ring["config"]
     engineer, box_config = config["engineer"], config["sandbox"]
@@ -177,7 +182,8 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
             (inputs / view).symlink_to(folder)
         paths = {"workspace": str(workspace), "instructions": str(box / "INSTRUCTIONS.md"),
                  "inputs": str(inputs), "parent": str(parent), "home": str(box),
-                 "library": str(DEMO_LIBRARY)}  # fmt: skip
+                 "library": str(DEMO_LIBRARY), "socket": sock and str(sock),
+                 "query_client": str(BUILTIN_SCRIPT.with_name("query_client.py"))}  # fmt: skip
         if argv[1:2] == [str(ENGINE / BUILTIN_SCRIPT.name)]:
             argv = [argv[0], str(BUILTIN_SCRIPT)]
         env = _session_env(ring, node, paths, deadline)
@@ -203,6 +209,8 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
         args += ["--ro-bind", str(folder), str(INPUTS / view)]
     args += ["--ro-bind", str(BUILTIN_SCRIPT.parent), str(ENGINE)]
     args += ["--ro-bind", str(DEMO_LIBRARY), str(LIBRARY)]
+    if sock is not None:
+        args += ["--bind", str(sock), str(SOCKET)]
     read_status, write_status = os.pipe()
     os.set_inheritable(write_status, True)
     args += ["--chdir", str(WORKSPACE), "--", *started_marker_argv(write_status)]
@@ -216,7 +224,8 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
         cleanups.append(loan.take_back)
     paths = {"workspace": str(WORKSPACE), "instructions": str(INSTRUCTIONS),
              "inputs": str(INPUTS), "parent": str(PARENT), "home": "/tmp",
-             "library": str(LIBRARY)}  # fmt: skip
+             "library": str(LIBRARY), "socket": sock and str(SOCKET),
+             "query_client": str(ENGINE / "query_client.py")}  # fmt: skip
     return SandboxPlan(mode=info["mode"], argv=args + argv,
                        env=_session_env(ring, node, paths, deadline), cwd="/",
                        network_isolated=not engineer["network"], wrappers=[info["bwrap_path"]],
@@ -228,7 +237,16 @@ def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
     config = ring["config"]
     argv, _ = _command_argv(ring)
     deadline = handover_at(ring)
-    plan = _sandbox_plan(ring, layout, node, box, argv, deadline)
+    # Native feedback: the session is handed a socket to the scorer side, nothing else.
+    server = None
+    if config["search"]["feedback"] == "native":
+        server = QueryServer(ring, layout, node["id"], box / "queries")
+    try:
+        plan = _sandbox_plan(ring, layout, node, box, argv, deadline, server and server.path)
+    except BaseException:
+        if server is not None:
+            server.close()
+        raise
     # A session with no activity of its own for engineer.stall_min is stopped (`stalled`).
     health = {**config["exec_health"], "enforce": True, "hang_min": config["engineer"]["stall_min"]}
     try:
@@ -256,6 +274,8 @@ def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
                         f"{node['id']}: {exc}", node=node["id"]) from None  # fmt: skip
     finally:
         plan.finish()
+        # The client is closed first, then its count settled from the scorer's record.
+        queries_used = server.close() if server is not None else 0
     status = {statuses.OK: "ended", statuses.HUNG: "stalled"}.get(outcome.status, outcome.status)
     if outcome.budget_cut:
         status = "cut"
@@ -269,6 +289,7 @@ def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
         "reap_left": outcome.reap_left,
         "reason": outcome.reason,
         "sandbox": {"mode": plan.mode, "network_isolated": plan.network_isolated},
+        "queries_used": queries_used,
     }
 
 
@@ -309,6 +330,7 @@ def _settle(ring, layout, node: dict, workspace: Path, record: dict) -> dict:
     node = dict(node)
     node["timestamps"] = {**node.get("timestamps", {}), "session_started_at":
                           record["started_at"], "session_ended_at": record["ended_at"]}  # fmt: skip
+    node["queries_used"] = record.get("queries_used", 0)
     node["session"] = {k: record.get(k) for k in ("status", "budget_cut", "exit_code",
                                                   "reason", "runnable", "network")}  # fmt: skip
     owners: dict = {}
