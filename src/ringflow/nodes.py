@@ -67,6 +67,9 @@ def _make_node(ring, layout, store, node_id, role, source: Path, max_bytes) -> d
         "name": source.name,
         "role": role,
         "origin": {"kind": "static", "path": str(source)},
+        "parent": None,
+        "operator": None,
+        "queries_used": 0,
         "created_at": time.time(),
     }
     try:
