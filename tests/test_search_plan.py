@@ -117,3 +117,24 @@ def test_native_and_blind_instructions_differ_only_in_the_feedback_section(tmp_p
     assert "queries left: 20" in native_feedback
     assert "0.75" not in texts["blind"] and "0.25" not in texts["blind"]
     assert "No scores are shown" in blind_feedback
+
+
+def test_builtin_engineer_changes_one_hyper_parameter_of_each_demo_candidate(tmp_path):
+    import shutil
+
+    from ringflow.demo import candidates_dir
+    from ringflow.search import builtin_engineer
+
+    for source in sorted(candidates_dir().iterdir()):
+        if source.name == "crasher":
+            continue
+        work = tmp_path / source.name
+        shutil.copytree(source, work)
+        before = (work / "run.py").read_text()
+        change = builtin_engineer.mutate_source(work, random.Random(source.name))
+        after = (work / "run.py").read_text()
+        assert change and after != before, source.name
+        compile(after, str(work / "run.py"), "exec")  # still a program
+        changed = [(a, b) for a, b in zip(before.splitlines(), after.splitlines(), strict=True)
+                   if a != b]  # fmt: skip
+        assert len(changed) == 1, changed
