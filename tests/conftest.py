@@ -1,13 +1,17 @@
-"""Test-session housekeeping: every temporary folder the tests make lies under one session
-folder, removed when the session ends, so a test run leaves nothing behind in /tmp."""
+"""Shared test fixtures, and test-session housekeeping: every temporary folder the tests
+make lies under one session folder, removed when the session ends, so a test run leaves
+nothing behind in /tmp."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import stat
 import tempfile
 from pathlib import Path
+
+import pytest
 
 SESSION_VAR = "RINGFLOW_TEST_TMP"
 _created: list[Path] = []
@@ -42,3 +46,24 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     for path in _created:
         remove_tree(path)
+
+
+@pytest.fixture
+def listener():
+    """A TCP listener on 127.0.0.1 that a sandboxed program must not reach."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    yield f"127.0.0.1:{server.getsockname()[1]}"
+    server.close()
+
+
+@pytest.fixture
+def broken_bwrap(tmp_path, monkeypatch):
+    """A bwrap first on PATH that fails the way a locked-down kernel makes it fail."""
+    fake = tmp_path / "fakebin" / "bwrap"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ.get('PATH', os.defpath)}")
+    return fake

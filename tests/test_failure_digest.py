@@ -17,7 +17,7 @@ from test_report import START, add_node, finished, hand_ring, write
 def _ring_with_failures(tmp_path):
     ring = hand_ring(tmp_path)
     finished(ring, "n000-base", "a", "s0", 0.5, ended_at=START + 30)
-    # The baseline's run on b: the scorer failed, so it was not scored.
+    # The baseline's run on b: the scorer failed on its output, which is invalid (no score).
     finished(ring, "n000-base", "b", "s0", 0.5, ended_at=START + 40)
     score = ring / "nodes/n000-base/exec/b/s0/score.json"
     record = json.loads(score.read_text())
@@ -50,7 +50,7 @@ def test_the_digest_names_each_failure_with_the_first_line_of_its_reason(tmp_pat
     ring = _ring_with_failures(tmp_path)
     lines = [f.line() for f in failure_digest(ring)]
     assert lines == [
-        "n000-base: not scored (1x, e.g. b/s0): scorer failed: KeyError: 'label'",
+        "n000-base: invalid (1x, e.g. b/s0): scorer failed: KeyError: 'label'",
         "n001-good: crash (2x, e.g. a/s0): crash <b>bold</b>; "
         "stderr: NameError: name 'x' is not defined",
         "n002-header: invalid (1x, e.g. a/s0): "
@@ -65,7 +65,7 @@ def test_summary_status_and_report_show_the_digest(tmp_path):
     lock = json.loads((ring / "RING.json").read_text())
     write(ring / "RING.json", {**lock, "ring_dir": str(ring)})
     summary = render_summary(ring)
-    assert "failures:\n  n000-base: not scored" in summary
+    assert "failures:\n  n000-base: invalid" in summary
     assert "n003-syntax: rejected: run.py: does not compile (line 2)" in summary
     # A crashed candidate is not "ok", and an unscored baseline run is not "scored".
     base = next(ln for ln in summary.splitlines() if ln.startswith("n000-base"))

@@ -85,7 +85,8 @@ def hostile(folder: Path, kind: str, **fields) -> None:
 
 
 @pytest.fixture(scope="module")
-def listener():
+def module_listener():
+    """One listener for the module's arena (the conftest's `listener` is per test)."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(16)
@@ -94,7 +95,7 @@ def listener():
 
 
 @pytest.fixture(scope="module")
-def arena(tmp_path_factory, listener):
+def arena(tmp_path_factory, module_listener):
     work = tmp_path_factory.mktemp("hostile")
     task = work / "task"
     other = work / "runs" / "other-ring"
@@ -119,7 +120,7 @@ def arena(tmp_path_factory, listener):
     }
     cands = work / "cands"
     hostile(cands / "snoop", "snoop", read={k: str(v) for k, v in targets.items()},
-            listener=listener)  # fmt: skip
+            listener=module_listener)  # fmt: skip
     labels = targets["labels"]
     hostile(cands / "linkabs", "link", target=str(labels))
     hostile(cands / "linkrel", "link", target="/proc/self/cwd/views/proxy/labels/truth.txt")

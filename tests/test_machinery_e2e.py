@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -24,12 +23,7 @@ from ringtools import (
 pytestmark = pytest.mark.e2e
 
 
-def test_a_ring_without_a_working_sandbox_refuses_to_start(tmp_path, monkeypatch):
-    fake = tmp_path / "fakebin" / "bwrap"
-    fake.parent.mkdir()
-    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+def test_a_ring_without_a_working_sandbox_refuses_to_start(tmp_path, broken_bwrap):
     make_candidate(tmp_path / "cands" / "a", mean=0.5)
     config = write_config(tmp_path, ring_id="nobox", task=str(make_task(tmp_path)),
                           candidates=str(tmp_path / "cands"), baseline=None)  # fmt: skip

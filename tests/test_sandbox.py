@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass, replace
@@ -399,15 +398,6 @@ def test_process_limit_holds_inside_the_user_namespace(ring, info):
 # --- network ----------------------------------------------------------------------------
 
 
-@pytest.fixture
-def listener():
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    yield f"127.0.0.1:{server.getsockname()[1]}"
-    server.close()
-
-
 @pytest.mark.parametrize("network", [False, True], ids=["default", "network-true"])
 def test_no_network_unless_asked_for(ring, info, listener, network):
     plan = start(ring, info, ring.request(network=network))
@@ -448,17 +438,6 @@ def test_a_set_up_failure_is_reported_as_the_sandbox_s(ring, info):
     with pytest.raises(SandboxError, match="did not start the program"):
         plan.confirm_started()
     plan.finish()
-
-
-@pytest.fixture
-def broken_bwrap(tmp_path, monkeypatch):
-    """A bwrap first on PATH that fails the way a locked-down kernel makes it fail."""
-    fake = tmp_path / "fakebin" / "bwrap"
-    fake.parent.mkdir()
-    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ.get('PATH', os.defpath)}")
-    return fake
 
 
 def test_no_sandbox_refuses_with_what_to_do(broken_bwrap):

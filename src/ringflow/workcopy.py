@@ -19,6 +19,17 @@ def make_readonly_tree(root: Path) -> None:
                 os.chmod(path, stat.S_IMODE(path.stat().st_mode) & 0o555 | 0o444)
 
 
+def link_or_copy(src: Path, dst: Path, copy=shutil.copy2) -> None:
+    """Hardlink src as dst; copy (with `copy`) where no link can be made (another filesystem,
+    a file the kernel will not let this user link)."""
+    try:
+        os.link(src, dst)
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
+            raise
+        copy(src, dst)
+
+
 def link_tree(source: Path, dest: Path) -> None:
     """Mirror `source` into `dest`, hardlinking files (copying across filesystems)."""
     for dirpath, _dirnames, filenames in os.walk(source):
@@ -30,12 +41,7 @@ def link_tree(source: Path, dest: Path) -> None:
             if src.is_symlink():
                 os.symlink(os.readlink(src), dst)
                 continue
-            try:
-                os.link(src, dst)
-            except OSError as exc:
-                if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
-                    raise
-                shutil.copy2(src, dst)
+            link_or_copy(src, dst)
 
 
 def submission_files(root: Path) -> list[str]:

@@ -73,12 +73,14 @@ def execution_failure(exec_dir: Path, result: dict | None, score: dict | None):
         return status, reason or "no reason recorded"
     if score is None:
         return None
-    if not score.get("scored"):
-        if score.get("budget_cut"):
-            return None
-        return NOT_SCORED, first_line(score.get("reason")) or "no reason recorded"
-    if not score.get("valid"):
+    if score.get("budget_cut"):
+        return None
+    if not score.get("valid") and (score.get("scored") or score.get("reason")):
+        # Invalid output has no score (a pointer, the validator's or the scorer's verdict,
+        # or the scorer failing on it): it is the execution's failure, with its reason.
         return INVALID, first_line(score.get("reason")) or "the scorer gave no reason"
+    if not score.get("scored"):
+        return NOT_SCORED, first_line(score.get("reason")) or "no reason recorded"
     return None
 
 

@@ -11,7 +11,6 @@ proves that the data a program read is the data that was hashed (SPEC 4).
 
 from __future__ import annotations
 
-import errno
 import os
 import shutil
 import stat
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..weights.hashing import sha256_file
+from ..workcopy import link_or_copy
 
 SNAPSHOT_DIR = "inputs"
 
@@ -60,12 +60,7 @@ def take_snapshot(source: Path, dest: Path, world_readable: bool) -> None:
             if world_readable and not st.st_mode & stat.S_IROTH:
                 _copy(path, target)
                 continue
-            try:
-                os.link(path, target)
-            except OSError as exc:
-                if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
-                    raise
-                _copy(path, target)
+            link_or_copy(path, target, copy=_copy)
     staging.rename(dest)
 
 
@@ -107,19 +102,27 @@ def check_inputs(dest: Path, records: list[list]) -> str | None:
     A file whose (size, mtime_ns, ctime_ns, inode) differ from the lock's is hashed again:
     only different content counts as a change (a rewrite with the same bytes does not)."""
     expected = {r[0]: r[1:] for r in records}
+    root = os.fspath(dest)
+    cut = len(root) + 1
     seen = 0
-    for dirpath, _, filenames in os.walk(dest):
+    for dirpath, _, filenames in os.walk(root):
         for name in filenames:
-            path = os.path.join(dirpath, name)
-            rel = os.path.relpath(path, dest)
+            path = f"{dirpath}/{name}"
+            rel = path[cut:]
             want = expected.get(rel)
             if want is None:
                 return f"{rel} was added to the view's inputs after the ring was locked"
             try:
-                got = _signature(os.lstat(path))
+                st = os.lstat(path)
             except FileNotFoundError:
                 return f"{rel} vanished from the view's inputs"
-            if got != want[:4] and sha256_file(path) != want[4]:
+            same = (
+                st.st_size == want[0]
+                and st.st_mtime_ns == want[1]
+                and st.st_ctime_ns == want[2]
+                and st.st_ino == want[3]
+            )
+            if not same and sha256_file(path) != want[4]:
                 return f"{rel} was changed after the ring was locked"
             seen += 1
     if seen != len(expected):
