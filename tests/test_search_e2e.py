@@ -50,7 +50,7 @@ def test_builtin_engineer_runs_generations_until_the_handover_point(tmp_path):
     config = write_config(tmp_path, ring_id="b1", task=str(tmp_path / "task"),
                           candidates=str(tmp_path / "cands"), baseline=None,
                           engineer=engineer(builtin_delay_s=1), search=search(draft_fraction=0.25),
-                          timeline=timeline(2.5, 1.25, 0.5))  # fmt: skip
+                          timeline=timeline(3, 1.5, 0.5))  # fmt: skip
     snakemake(tmp_path, config)
     ring = tmp_path / "runs" / "b1"
     plans = generations(ring)
@@ -117,7 +117,7 @@ def test_slow_sessions_are_cut_at_the_handover_point(tmp_path):
                           candidates=str(tmp_path / "cands"), baseline=None,
                           engineer=engineer(command=f"sh {tools}/engineer.sh", mounts=[str(tools)]),
                           search=search(draft_fraction=1.0),
-                          timeline=timeline(2.5, 1.25, 0.75))  # fmt: skip
+                          timeline=timeline(3, 1.5, 0.75))  # fmt: skip
     snakemake(tmp_path, config)
     ring = tmp_path / "runs" / "slow"
     plans = generations(ring)
