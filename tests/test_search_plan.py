@@ -66,8 +66,11 @@ def test_a_generation_draws_parents_among_scored_nodes(tmp_path):
         assert node["queries_used"] is None
     index = read_json(RingLayout(ring_dir).nodes_index)
     assert [n["id"] for n in index["nodes"]][-2:] == plan["nodes"]
-    # Planned once: a resumed ring reads the same plan.
+    # Planned once: a resumed ring reads the same plan; one that died before writing its
+    # plan finds its nodes again instead of planning more.
     assert plan_generation(ring_dir, 0) == plan
+    RingLayout(ring_dir).generation(0).unlink()
+    assert plan_generation(ring_dir, 0)["nodes"] == plan["nodes"]
     # One slot left under max_nodes = 6.
     assert len(plan_generation(ring_dir, 1)["nodes"]) == 1
     last = plan_generation(ring_dir, 2)

@@ -74,8 +74,14 @@ def plan_generation(ring_dir: str | Path, generation: int) -> dict:
         return read_json(path)
     now = time.time()
     index = read_json(layout.nodes_index)
+    planned = _planned_before_a_crash(layout, index, generation)
     plan = {"generation": generation, "planned_at": now, "handover_at": handover_at(ring),
             "last": False, "reason": None, "nodes": [], "lottery": []}  # fmt: skip
+    if planned:
+        # Planned by an attempt that died before writing its plan: the same nodes, once.
+        plan["nodes"] = planned
+        atomic_write_json(path, plan)
+        return plan
     why = _why_last(ring, index, now)
     if why is not None:
         plan.update(last=True, reason=why)
@@ -119,6 +125,18 @@ def plan_generation(ring_dir: str | Path, generation: int) -> dict:
     plan["nodes"] = [stub["id"] for stub in stubs]
     atomic_write_json(path, plan)
     return plan
+
+
+def _planned_before_a_crash(layout: RingLayout, index: dict, generation: int) -> list[str]:
+    """Nodes of this generation already in the index (their plan file was never written)."""
+    planned = []
+    for entry in index["nodes"]:
+        if entry["status"] != ENGINEERING:
+            continue
+        node = read_json(layout.node_json(entry["id"]))
+        if node["origin"].get("generation") == generation:
+            planned.append(entry["id"])
+    return planned
 
 
 def _stub(ring, node_id, name, kind, parent, generation, now) -> dict:
