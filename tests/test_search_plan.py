@@ -141,3 +141,16 @@ def test_builtin_engineer_changes_one_hyper_parameter_of_each_demo_candidate(tmp
         changed = [(a, b) for a, b in zip(before.splitlines(), after.splitlines(), strict=True)
                    if a != b]  # fmt: skip
         assert len(changed) == 1, changed
+
+
+def test_passed_secrets_are_redacted_from_the_raw_log(tmp_path, monkeypatch):
+    from ringflow.search.session import _redact
+
+    monkeypatch.setenv("AGENT_API_KEY", "sk-very-secret-123")
+    (tmp_path / "stdout.log").write_text("using key sk-very-secret-123 now\n")
+    (tmp_path / "stderr.log").write_text("auth: sk-very-secret-123\n")
+    _redact(tmp_path, ["AGENT_API_KEY", "UNSET_NAME"])
+    for name in ("stdout.log", "stderr.log"):
+        text = (tmp_path / name).read_text()
+        assert "sk-very-secret-123" not in text and "[AGENT_API_KEY redacted]" in text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stderr.log", "stdout.log"]

@@ -25,7 +25,7 @@ from pathlib import Path
 from .. import sandbox, statuses
 from ..candidate import copy_submission, load_solution
 from ..errors import CandidateError, SandboxError
-from ..jsonio import atomic_write_json, read_json
+from ..jsonio import atomic_write_json, atomic_write_text, read_json
 from ..nodes import READY, REJECTED, _assign_trainers, execution_spec, planned_variants
 from ..ring.clock import load_node, load_ring
 from ..ring.layout import RingLayout
@@ -302,9 +302,7 @@ def _redact(trajectory: Path, names: list[str]) -> None:
         text = path.read_text(errors="replace")
         for name, value in secrets_.items():
             text = text.replace(value, f"[{name} redacted]")
-        tmp = path.with_suffix(".redacting")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        atomic_write_text(path, text)
 
 
 def runnable_problem(workspace: Path, max_bytes: int):
