@@ -24,10 +24,12 @@ onstart:
 
 
 onsuccess:
+    finish_timekeeper()
     end_ring(log, completed=True)
 
 
 onerror:
+    finish_timekeeper()
     end_ring(log, completed=False)
     report_stop()
 

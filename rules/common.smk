@@ -15,6 +15,7 @@ from ringflow.selection.final import (
 )
 from ringflow.jsonio import read_json_cached as read_json
 from ringflow.ring.layout import NODE_PATTERN, VARIANT_PATTERN, VIEW_PATTERN, RingLayout
+from ringflow.ring.clock import view_limits
 from ringflow.ring.lock import check_existing_lock
 from ringflow.ring.stop import stopped_reason
 from ringflow.sandbox.slots import gpu_slots
@@ -60,7 +61,16 @@ def log_for(rule, name):
 
 
 def start_timekeeper():
+    """Record the execution slots this Snakemake gives, then keep the reserve measured."""
+    timekeeper.record_slots(
+        RING.root, workflow, GPU_SLOTS or None, config["gpus_per_execution"] or 1
+    )
     timekeeper.start_in_background(RING.root)
+
+
+def finish_timekeeper():
+    """One last estimate as Snakemake ends: final_timing.json records the finished stages."""
+    timekeeper.tick_safely(RING.root)
 
 
 def report_stop():
@@ -162,8 +172,13 @@ def execution_priority(wildcards):
     return 10
 
 
+def execution_limits(wildcards):
+    """The limits of the execution's view (limits, with its limits_per_view entry over it)."""
+    return view_limits(ring_lock(), wildcards.view)
+
+
 def execution_threads(wildcards):
-    return ring_lock()["config"]["limits"]["threads"]
+    return execution_limits(wildcards)["threads"]
 
 
 def execution_gpus(wildcards):
@@ -172,17 +187,17 @@ def execution_gpus(wildcards):
 
 
 def execution_mem_mb(wildcards):
-    """What the execution may use (limits.memory_gb), plus room for the supervisor."""
-    return int(ring_lock()["config"]["limits"]["memory_gb"] * 1024) + 512
+    """What the execution may use (its view's memory_gb), plus room for the supervisor."""
+    return int(execution_limits(wildcards)["memory_gb"] * 1024) + 512
 
 
 def execution_runtime(wildcards):
-    """Minutes a scheduler must allow: the time limit, the grace, and scoring."""
+    """Minutes a scheduler must allow: the view's time limit, the grace, and scoring."""
     config = ring_lock()["config"]
     grace_min = config["exec_health"]["term_grace_s"] / 60
     return (
         int(
-            config["limits"]["time_limit_min"]
+            execution_limits(wildcards)["time_limit_min"]
             + grace_min
             + config["scorer_timeout_min"]
         )

@@ -50,6 +50,8 @@ view = os.environ.get("RINGFLOW_VIEW", "")
 if a.seed in b.get("crash_seeds", []):
     sys.exit("crashing on purpose for seed %d" % a.seed)
 time.sleep(b.get("sleep", 0))
+if a.seed >= 3:  # guard seeds
+    time.sleep(b.get("guard_sleep", 0))
 data = open(os.path.join(os.environ["RINGFLOW_INPUT_DIR"], "data.txt")).read().strip()
 train_note = None
 if b.get("weights"):
@@ -59,6 +61,7 @@ if b.get("weights"):
     if os.path.exists(path):
         print("loaded weights", file=sys.stderr)
     else:
+        time.sleep(b.get("train_sleep", 0))
         with open(path, "w") as f:
             f.write("trained seed=%d ablate=%s data=%s\\n" % (tseed, a.ablate, data))
         print("trained", file=sys.stderr)

@@ -157,7 +157,7 @@ def test_the_reserve_moves_the_cutoff_earlier_and_it_survives_a_restart(tmp_path
         before = CutoffFile(ring / "cutoff.json").cutoff()
         assert before == pytest.approx(lock["stop_at"] - 60)
         tick = subprocess.run(
-            [sys.executable, "-m", "ringflow", "reserve", str(ring)],
+            [sys.executable, "-m", "ringflow", "reserve", "--json", str(ring)],
             capture_output=True,
             text=True,
             check=True,
@@ -181,7 +181,7 @@ def test_the_reserve_moves_the_cutoff_earlier_and_it_survives_a_restart(tmp_path
     # A later, smaller estimate never moves the cutoff back.
     again = json.loads(
         subprocess.run(
-            [sys.executable, "-m", "ringflow", "reserve", str(ring)],
+            [sys.executable, "-m", "ringflow", "reserve", "--json", str(ring)],
             capture_output=True,
             text=True,
             check=True,

@@ -11,92 +11,129 @@ import pytest
 
 from ringflow.errors import InputError
 from ringflow.reserve import (
+    ASSUMED,
+    MEASURED,
+    Batch,
     CutoffFile,
-    FinalistWork,
-    FinalWorkload,
-    default_seed_seconds,
-    estimate_breakdown,
-    estimate_final_seconds,
+    Job,
+    Price,
+    estimate,
+    fit_final_k,
     next_cutoff,
+    parallel_seconds,
     reserve_minutes,
     settle_deadline,
+    stage_deadlines,
+    stage_seconds,
+    total_seconds,
 )
 
 
-def workload(**overrides) -> FinalWorkload:
-    base = {
-        "finalists": (
-            FinalistWork("n1", view_checks_pending=1, reviews_pending=1, promotion_seeds_missing=2),
-            FinalistWork("n2", promotion_seeds_missing=1),
-        ),
-        "search_views": 2,
-        "guard_seeds": 5,
-        "scoring_queue_s": 3.0,
-    }
-    return FinalWorkload(**{**base, **overrides})
+def job(name: str, seconds: float, scoring: float = 1.0, basis: str = MEASURED) -> Job:
+    return Job(name, Price(seconds, basis, "own runs on the view"),
+               Price(scoring, MEASURED, "measured scoring on the view"))  # fmt: skip
 
 
-MEASURED = {"nodes": {"n1": 100.0, "n2": 40.0}, "baseline": 60.0, "fallback_s": 600.0}
+def test_side_by_side_work_is_divided_by_the_slots():
+    assert parallel_seconds([10, 10, 10, 10], 1) == 40  # one slot: the serial sum
+    assert parallel_seconds([10, 10, 10, 10], 2) == pytest.approx(40 / 2 + 10 / 2)
+    assert parallel_seconds([10, 10, 10, 10], 64) == pytest.approx(40 / 64 + 10 * 63 / 64)
+    assert parallel_seconds([30, 1, 1], 8) >= 30  # never less than the longest job
+    assert parallel_seconds([], 4) == 0.0
+    with pytest.raises(ValueError, match="slots"):
+        parallel_seconds([1], 0)
+    with pytest.raises(ValueError, match="duration"):
+        parallel_seconds([-1], 1)
 
 
-def test_estimate_terms_are_priced_as_documented():
-    terms = estimate_breakdown(workload(), MEASURED)
-    # per view: n1 50 s, n2 20 s, baseline 30 s
-    assert terms["view_checks"] == pytest.approx(1 * 50)
-    assert terms["reviews"] == pytest.approx(1 * 50 * 1.5)
-    assert terms["promotion"] == pytest.approx(2 * 100 + 1 * 40)
-    assert terms["guard"] == pytest.approx(5 * 100 + 5 * 40 + 5 * 60)
-    assert terms["cold_start"] == pytest.approx(50 * 1.5)  # the slowest finalist
-    assert terms["baseline_final"] == pytest.approx(30)
-    executions = 1 + 1 + (2 + 5) * 2 + (1 + 5) * 2 + 5 * 2 + 1 + 1
-    assert terms["scoring_queue"] == pytest.approx(executions * 3.0)
-    assert estimate_final_seconds(workload(), MEASURED) == pytest.approx(sum(terms.values()))
+@pytest.mark.parametrize("slots", [1, 2, 3, 5])
+def test_the_bound_covers_every_greedy_schedule(slots):
+    """Graham: whatever order the scheduler takes them in, jobs end within the bound."""
+    import random
+
+    rng = random.Random(slots)
+    for _ in range(200):
+        durations = [rng.uniform(0.1, 20) for _ in range(rng.randint(1, 12))]
+        free = [0.0] * slots
+        for d in rng.sample(durations, len(durations)):
+            i = free.index(min(free))
+            free[i] += d
+        assert max(free) <= parallel_seconds(durations, slots) + 1e-9
 
 
-def test_estimate_grows_when_executions_are_measured_slower():
-    fast = estimate_final_seconds(workload(), MEASURED)
-    slower_node = {**MEASURED, "nodes": {"n1": 100.0, "n2": 90.0}}
-    slower_baseline = {**MEASURED, "baseline": 200.0}
-    assert estimate_final_seconds(workload(), slower_node) > fast
-    assert estimate_final_seconds(workload(), slower_baseline) > fast
-    assert estimate_final_seconds(workload(scoring_queue_s=10.0), MEASURED) > fast
+def test_estimate_prices_each_stage_and_says_what_is_measured():
+    batches = [
+        Batch("promotion", [job("a x/s1", 10), job("a x/s2", 10)], slots=2),
+        Batch("review", [job("a x/blind-s0", 40, basis=ASSUMED)], slots=2,
+              after=Price(300, ASSUMED, "reserve.review_command_min")),
+        Batch("guard", [job(f"a x/g{s}", 5) for s in range(3, 8)], slots=1),
+        Batch("final", [job("a final/s0", 60, basis=ASSUMED), job("b final/s0", 20)], slots=2),
+    ]  # fmt: skip
+    terms = {(t.stage, t.term): t for t in estimate(batches)}
+    assert terms["promotion", "programs"].seconds == pytest.approx(10 + 5)
+    assert terms["promotion", "programs"].basis == MEASURED
+    assert terms["promotion", "scoring queue"].seconds == pytest.approx(1 + 0.5)
+    assert terms["review", "programs"].basis == ASSUMED
+    assert terms["review", "review command"].seconds == 300
+    assert terms["review", "review command"].how == ["reserve.review_command_min"]
+    assert terms["guard", "programs"].seconds == pytest.approx(25)  # one slot: serial
+    assert terms["guard", "scoring queue"].seconds == pytest.approx(5)
+    final = terms["final", "programs"]
+    assert final.seconds == pytest.approx(80 / 2 + 60 / 2)
+    assert (final.measured, final.assumed, final.basis) == (1, 1, ASSUMED)
+    stages = stage_seconds(estimate(batches))
+    assert stages["review"] == pytest.approx(40 + 1 + 300)
+    assert stages["search"] == 0.0
+    assert total_seconds(estimate(batches)) == pytest.approx(sum(stages.values()))
 
 
-def test_work_already_done_costs_nothing():
-    done = FinalWorkload(
-        finalists=(FinalistWork("n1", guard_seeds_pending=0),),
-        search_views=2,
-        guard_seeds=5,
-        scoring_queue_s=3.0,
-        baseline_guard_seeds_pending=0,
-        baseline_final_pending=False,
-        cold_start_pending=False,
-    )
-    assert estimate_final_seconds(done, MEASURED) == 0.0
-    no_guard_no_baseline = workload(guard_seeds=0, has_baseline=False)
-    terms = estimate_breakdown(no_guard_no_baseline, MEASURED)
-    assert terms["guard"] == 0.0 and terms["baseline_final"] == 0.0
+def test_batches_add_up_in_order_and_reject_bad_input():
+    one = Batch("guard", [job("a", 10)])
+    two = Batch("guard", [job("b", 20)])
+    assert stage_seconds(estimate([one, two]))["guard"] == pytest.approx(10 + 1 + 20 + 1)
+    with pytest.raises(ValueError, match="stage"):
+        Batch("settle", [])
+    with pytest.raises(ValueError, match="slots"):
+        Batch("guard", [], slots=0)
+    with pytest.raises(ValueError, match="basis"):
+        Price(1, "guessed", "x")
+    with pytest.raises(ValueError, match="non-negative"):
+        Price(-1, MEASURED, "x")
 
 
-def test_unmeasured_nodes_use_the_median_then_the_fallback():
-    measured = {"nodes": {"n1": 100.0, "x": 10.0}, "baseline": 40.0, "fallback_s": 999.0}
-    assert default_seed_seconds(measured) == 40.0
-    terms = estimate_breakdown(workload(), measured)
-    assert terms["promotion"] == pytest.approx(2 * 100 + 1 * 40)  # n2 priced at the median
-    nothing = {"nodes": {}, "baseline": None, "fallback_s": 300.0}
-    assert default_seed_seconds(nothing) == 300.0
-    assert default_seed_seconds({**nothing, "default_s": 12.0}) == 12.0
-    with pytest.raises(InputError, match="no fallback_s"):
-        estimate_final_seconds(workload(), {"nodes": {}})
+def test_stage_deadlines_are_computed_backwards_from_stop_at():
+    plan = stage_deadlines(10_000, 60, {"promotion": 100, "review": 50, "guard": 400,
+                                        "final": 200, "search": 999})  # fmt: skip
+    assert plan["final"] == {"estimate_s": 200, "share_s": 200, "deadline": 9940}
+    assert plan["guard"]["deadline"] == 9940 - 200
+    assert plan["review"]["deadline"] == 9940 - 200 - 400
+    assert plan["promotion"]["deadline"] == 9940 - 200 - 400 - 50
+    assert list(plan) == ["promotion", "review", "guard", "final"]
+    # a stage with nothing left gives the stage before it all of its time
+    assert stage_deadlines(10_000, 60, {"final": 0.0})["guard"]["deadline"] == 9940
 
 
-def test_workload_rejects_bad_counts():
-    with pytest.raises(ValueError, match="promotion_seeds_missing is at most 2"):
-        FinalistWork("n", promotion_seeds_missing=3)
-    with pytest.raises(ValueError, match="view_checks_pending"):
-        FinalistWork("n", view_checks_pending=-1)
-    with pytest.raises(ValueError, match="search_views"):
-        workload(search_views=0)
+def test_the_pad_is_shared_in_proportion_to_each_stage_estimate():
+    plan = stage_deadlines(10_000, 60, {"review": 100, "guard": 200, "final": 100}, pad_s=400)
+    assert plan["final"]["share_s"] == pytest.approx(200)  # 100 + 400 * 100 / 400
+    assert plan["guard"]["share_s"] == pytest.approx(400)
+    assert plan["guard"]["deadline"] == pytest.approx(9940 - 200)
+    assert plan["review"]["deadline"] == pytest.approx(9940 - 200 - 400)
+    assert sum(p["share_s"] for p in plan.values()) == pytest.approx(400 + 400)
+    nothing_left = stage_deadlines(10_000, 60, {}, pad_s=400)
+    assert all(p["deadline"] == 9940 for p in nothing_left.values())
+
+
+def test_final_k_is_the_largest_that_the_capped_reserve_covers():
+    per_finalist = 600.0  # seconds of review and guard per finalist
+    price = lambda k: 300 + k * per_finalist  # noqa: E731
+    assert fit_final_k(price, 3, pad_min=10, cap_min=60)[0] == 3  # 35 + 10 <= 60
+    k, table = fit_final_k(price, 3, pad_min=10, cap_min=35)
+    assert k == 2 and [row["k"] for row in table] == [3, 2]
+    assert table[0] == {"k": 3, "estimate_s": 2100.0, "fits": False}
+    assert fit_final_k(price, 3, pad_min=10, cap_min=5)[0] == 1  # never below one
+    with pytest.raises(ValueError, match="final_top_k"):
+        fit_final_k(price, 0, 10, 60)
 
 
 def test_reserve_minutes_max_of_configured_and_estimate_capped_at_half_wall():

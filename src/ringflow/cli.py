@@ -149,9 +149,15 @@ def cmd_repro(args) -> int:
 
 
 def cmd_reserve(args) -> int:
-    from .timekeeper import tick
+    from .timekeeper import render_breakdown, tick
 
-    print(json.dumps(tick(args.ring_dir)))
+    result = tick(args.ring_dir)
+    if args.json:
+        print(json.dumps(result))
+    elif "terms" not in result:
+        print(f"{args.ring_dir}: {result['reason']}")
+    else:
+        print(render_breakdown(result))
     return 0
 
 
@@ -357,7 +363,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--no-run", action="store_true", help="do not run a candidate")
     check.set_defaults(func=cmd_check)
-    add("reserve", cmd_reserve, "re-estimate the final reserve once (may move the cutoff)")
+    add(
+        "reserve",
+        cmd_reserve,
+        "re-estimate the final reserve once (may move the cutoff) and print its breakdown",
+        (("--json",), {"action": "store_true", "help": "print the estimate as JSON"}),
+    )
     add("import-nodes", cmd_import_nodes, "(rule) create the ring's nodes")
     gpus = (("--gpus",), {"type": int, "default": 0, "help": "GPUs to give the program"})
     add("execute", cmd_execute, "(rule) run one execution, then score it", *execution, gpus)

@@ -24,6 +24,9 @@ def coerce(value: Any, schema: dict) -> Any:
     if isinstance(value, dict) and "properties" in schema:
         props = schema["properties"]
         return {k: coerce(v, props[k]) if k in props else v for k, v in value.items()}
+    if isinstance(value, dict) and isinstance(schema.get("additionalProperties"), dict):
+        # A mapping of named entries (limits_per_view): each value has the same schema.
+        return {k: coerce(v, schema["additionalProperties"]) for k, v in value.items()}
     if isinstance(value, list) and "items" in schema:
         return [coerce(v, schema["items"]) for v in value]
     if isinstance(value, str) and "string" in types:

@@ -26,7 +26,7 @@ from .errors import (
     SandboxError,
 )
 from .jsonio import atomic_write_json
-from .ring.clock import deadline_for, load_node, load_ring
+from .ring.clock import deadline_for, load_node, load_ring, view_limits
 from .ring.inputs import check_inputs, program_inputs
 from .ring.layout import RingLayout
 from .ring.ledger import Ledger, emit_event, ledger_anchor
@@ -300,7 +300,7 @@ def _program_env(ex: Execution) -> dict[str, str]:
         "RINGFLOW_VIEW": alias(ex.ring, ex.view, "disguised" if ex.blind else "real"),
         "RINGFLOW_SEED": str(ex.spec["seed"]),
         "RINGFLOW_TRAIN_SEED": str(ex.spec.get("train_seed", ex.spec["seed"])),
-        **thread_env(ex.config["limits"]["threads"]),
+        **thread_env(view_limits(ex.ring, ex.view)["threads"]),
     }
     if ex.gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = ex.gpus.visible_devices
@@ -317,7 +317,7 @@ def _hidden_paths(ring: dict) -> tuple[Path, ...]:
 
 
 def _sandbox_request(ex: Execution, inputs: Path, writable: tuple[Path, ...]):
-    box, limits = ex.config["sandbox"], ex.config["limits"]
+    box, limits = ex.config["sandbox"], view_limits(ex.ring, ex.view)
     return sandbox.SandboxRequest(
         solution_dir=ex.work,
         input_dir=inputs,
@@ -360,7 +360,7 @@ def _run_program(ex: Execution, inputs: Path, training: bool) -> dict:
             stderr_path=ex.dir / "stderr.log",
             health_dir=health_dir,
             settings=HealthSettings.from_config(ex.config["exec_health"]),
-            limits=ResourceLimits.from_config(ex.config["limits"]),
+            limits=ResourceLimits.from_config(view_limits(ex.ring, ex.view)),
             deadline=ex.deadline,
             watch_output=[ex.box_output],
             watch_writable=list(writable),

@@ -51,7 +51,7 @@ def execution_spec(ring: dict, solution: Solution, tree: str, view: str, variant
         tree_hash=tree,
         train_seed=train_seed,
         view_hash=ring["views"][view]["inputs_hash"],
-        env_key=ring["env_key"],
+        env_key=ring["views"][view].get("env_key", ring["env_key"]),
         train_args=["--ablate"] if ablate else [],
         interpreter=keys.command_interpreter(
             list(solution.command), ring["environment"]["variables"].get("PATH")

@@ -1,9 +1,13 @@
-"""Final reserve, measured (SPEC 9): estimate what final selection needs, move the cutoff.
+"""Final reserve, measured (SPEC 9): price what final selection still needs, move the cutoff.
 
-Every minute the ring describes the work final selection still has for its top
-`final_top_k` candidates (a FinalWorkload), prices it with measured execution
-times (estimate_final_seconds), turns that into a reserve (reserve_minutes), and
-moves the persisted cutoff earlier if the reserve grew (next_cutoff, CutoffFile).
+Every minute (and at every step of final selection) the ring lists the executions final
+selection still has, as they will run: batches of jobs that run side by side on the
+execution slots the scheduler gives, one after another (`Batch`). Each job is priced from
+measurements (`Price`, measured or assumed). `estimate` turns the batches into terms per
+stage; `reserve_minutes` turns the total into a reserve; `next_cutoff` moves the persisted
+cutoff earlier if the reserve grew (`CutoffFile`); `stage_deadlines` gives each stage of
+final selection its own deadline, computed backwards from stop_at, so a late stage keeps
+its share; `fit_final_k` lowers final_top_k when the capped reserve cannot cover it.
 The cutoff only ever moves earlier, and the moved cutoff survives a restart.
 """
 
@@ -12,10 +16,9 @@ from __future__ import annotations
 import copy
 import math
 import os
-import statistics
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,12 @@ from .jsonio import atomic_write_json, read_json
 
 COLD_START_FACTOR = 1.5
 LOCK_TIMEOUT_S = 60.0
+MEASURED = "measured"
+ASSUMED = "assumed"
+# The stages of final selection in the order they run (ring.clock has the same tuple);
+# "search" holds seed-0 checks of the finalists still pending, which end at the cutoff.
+FINAL_STAGES = ("promotion", "review", "guard", "final")
+STAGES = ("search", *FINAL_STAGES)
 
 
 def _non_negative_int(value: Any, name: str) -> None:
@@ -39,188 +48,190 @@ def _non_negative_number(value: Any, name: str) -> None:
 
 
 @dataclass(frozen=True)
-class FinalistWork:
-    """What one of the top final_top_k candidates still needs before final selection ends.
+class Price:
+    """Seconds one piece of work is expected to take, and where that number comes from.
 
-    view_checks_pending: seed-0 executions on search views not yet done (one view each).
-    reviews_pending: review executions not yet done (view-blind runs and re-checks, one view
-        each, in fresh mode).
-    promotion_seeds_missing: promotion seeds (1 and 2) not yet run (all search views each).
-    guard_seeds_pending: guard seeds not yet run (all search views each); None means every
-        one of the workload's guard seeds.
+    basis: "measured" (this node's own runs of the same kind on the same view, or the
+    ring's own measured runs of the same command) or "assumed" (anything derived or
+    configured: other views scaled by size, the training/replay ratio, a default).
     """
 
-    node: str
-    view_checks_pending: int = 0
-    reviews_pending: int = 0
-    promotion_seeds_missing: int = 0
-    guard_seeds_pending: int | None = None
+    seconds: float
+    basis: str
+    how: str
 
     def __post_init__(self) -> None:
-        _non_negative_int(self.view_checks_pending, "view_checks_pending")
-        _non_negative_int(self.reviews_pending, "reviews_pending")
-        _non_negative_int(self.promotion_seeds_missing, "promotion_seeds_missing")
-        if self.promotion_seeds_missing > 2:
-            raise ValueError(
-                f"promotion_seeds_missing is at most 2 (seeds 1 and 2), "
-                f"got {self.promotion_seeds_missing}"
-            )
-        if self.guard_seeds_pending is not None:
-            _non_negative_int(self.guard_seeds_pending, "guard_seeds_pending")
+        _non_negative_number(self.seconds, f"price of {self.how!r}")
+        if self.basis not in (MEASURED, ASSUMED):
+            raise ValueError(f"basis must be {MEASURED!r} or {ASSUMED!r}, got {self.basis!r}")
 
 
 @dataclass(frozen=True)
-class FinalWorkload:
-    """The work final selection still has, as counts; prices come from measurements.
+class Job:
+    """One pending execution: its program, then its scoring (the same scheduler job)."""
 
-    finalists: the top final_top_k candidates, in rank order.
-    search_views: how many search views a seed runs on.
-    guard_seeds: guard seeds per side (the ring's guard_seeds; 0 when the guard is off).
-    scoring_queue_s: time an execution waits for its scorer, added once per execution.
-    cold_start_factor: price of a fresh run relative to a measured one (SPEC 9: 1.5).
-    has_baseline: whether a baseline exists (its guard and final run are counted).
-    baseline_guard_seeds_pending: None means every guard seed.
-    baseline_final_pending: the baseline's run on the final view is not yet done.
-    cold_start_pending: the chosen program's cold start on the final view is not yet done.
-    """
+    name: str
+    program: Price
+    scoring: Price
 
-    finalists: tuple[FinalistWork, ...]
-    search_views: int
-    guard_seeds: int
-    scoring_queue_s: float = 0.0
-    cold_start_factor: float = COLD_START_FACTOR
-    has_baseline: bool = True
-    baseline_guard_seeds_pending: int | None = None
-    baseline_final_pending: bool = True
-    cold_start_pending: bool = True
+
+@dataclass(frozen=True)
+class Batch:
+    """Jobs that run side by side on `slots` execution slots, then `after` (a review
+    command) alone. Batches of a ring run one after another."""
+
+    stage: str
+    jobs: tuple[Job, ...]
+    slots: int = 1
+    after: Price | None = None
+    label: str = ""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "finalists", tuple(self.finalists))
-        _non_negative_int(self.search_views, "search_views")
-        if self.search_views < 1:
-            raise ValueError("search_views must be >= 1 (search views are all views but final)")
-        _non_negative_int(self.guard_seeds, "guard_seeds")
-        _non_negative_number(self.scoring_queue_s, "scoring_queue_s")
-        _non_negative_number(self.cold_start_factor, "cold_start_factor")
-        if self.baseline_guard_seeds_pending is not None:
-            _non_negative_int(self.baseline_guard_seeds_pending, "baseline_guard_seeds_pending")
-        for finalist in self.finalists:
-            if not isinstance(finalist, FinalistWork):
-                raise ValueError(f"finalists must be FinalistWork entries, got {finalist!r}")
+        object.__setattr__(self, "jobs", tuple(self.jobs))
+        if self.stage not in STAGES:
+            raise ValueError(f"stage must be one of {', '.join(STAGES)}, got {self.stage!r}")
+        if isinstance(self.slots, bool) or not isinstance(self.slots, int) or self.slots < 1:
+            raise ValueError(f"slots must be an integer >= 1, got {self.slots!r}")
 
 
-def default_seed_seconds(measured: Mapping) -> float:
-    """Price of one seed for a node nobody has measured yet.
+def parallel_seconds(durations: Iterable[float], slots: int) -> float:
+    """Time for jobs run side by side on `slots` slots, each started as soon as one is free.
 
-    An explicit "default_s" wins; otherwise the median of every measured node (and the
-    baseline); with nothing measured, the configured "fallback_s".
+    Graham's bound for any such list schedule: sum / slots + (1 - 1/slots) * longest. It
+    is the serial sum on one slot and never less than the longest job.
     """
-    explicit = measured.get("default_s")
-    if explicit is not None:
-        _non_negative_number(explicit, "measured default_s")
-        return float(explicit)
-    values = [float(v) for v in measured.get("nodes", {}).values() if v is not None]
-    if measured.get("baseline") is not None:
-        values.append(float(measured["baseline"]))
-    if values:
-        return statistics.median(values)
-    fallback = measured.get("fallback_s")
-    if fallback is None:
-        raise InputError(
-            "final reserve: no execution has been measured and no fallback_s is configured"
-        )
-    _non_negative_number(fallback, "measured fallback_s")
-    return float(fallback)
+    values = [float(d) for d in durations]
+    for value in values:
+        _non_negative_number(value, "duration")
+    if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+        raise ValueError(f"slots must be an integer >= 1, got {slots!r}")
+    if not values:
+        return 0.0
+    return math.fsum(values) / slots + (1 - 1 / slots) * max(values)
 
 
-def estimate_breakdown(workload: FinalWorkload, measured: Mapping) -> dict[str, float]:
-    """Seconds per term of the final-selection estimate (a serial sum, SPEC 9).
+@dataclass
+class Term:
+    """One line of the estimate: seconds of one kind of work in one stage."""
 
-    `measured` holds, per node, the seconds one seed takes: execution times summed over
-    the search views plus scoring time ("nodes": {node: s}, "baseline": s or None), and
-    how to price unmeasured nodes ("default_s", else median, else "fallback_s"). One view
-    of a node costs its seed time divided by the number of search views.
+    stage: str
+    term: str
+    seconds: float = 0.0
+    measured: int = 0
+    assumed: int = 0
+    how: list[str] = field(default_factory=list)
 
-    Terms:
-      view_checks  - each pending seed-0 view execution, one view each;
-      reviews      - each pending review execution: one view in fresh mode, so priced
-                     with the cold-start factor;
-      promotion    - each missing promotion seed, all search views;
-      guard        - worst case, every finalist's pending guard seeds (none passes
-                     early) plus the baseline's, all search views each;
-      cold_start   - the chosen program's fresh run on the final view; the winner is not
-                     known yet, so the slowest finalist, times the cold-start factor;
-      baseline_final - the baseline's run on the final view, one view;
-      scoring_queue - scoring_queue_s once for every execution counted above.
+    @property
+    def basis(self) -> str:
+        return ASSUMED if self.assumed else MEASURED
+
+    def add(self, seconds: float, prices: Iterable[Price]) -> None:
+        self.seconds += seconds
+        for price in prices:
+            if price.basis == MEASURED:
+                self.measured += 1
+            else:
+                self.assumed += 1
+            if price.how not in self.how:
+                self.how.append(price.how)
+
+    def to_dict(self) -> dict:
+        return {
+            "stage": self.stage,
+            "term": self.term,
+            "seconds": self.seconds,
+            "basis": self.basis,
+            "measured": self.measured,
+            "assumed": self.assumed,
+            "how": list(self.how),
+        }
+
+
+def estimate(batches: Iterable[Batch]) -> list[Term]:
+    """The terms of the estimate, per stage: programs, scoring queue, review command.
+
+    Programs and scoring each take their own side-by-side bound per batch (scoring runs
+    in the execution's job, so its slots are the execution slots); batches add up.
     """
-    nodes = measured.get("nodes", {})
-    default = None
+    terms: dict[tuple[str, str], Term] = {}
 
-    def seed_s(node: str | None) -> float:
-        nonlocal default
-        value = measured.get("baseline") if node is None else nodes.get(node)
-        if value is None:
-            if default is None:
-                default = default_seed_seconds(measured)
-            return default
-        _non_negative_number(value, f"measured seconds of {node or 'baseline'}")
-        return float(value)
+    def term(stage: str, name: str) -> Term:
+        return terms.setdefault((stage, name), Term(stage, name))
 
-    views = workload.search_views
-    terms = dict.fromkeys(
-        (
-            "view_checks",
-            "reviews",
-            "promotion",
-            "guard",
-            "cold_start",
-            "baseline_final",
-            "scoring_queue",
-        ),
-        0.0,
-    )
-    executions = 0
-    slowest_view_s = 0.0
-    for finalist in workload.finalists:
-        per_seed = seed_s(finalist.node)
-        per_view = per_seed / views
-        slowest_view_s = max(slowest_view_s, per_view)
-        guard = (
-            workload.guard_seeds
-            if finalist.guard_seeds_pending is None
-            else finalist.guard_seeds_pending
-        )
-        terms["view_checks"] += finalist.view_checks_pending * per_view
-        terms["reviews"] += finalist.reviews_pending * per_view * workload.cold_start_factor
-        terms["promotion"] += finalist.promotion_seeds_missing * per_seed
-        terms["guard"] += guard * per_seed
-        executions += (
-            finalist.view_checks_pending
-            + finalist.reviews_pending
-            + (finalist.promotion_seeds_missing + guard) * views
-        )
-    if workload.has_baseline:
-        baseline_seed = seed_s(None)
-        guard = (
-            workload.guard_seeds
-            if workload.baseline_guard_seeds_pending is None
-            else workload.baseline_guard_seeds_pending
-        )
-        terms["guard"] += guard * baseline_seed
-        executions += guard * views
-        if workload.baseline_final_pending:
-            terms["baseline_final"] = baseline_seed / views
-            executions += 1
-    if workload.cold_start_pending and workload.finalists:
-        terms["cold_start"] = slowest_view_s * workload.cold_start_factor
-        executions += 1
-    terms["scoring_queue"] = executions * workload.scoring_queue_s
-    return terms
+    for batch in batches:
+        if batch.jobs:
+            programs = [job.program for job in batch.jobs]
+            scoring = [job.scoring for job in batch.jobs]
+            term(batch.stage, "programs").add(
+                parallel_seconds([p.seconds for p in programs], batch.slots), programs
+            )
+            term(batch.stage, "scoring queue").add(
+                parallel_seconds([p.seconds for p in scoring], batch.slots), scoring
+            )
+        if batch.after is not None:
+            term(batch.stage, "review command").add(batch.after.seconds, [batch.after])
+    order = {stage: i for i, stage in enumerate(STAGES)}
+    return sorted(terms.values(), key=lambda t: order[t.stage])
 
 
-def estimate_final_seconds(workload: FinalWorkload, measured: Mapping) -> float:
-    """Seconds final selection still needs: the serial sum of estimate_breakdown's terms."""
-    return math.fsum(estimate_breakdown(workload, measured).values())
+def stage_seconds(terms: Iterable[Term]) -> dict[str, float]:
+    """Seconds per stage (every stage present, 0 when nothing is left)."""
+    out = dict.fromkeys(STAGES, 0.0)
+    for item in terms:
+        out[item.stage] += item.seconds
+    return out
+
+
+def total_seconds(terms: Iterable[Term]) -> float:
+    return math.fsum(item.seconds for item in terms)
+
+
+def stage_deadlines(
+    stop_at: float, stop_margin_s: float, shares: Mapping[str, float], pad_s: float = 0.0
+) -> dict[str, dict[str, float]]:
+    """Each final-selection stage's deadline, computed backwards from stop_at.
+
+    The last stage (the final-view runs) ends at stop_at - stop_margin_s; every earlier
+    stage ends where the stages after it begin their shares, so a stage that overruns is
+    cut at its own deadline and never eats a later stage's time. A stage's share is its
+    estimate plus its part of the reserve's pad (`pad_s`), in proportion to the estimate.
+    """
+    _non_negative_number(stop_margin_s, "stop_margin_s")
+    _non_negative_number(pad_s, "pad_s")
+    estimates = {stage: float(shares.get(stage, 0.0)) for stage in FINAL_STAGES}
+    for stage, value in estimates.items():
+        _non_negative_number(value, f"share of {stage}")
+    total = math.fsum(estimates.values())
+    scale = (total + pad_s) / total if total > 0 else 1.0
+    end = float(stop_at) - stop_margin_s
+    plan: dict[str, dict[str, float]] = {}
+    for stage in reversed(FINAL_STAGES):
+        share = estimates[stage] * scale
+        plan[stage] = {"estimate_s": estimates[stage], "share_s": share, "deadline": end}
+        end -= share
+    return {stage: plan[stage] for stage in FINAL_STAGES}
+
+
+def fit_final_k(
+    estimate_for_k: Callable[[int], float], configured_k: int, pad_min: float, cap_min: float
+) -> tuple[int, list[dict]]:
+    """The largest k <= configured_k whose estimate plus the pad fits in the capped reserve.
+
+    k never goes below 1: one finalist is tried even when it does not fit (an incomplete
+    guard then keeps the baseline, as SPEC 10 says). Returns (k, the priced table).
+    """
+    if isinstance(configured_k, bool) or not isinstance(configured_k, int) or configured_k < 1:
+        raise ValueError(f"final_top_k must be an integer >= 1, got {configured_k!r}")
+    _non_negative_number(pad_min, "reserve pad")
+    _non_negative_number(cap_min, "reserve cap")
+    table = []
+    for k in range(configured_k, 0, -1):
+        seconds = estimate_for_k(k)
+        fits = seconds / 60.0 + pad_min <= cap_min
+        table.append({"k": k, "estimate_s": seconds, "fits": fits})
+        if fits:
+            return k, table
+    return 1, table
 
 
 def reserve_minutes(
@@ -354,9 +365,11 @@ class CutoffFile:
             atomic_write_json(self.path, state)
             return True
 
-    def note_estimate(self, *, reserve_min: float, estimate_s: float) -> None:
-        """Record the latest estimate without moving the cutoff (status shows it)."""
+    def note_estimate(self, *, reserve_min: float, estimate_s: float, **plan: Any) -> None:
+        """Record the latest estimate without moving the cutoff (status shows it); `plan`
+        (the stage deadlines, the breakdown) replaces those keys of the state."""
         with _file_lock(str(self.path) + ".lock", timeout=LOCK_TIMEOUT_S):
             state = self.read()
+            state.update(plan)
             state.update(reserve_min=reserve_min, estimate_s=estimate_s, estimated_at=time.time())
             atomic_write_json(self.path, state)

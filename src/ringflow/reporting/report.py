@@ -683,6 +683,17 @@ def clock(ring: dict, cutoff_state: dict | None, now: float) -> dict:
     }
 
 
+def stage_times(root: Path) -> dict | None:
+    """Per stage of final selection, the time reserved when the search ended and the time
+    it took (timekeeper.stage_timing); None before the search ended."""
+    from ..timekeeper import stage_timing
+
+    layout = RingLayout(root)
+    if not layout.search.exists():
+        return None
+    return stage_timing(load_ring(root), layout)
+
+
 def base_context(ring_dir: str | Path, now: float | None = None) -> tuple[dict, RingFiles]:
     """The ring's files as they are right now: lock, nodes, executions, selection, clock."""
     now = time.time() if now is None else now
@@ -730,6 +741,7 @@ def report_context(ring_dir: str | Path, now: float | None = None) -> dict:
     ctx["final_section"] = decision_section(ctx, files, layout)
     ctx["lineage"] = lineage(ctx, files, layout)
     ctx["event_summary"] = event_summary(ctx)
+    ctx["stage_times"] = stage_times(files.root)
     ctx["problems"] = files.problems
     return ctx
 

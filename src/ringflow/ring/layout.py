@@ -127,6 +127,18 @@ class RingLayout:
         return self.node_dir(node) / "trajectory"
 
     @property
+    def slots(self) -> Path:
+        return self.root / "slots.json"
+
+    @property
+    def final_k(self) -> Path:
+        return self.root / "final_k.json"
+
+    @property
+    def final_timing(self) -> Path:
+        return self.root / "final_timing.json"
+
+    @property
     def locks(self) -> Path:
         return self.root / ".locks"
 

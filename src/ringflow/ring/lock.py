@@ -159,6 +159,18 @@ def scorer_version(task: Task) -> str:
     return digest.hexdigest()
 
 
+def views_limits(config: dict, views) -> dict[str, dict]:
+    """Each view's limits: `limits`, with that view's `limits_per_view` entry laid over it."""
+    per_view = config.get("limits_per_view") or {}
+    unknown = sorted(set(per_view) - set(views))
+    if unknown:
+        raise InputError(
+            f"config: limits_per_view names {', '.join(unknown)}, not a view of this ring "
+            f"(views: {', '.join(views)})"
+        )
+    return {view: {**config["limits"], **(per_view.get(view) or {})} for view in views}
+
+
 def lock_ring(config: dict, workdir: Path | None = None, now: float | None = None) -> dict:
     """Create RING.json, the view manifests and the live cutoff, or return the existing lock.
 
@@ -188,6 +200,7 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
     store.mkdir(parents=True, exist_ok=True, mode=0o700)
     memo = HashMemo(store / "cache" / "hashmemo.json")
     limits = dict(config["limits"])
+    per_view = views_limits(config, (*search_views, final_view))
     views = {}
     world_readable = sandbox_info["mode"] == "root"
     for view in (*search_views, final_view):
@@ -206,13 +219,22 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
             "labels_hash": parts["labels"][0],
             "files": len(listing),
             "bytes": sum(entry["size"] for entry in listing),
-            "limits": limits,
+            "input_bytes": sum(e["size"] for e in listing if e["path"].startswith("inputs/")),
+            "limits": per_view[view],
             "inputs_snapshot": str(snapshot),
             "inputs_files": record_snapshot(inputs, snapshot, _input_hashes(listing)),
         }
-        atomic_write_json(layout.view_manifest(view), views[view])
     environment, environment_stamp = keys.environment_for(config, memo)
     memo.save()
+    for view in views:
+        # The thread count is part of the environment key (SPEC 7.6): a view run with
+        # other threads keys its weights with its own environment.
+        threads = views[view]["limits"]["threads"]
+        view_env = (
+            environment if threads == limits["threads"] else {**environment, "threads": threads}
+        )
+        views[view]["env_key"] = sha256_json(view_env)
+        atomic_write_json(layout.view_manifest(view), views[view])
     evaluation = {
         "task": task.name,
         "direction": task.direction,
@@ -222,6 +244,7 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
         },
         "search_views": search_views,
         "limits": limits,
+        "view_limits": {v: views[v]["limits"] for v in search_views},
         "scorer_version": scorer_version(task),
     }
     check_ancestors(paths["previous"])

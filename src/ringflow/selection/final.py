@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
 from statistics import fmean
 
 from ..jsonio import atomic_write_json, fsync_dir, fsync_tree, read_json, sha256_json
-from ..ring.clock import load_node, load_ring
+from ..ring.clock import final_top_k, load_node, load_ring, stage_deadline
 from ..ring.layout import RingLayout
 from ..ring.ledger import Ledger, emit_event
 from ..scoring import read_score, usable
@@ -128,24 +129,50 @@ def _view_blind_check(ring, layout, node: dict) -> dict:
     return check
 
 
+def _output_until(proc: subprocess.Popen, deadline) -> str | None:
+    """The process's output, or None after killing its group when `deadline()` came first
+    (re-read every quarter second, so a moved deadline is followed)."""
+    while True:
+        try:
+            return proc.communicate(timeout=0.25)[0]
+        except subprocess.TimeoutExpired:
+            if time.time() >= deadline():
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+                return None
+
+
 def _review_command(ring, layout, node_id: str) -> dict:
+    """Run the review command; it stops at the review stage's live deadline (SPEC 7.4)."""
     command = ring["config"]["review"]
     argv = [*shlex.split(command), str(layout.node_dir(node_id))]
+    started = time.time()
+    limit = started + ring["config"]["scorer_timeout_min"] * 60
     try:
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             argv,
             cwd=layout.root,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             text=True,
-            timeout=ring["config"]["scorer_timeout_min"] * 60,
+            start_new_session=True,
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except OSError as exc:
         return {"check": "review_command", "passed": False, "reason": f"review failed: {exc}"}
-    text = (proc.stdout + proc.stderr).strip()
+    text = _output_until(proc, lambda: min(limit, stage_deadline(ring, "review")))
+    ended = time.time()
+    if text is None:
+        cut = stage_deadline(ring, "review") < limit  # a deadline, not the time limit
+        why = "the review stage's deadline" if cut else "the time limit (scorer_timeout_min)"
+        return {"check": "review_command", "passed": False, "budget_cut": cut,
+                "reason": f"review failed: {why} came first"}  # fmt: skip
+    text = text.strip()
     return {
         "check": "review_command",
         "passed": proc.returncode == 0,
         "reason": text[-2000:] or f"exit code {proc.returncode}",
+        "wall_s": ended - started,
+        "ended_at": ended,
     }
 
 
@@ -199,7 +226,7 @@ def verdict(ring_dir, rank: int) -> dict:
     cand_side, base_side = guard_table(ring, layout, node), guard_table(ring, layout, base)
     seeds = ring["guard_seeds"]
     complete = all(cand_side[s] is not None and base_side[s] is not None for s in seeds)
-    a_prime = guardstats.alpha_prime(guard["alpha"], ring["config"]["final_top_k"])
+    a_prime = guardstats.alpha_prime(guard["alpha"], final_top_k(ring))
     stats = None
     if complete:
         stats = guardstats.paired_lcb(
@@ -284,7 +311,7 @@ def ends_selection(verdict: dict) -> bool:
 def verdicts_in_order(ring: dict, layout: RingLayout) -> list[dict]:
     """The finalists' verdicts in rank order, up to the first that ends selection."""
     verdicts = []
-    for rank in range(1, ring["config"]["final_top_k"] + 1):
+    for rank in range(1, final_top_k(ring) + 1):
         if not layout.verdict(rank).exists():
             break
         verdicts.append(read_json(layout.verdict(rank)))

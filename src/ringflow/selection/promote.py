@@ -74,7 +74,9 @@ def rank(ring_dir: str | Path) -> dict:
             continue
         rows.append({"node": node, "score": fmean(seeds.values()), "seeds": seeds})
     rows.sort(key=rank_key(promotion["direction"]))
-    k = ring["config"]["final_top_k"]
+    from ..timekeeper import settle_final_k  # fixes k before any guard run (SPEC 9)
+
+    k = settle_final_k(ring["ring_dir"], [row["node"] for row in rows])
     ranking = {
         "direction": promotion["direction"],
         "ranked": rows,
