@@ -62,6 +62,42 @@ def cmd_search_summary(args) -> int:
     return 0
 
 
+def cmd_plan_generation(args) -> int:
+    from .search.plan import plan_generation
+
+    plan = plan_generation(args.ring_dir, args.generation)
+    print(json.dumps({k: plan[k] for k in ("generation", "last", "reason", "nodes")}))
+    return 0
+
+
+def cmd_settle_generation(args) -> int:
+    from .search.plan import settle_generation
+
+    print(json.dumps(settle_generation(args.ring_dir, args.generation)))
+    return 0
+
+
+def cmd_search_loop(args) -> int:
+    from .search.plan import write_loop_summary
+
+    write_loop_summary(args.ring_dir)
+    return 0
+
+
+def cmd_engineer(args) -> int:
+    from .search.session import run_session
+
+    record = run_session(args.ring_dir, args.node)
+    print(json.dumps({k: record.get(k) for k in ("node", "status", "node_status", "reason")}))
+    return 0
+
+
+def cmd_query_score(args) -> int:
+    from .search.query_client import main as query_main
+
+    return query_main([args.pred_dir, *(["--socket", args.socket] if args.socket else [])])
+
+
 def cmd_promote(args) -> int:
     from .selection.promote import promote
 
@@ -303,6 +339,19 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     execution = ([("node",), {}], [("view",), {}], [("variant",), {}])
+    add("plan-generation", cmd_plan_generation, "plan one generation of the search (internal)",
+        (("generation",), {"type": int}))  # fmt: skip
+    add("engineer", cmd_engineer, "run one node's engineer session and settle the node (internal)",
+        (("node",), {}))  # fmt: skip
+    query = sub.add_parser("query-score", help="score predictions through an engineer "
+                           "session's socket (native feedback; exit 3 when refused)")  # fmt: skip
+    query.add_argument("pred_dir", help="folder of predictions, as a program writes them")
+    query.add_argument("--socket", help="the session's socket (default $RINGFLOW_QUERY_SOCKET)")
+    query.set_defaults(func=cmd_query_score)
+    add("settle-generation", cmd_settle_generation,
+        "record how a generation's sessions ended (internal)",
+        (("generation",), {"type": int}))  # fmt: skip
+    add("search-loop", cmd_search_loop, "record the search loop's generations (internal)")
     add("status", cmd_status, "live table of nodes, in-flight executions, cutoff and reserve")
     add(
         "report",

@@ -25,7 +25,7 @@ REJECTED = "rejected"
 
 
 def node_slug(name: str) -> str:
-    slug = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-.") or "node"
+    slug = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-._") or "node"
     return slug[:40]
 
 
@@ -69,6 +69,9 @@ def _make_node(ring, layout, store, node_id, role, source: Path, max_bytes) -> d
         "name": source.name,
         "role": role,
         "origin": {"kind": "static", "path": str(source)},
+        "parent": None,
+        "operator": None,
+        "queries_used": 0,
         "created_at": time.time(),
     }
     try:

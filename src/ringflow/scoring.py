@@ -232,3 +232,9 @@ def usable(score: dict | None, direction: str) -> float | None:
     if not score["valid"] and direction == "minimize":
         return None
     return score["score"]
+
+
+def evaluate_predictions(ring: dict, folder: Path, view: str, seed: int) -> dict:
+    """Validate and score the predictions in folder/output on one view (a score query);
+    the same evaluator as an execution's, writing its logs into folder."""
+    return _evaluate(ring, folder, view, "s0", seed)
