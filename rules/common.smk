@@ -238,7 +238,9 @@ def generations():
     """Every generation's plan up to the last one, walking the checkpoints."""
     plans, g = [], 0
     while True:
-        plans.append(read_json(checkpoints.search_generation.get(g=g).output.generation))
+        plans.append(
+            read_json(checkpoints.search_generation.get(g=g).output.generation)
+        )
         if plans[-1]["last"]:
             return plans
         g += 1
