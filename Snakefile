@@ -11,6 +11,7 @@ configfile: workflow.source_path("config/config.yaml")
 
 include: "rules/common.smk"
 include: "rules/import.smk"
+include: "rules/carryover.smk"
 include: "rules/execute.smk"
 include: "rules/search.smk"
 include: "rules/promote.smk"

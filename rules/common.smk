@@ -52,6 +52,7 @@ wildcard_constraints:
     variant=VARIANT_PATTERN,
     key="[0-9a-f]{64}",
     rank=r"\d+",
+    g=r"\d+",
 
 
 def path(p):
@@ -165,13 +166,27 @@ def key_target_inputs(wildcards):
 
 
 def execution_priority(wildcards):
-    """Seed 0 on the first search view first, so every node gets a first score early."""
+    """Resumed work first (SPEC 11.3), then seed 0 on the first search view, so every node
+    gets a first score early."""
     lock = ring_lock()
+    if resume_rank(wildcards.node) is not None:
+        return 1000 - resume_rank(wildcards.node)
     if wildcards.variant == "s0" and wildcards.view == lock["search_views"][0]:
         return 100
     if wildcards.variant == "s0":
         return 50
     return 10
+
+
+def resume_rank(node):
+    """A resume node's place in the resume queue (oldest seal first), None for other nodes."""
+    origin = node_record(node).get("origin") or {}
+    if origin.get("kind") != "resume":
+        return None
+    queue = read_json(RING.carryover_imported)["queue"]
+    return (
+        queue.index(origin["identity"]) if origin["identity"] in queue else len(queue)
+    )
 
 
 def execution_limits(wildcards):
@@ -213,7 +228,61 @@ def execution_runtime(wildcards):
 def search_inputs(wildcards):
     candidates = ready_nodes("candidate")
     baseline = [b for b in [baseline_node()] if b]
-    return score_files(candidates, ["s0", "s0-ablate"]) + score_files(baseline, ["s0"])
+    static = score_files(candidates, ["s0", "s0-ablate"]) + score_files(
+        baseline, ["s0"]
+    )
+    return static + [path(RING.search_loop)]
+
+
+# ---- the search loop: generations of engineered nodes (rules/search.smk) ------------------
+
+
+def generations():
+    """Every generation's plan up to the last one, walking the checkpoints."""
+    plans, g = [], 0
+    while True:
+        plans.append(
+            read_json(checkpoints.search_generation.get(g=g).output.generation)
+        )
+        if plans[-1]["last"]:
+            return plans
+        g += 1
+
+
+def ready_in_generation(g):
+    """The nodes of generation g that were submitted (once all its sessions have ended)."""
+    settled = read_json(checkpoints.settle_generation.get(g=g).output.settled)
+    return [node for node, status in settled["nodes"].items() if status == "ready"]
+
+
+def generation_inputs(wildcards):
+    """Generation g starts once g-1's nodes are settled and scored (seed 0); the first
+    once the static candidates are, so that parents are drawn among scored nodes."""
+    g = int(wildcards.g)
+    if g == 0:
+        return score_files(ready_nodes("candidate"), ["s0"])
+    return [path(RING.settled(g - 1))] + score_files(ready_in_generation(g - 1), ["s0"])
+
+
+def settle_inputs(wildcards):
+    """Every session of generation g (all of them start at once)."""
+    plan = read_json(checkpoints.search_generation.get(g=wildcards.g).output.generation)
+    return [path(RING.session(node)) for node in plan["nodes"]]
+
+
+def engineer_inputs(wildcards):
+    node = read_json(RING.node_json(wildcards.node))
+    return [ancient(path(RING.generation(node["origin"]["generation"])))]
+
+
+def search_loop_inputs(wildcards):
+    plans = generations()
+    inputs = [path(RING.generation(plans[-1]["generation"]))]
+    for plan in plans[:-1]:
+        ready = ready_in_generation(plan["generation"])
+        inputs += [path(RING.settled(plan["generation"]))]
+        inputs += score_files(ready, ["s0", "s0-ablate"])
+    return inputs
 
 
 def promoted_inputs(wildcards):
@@ -292,6 +361,7 @@ def repro_inputs(wildcards):
 
 def ring_outputs(wildcards):
     return [
+        path(RING.stop_manifest),
         path(RING.decision),
         path(RING.repro_record),
         path(RING.summary),

@@ -37,6 +37,9 @@ rule weights_key:
         target=path(RING.key_target("{key}")),
     log:
         log_for("weights_key", "{key}"),
+    # A key target takes no time and unblocks its replays: before any execution, so that
+    # the executions' own priorities (resumed work first) decide what runs.
+    priority: 2000
     conda:
         "../envs/ringflow.yaml"
     params:

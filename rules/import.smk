@@ -16,6 +16,7 @@ rule lock_ring:
 checkpoint import_nodes:
     input:
         lock=ancient(path(RING.ring_json)),
+        carryover=ancient(path(RING.carryover_imported)),
     output:
         index=path(RING.nodes_index),
     log:

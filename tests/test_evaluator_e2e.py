@@ -85,3 +85,44 @@ def test_a_scorer_failing_on_too_many_nodes_stops_the_ring(tmp_path):
     stopped = json.loads((ring / "STOPPED.json").read_text())
     assert "failed on 3 distinct nodes" in stopped["reason"]
     assert all(r["status"] != "crash" for r in results(ring).values())
+
+
+SLOW_SCORER = """\
+import argparse, time
+p = argparse.ArgumentParser()
+for a in ("--pred", "--labels", "--out", "--seed"):
+    p.add_argument(a)
+p.parse_args()
+time.sleep(120)
+"""
+
+
+def test_a_cutoff_moved_earlier_stops_a_running_scorer_as_a_budget_cut(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from ringflow.reserve import CutoffFile
+    from ringtools import locked_ring
+
+    cands = tmp_path / "cands"
+    make_candidate(cands / "a", mean=0.5)
+    ring = locked_ring(tmp_path, cands, "slow-scorer")
+    (tmp_path / "task" / "scorer.py").write_text(SLOW_SCORER)
+    # Edits under a locked ring are refused by the workflow; this test drives one job.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ringflow", "execute", str(ring), "n001-a", "proxy", "s0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    folder = ring / "nodes" / "n001-a" / "exec" / "proxy" / "s0"
+    deadline = time.monotonic() + 60
+    while not (folder / "scoring").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert (folder / "scoring").exists(), "the scorer never started"
+    moved = time.time()
+    assert CutoffFile(ring / "cutoff.json").move_earlier(moved, why="test")
+    proc.communicate(timeout=60)
+    settle = 2 + 5  # term_grace_s + settle_extra_s of config/quick.yaml: search work settles
+    assert time.time() - moved <= settle + 5
+    score = json.loads((folder / "score.json").read_text())
+    assert score["budget_cut"] is True and score["reason"] == "scoring cut by the deadline"

@@ -62,6 +62,42 @@ def cmd_search_summary(args) -> int:
     return 0
 
 
+def cmd_plan_generation(args) -> int:
+    from .search.plan import plan_generation
+
+    plan = plan_generation(args.ring_dir, args.generation)
+    print(json.dumps({k: plan[k] for k in ("generation", "last", "reason", "nodes")}))
+    return 0
+
+
+def cmd_settle_generation(args) -> int:
+    from .search.plan import settle_generation
+
+    print(json.dumps(settle_generation(args.ring_dir, args.generation)))
+    return 0
+
+
+def cmd_search_loop(args) -> int:
+    from .search.plan import write_loop_summary
+
+    write_loop_summary(args.ring_dir)
+    return 0
+
+
+def cmd_engineer(args) -> int:
+    from .search.session import run_session
+
+    record = run_session(args.ring_dir, args.node)
+    print(json.dumps({k: record.get(k) for k in ("node", "status", "node_status", "reason")}))
+    return 0
+
+
+def cmd_query_score(args) -> int:
+    from .search.query_client import main as query_main
+
+    return query_main([args.pred_dir, *(["--socket", args.socket] if args.socket else [])])
+
+
 def cmd_promote(args) -> int:
     from .selection.promote import promote
 
@@ -253,6 +289,43 @@ def cmd_check(args) -> int:
     return 1 if report.failed else 0
 
 
+def cmd_import_carryover(args) -> int:
+    from .carryover.importing import import_carryover
+
+    done = import_carryover(args.ring_dir)
+    for item in done["rejected"]:
+        print(f"carryover_rejected {item['identity']}: {item['reason']}")
+    print(json.dumps({k: done[k] for k in ("queue", "waiting", "already_resumed")}))
+    return 0
+
+
+def cmd_seal(args) -> int:
+    from .carryover.executions import seal_ring
+
+    done = seal_ring(args.ring_dir)
+    for seal in done["seals"]:
+        print(f"sealed {seal['identity']} ({seal['kind']}): {seal['seal_sha256']}")
+    for item in done["refused"]:
+        print(f"not sealed {item['node']}: {item['reason']}")
+    return 0
+
+
+def cmd_stop_manifest(args) -> int:
+    from .carryover.manifest import write_stop_manifest
+
+    manifest = write_stop_manifest(args.ring_dir)
+    print(json.dumps({k: manifest[k] for k in ("ring_id", "ledger_head")}))
+    return 0
+
+
+def cmd_taint(args) -> int:
+    from .carryover.ancestry import taint
+
+    taint(args.ring_dir, args.why)
+    print(f"{args.ring_dir}: marked tainted; no ring will continue from it or its descendants")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ringflow", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -266,6 +339,19 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     execution = ([("node",), {}], [("view",), {}], [("variant",), {}])
+    add("plan-generation", cmd_plan_generation, "plan one generation of the search (internal)",
+        (("generation",), {"type": int}))  # fmt: skip
+    add("engineer", cmd_engineer, "run one node's engineer session and settle the node (internal)",
+        (("node",), {}))  # fmt: skip
+    query = sub.add_parser("query-score", help="score predictions through an engineer "
+                           "session's socket (native feedback; exit 3 when refused)")  # fmt: skip
+    query.add_argument("pred_dir", help="folder of predictions, as a program writes them")
+    query.add_argument("--socket", help="the session's socket (default $RINGFLOW_QUERY_SOCKET)")
+    query.set_defaults(func=cmd_query_score)
+    add("settle-generation", cmd_settle_generation,
+        "record how a generation's sessions ended (internal)",
+        (("generation",), {"type": int}))  # fmt: skip
+    add("search-loop", cmd_search_loop, "record the search loop's generations (internal)")
     add("status", cmd_status, "live table of nodes, in-flight executions, cutoff and reserve")
     add(
         "report",
@@ -315,12 +401,21 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--no-run", action="store_true", help="do not run a candidate")
     check.set_defaults(func=cmd_check)
     add(
+        "taint",
+        cmd_taint,
+        "mark a ring tainted: no ring continues from it (or from a ring after it)",
+        (("--why",), {"required": True, "help": "the reason, shown to every refused ring"}),
+    )
+    add(
         "reserve",
         cmd_reserve,
         "re-estimate the final reserve once (may move the cutoff) and print its breakdown",
         (("--json",), {"action": "store_true", "help": "print the estimate as JSON"}),
     )
     add("import-nodes", cmd_import_nodes, "(rule) create the ring's nodes")
+    add("import-carryover", cmd_import_carryover, "(rule) verify and import sealed work")
+    add("seal", cmd_seal, "(rule) seal the work the cutoff cut off")
+    add("stop-manifest", cmd_stop_manifest, "(rule) write stop_manifest.json")
     gpus = (("--gpus",), {"type": int, "default": 0, "help": "GPUs to give the program"})
     add("execute", cmd_execute, "(rule) run one execution, then score it", *execution, gpus)
     add("score", cmd_score, "score one finished execution again", *execution)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from . import sandbox, statuses
 from .candidate import train_seed_args, weights_dirs
+from .carryover.checkpoint import keep_grace_checkpoint
 from .errors import (
     AcceptanceError,
     DeadlineReached,
@@ -118,6 +119,9 @@ def _load(ring_dir, node_id: str, view: str, variant: str, gpus: int = 0) -> Exe
         raise stop_ring(ring["ring_dir"], str(exc)) from None
     layout = RingLayout(Path(ring["ring_dir"]))
     node = load_node(ring, node_id)
+    if node["status"] == statuses.CARRIED_OVER:
+        raise RingflowError(f"node {node_id} was carried over (sealed in nodes/{node_id}/"
+                            "carryover/): a ring that continues this one resumes it")  # fmt: skip
     if node["status"] != "ready":
         raise RingflowError(f"node {node_id} was rejected at import: {node.get('error')}")
     try:
@@ -254,6 +258,9 @@ def _run_in_box(ex: Execution, result: dict, inputs: Path) -> dict:
             store.release_links(ex.work)
         _check_view(ex, inputs, "after the run")
         os.replace(ex.box_output, reset_dir(ex.dir / "output"))
+        # A seed-0 run cut by the cutoff keeps its grace checkpoint for the seal (SPEC 11).
+        weights = weights_dirs(ex.node["solution"]["per_view_paths"])
+        keep_grace_checkpoint(ex.ring, view, variant, result, ex.work, weights, ex.dir)
         registered = False
         if mode == statuses.TRAIN and result["status"] == statuses.OK:
             registered = _register(ex, store, result)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import time
 from pathlib import Path
 
 from .candidate import Solution, copy_submission, load_solution
+from .carryover.resume import resume_entries, resume_fields
 from .errors import CandidateError
 from .jsonio import atomic_write_json, read_json
 from .ring.edits import record_sources
@@ -23,7 +25,7 @@ REJECTED = "rejected"
 
 
 def node_slug(name: str) -> str:
-    slug = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-.") or "node"
+    slug = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-._") or "node"
     return slug[:40]
 
 
@@ -71,6 +73,9 @@ def _make_node(ring, layout, store, node_id, role, source: Path, max_bytes) -> d
         "name": source.name,
         "role": role,
         "origin": {"kind": "static", "path": str(source)},
+        "parent": None,
+        "operator": None,
+        "queries_used": 0,
         "created_at": time.time(),
     }
     try:
@@ -114,6 +119,16 @@ def _assign_trainers(nodes: list[dict], store: WeightsStore) -> dict:
     return trainers
 
 
+def _with_resumed(ring: dict, sources: list):
+    """The sources, with the resume queue's work where ("resume", None) stands."""
+    for role, source in sources:
+        if role != "resume":
+            yield role, source
+            continue
+        for entry in resume_entries(ring):
+            yield "candidate", resume_fields(ring, entry)
+
+
 def import_static(ring: dict) -> dict:
     """Create the ring's nodes from the baseline and the candidates folder (once)."""
     layout = RingLayout(Path(ring["ring_dir"]))
@@ -131,10 +146,28 @@ def import_static(ring: dict) -> dict:
     ledger = Ledger(layout.ledger)
     nodes = []
     number = 0 if ring["baseline_dir"] else 1
-    for role, source in sources:
-        node_id = f"n{number:03d}-{node_slug(source.name)}"
+    if sources and sources[0][0] == "baseline":
+        sources.insert(1, ("resume", None))
+    else:
+        sources.insert(0, ("resume", None))
+    resumed_trees: dict[str, str] = {}
+    for role, source in _with_resumed(ring, sources):
+        resumed = isinstance(source, dict)  # carried work resumed in this ring (SPEC 11.3)
+        name = source["name"] if resumed else source.name
+        node_id = f"n{number:03d}-{node_slug(name)}"
+        folder = Path(source["origin"]["path"]) if resumed else source
+        node = _make_node(ring, layout, store, node_id, role, folder, max_bytes)
+        if resumed:
+            node.update(source)
+            if node.get("tree_hash"):
+                resumed_trees[node["tree_hash"]] = node_id
+        elif node.get("tree_hash") in resumed_trees:
+            # The same submission as resumed work: this candidate continues as that node.
+            shutil.rmtree(layout.node_dir(node_id))
+            emit_event(layout.root, "candidate_resumed", candidate=str(source),
+                       node=resumed_trees[node["tree_hash"]])  # fmt: skip
+            continue
         number += 1
-        node = _make_node(ring, layout, store, node_id, role, source, max_bytes)
         atomic_write_json(layout.node_json(node_id), node)
         nodes.append(node)
         if node["status"] == REJECTED:

@@ -315,3 +315,9 @@ def usable(score: dict | None, direction: str) -> float | None:
         return None
     value = score.get("score")
     return None if value is None else float(value)
+
+
+def evaluate_predictions(ring: dict, folder: Path, view: str, seed: int) -> dict:
+    """Validate and score the predictions in folder/output on one view (a score query);
+    the same evaluator as an execution's, writing its logs into folder."""
+    return _evaluate(ring, folder, view, "s0", seed)

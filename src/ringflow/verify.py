@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .carryover.ancestry import chain_problems
+from .carryover.seal import seal_check
 from .errors import InputError
 from .ring.clock import load_ring
 from .ring.edits import find_edits
@@ -75,4 +77,6 @@ def verify_ring(ring_dir) -> list[str]:
                 ]
         except InputError as exc:
             problems.append(f"ancestors: {exc}")
+        problems += [p for p in chain_problems(previous) if "tainted" in p]
+    problems += [f"seal: {p}" for p in seal_check(layout)]
     return problems

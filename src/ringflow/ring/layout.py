@@ -7,7 +7,9 @@ from pathlib import Path
 
 SEARCH_VARIANTS = ("s0", "s0-ablate", "s1", "s2")
 VARIANT_PATTERN = r"s0|s0-ablate|s1|s2|g\d+|fresh-s0|blind-s0|blind2-s0"
-NODE_PATTERN = r"n\d{3}-[a-z0-9][a-z0-9._-]*"
+# At least three digits (n000-…, n999-…, n1000-…): never runs out. Not `{3,}`: Snakemake
+# wildcard constraints accept only `{m}` and `{m,n}` quantifiers.
+NODE_PATTERN = r"n\d{3}\d*-[a-z0-9][a-z0-9._-]*"
 VIEW_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 
 
@@ -107,6 +109,37 @@ class RingLayout:
     @property
     def report(self) -> Path:
         return self.root / "report.html"
+
+    def generation(self, generation: int) -> Path:
+        return self.root / "search" / f"gen-{generation}.json"
+
+    def settled(self, generation: int) -> Path:
+        return self.root / "search" / f"settled-{generation}.json"
+
+    @property
+    def search_loop(self) -> Path:
+        return self.root / "search" / "loop.json"
+
+    def session(self, node: str) -> Path:
+        return self.node_dir(node) / "session.json"
+
+    def trajectory(self, node: str) -> Path:
+        return self.node_dir(node) / "trajectory"
+
+    @property
+    def carryover_imported(self) -> Path:
+        return self.root / "carryover" / "imported.json"
+
+    @property
+    def carryover_seals(self) -> Path:
+        return self.root / "carryover" / "seals.json"
+
+    def seal(self, node: str) -> Path:
+        return self.node_dir(node) / "carryover" / "SEAL.json"
+
+    @property
+    def stop_manifest(self) -> Path:
+        return self.root / "stop_manifest.json"
 
     @property
     def slots(self) -> Path:

@@ -1,0 +1,116 @@
+"""Carryover of the `execution` kind (SPEC 11.1): a candidate whose seed-0 run on a search
+view was cut by the cutoff is sealed, with its submission and what the cut runs left, so
+that the next ring executes the same submission again.
+
+`seal_ring` runs when the search has ended: it seals every such node (finishing any seal a
+crash interrupted) and writes `carryover/seals.json`, the ring's list of seals.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from .. import statuses
+from ..jsonio import atomic_write_json, read_json
+from ..ring.clock import load_ring
+from ..ring.layout import RingLayout
+from ..ring.ledger import emit_event
+from .checkpoint import AUTHORITATIVE_VARIANT, CHECKPOINT_DIR, is_carried_cut
+from .seal import SealRequest, seal_node, sealed_records
+
+KIND = "execution"
+EXEC_FILES = ("result.json", "stdout.log", "stderr.log")
+
+
+def cut_runs(ring: dict, layout: RingLayout, node_id: str) -> tuple[list[dict], list[dict]]:
+    """(seed-0 runs a seal takes, seed-0 runs cut but left with processes after the stop)."""
+    cut, unreaped = [], []
+    for view in ring["search_views"]:
+        path = layout.result(node_id, view, AUTHORITATIVE_VARIANT)
+        if not path.is_file():
+            continue
+        result = read_json(path)
+        if result.get("status") != statuses.INTERRUPTED or not result.get("budget_cut"):
+            continue
+        run = {
+            "view": view,
+            "variant": AUTHORITATIVE_VARIANT,
+            "reason": result.get("reason", ""),
+            "started": result.get("wall_s", 0) > 0
+            or result.get("exit_code") is not None
+            or result.get("signal") is not None,
+            "wall_s": result.get("wall_s"),
+            "weights_mode": result.get("weights_mode"),
+        }
+        (cut if is_carried_cut(result) else unreaped).append(
+            {**run, "reap_left": result.get("reap_left") or []}
+        )
+    return cut, unreaped
+
+
+def execution_request(ring: dict, layout: RingLayout, node: dict, cut: list[dict]) -> SealRequest:
+    node_id = node["id"]
+    sources: list[tuple[str, Path]] = [("solution", layout.submission(node_id))]
+    for run in cut:
+        folder = layout.exec_dir(node_id, run["view"], run["variant"])
+        inside = f"checkpoint/{run['view']}/{run['variant']}"
+        sources.append((f"{inside}/output", folder / "output"))
+        # The weights folders as the run left them, at their paths in the solution.
+        sources.append((f"{inside}/solution", folder / CHECKPOINT_DIR))
+        sources += [(f"{inside}/{name}", folder / name) for name in EXEC_FILES]
+    earlier = (node.get("resume_origin") or {}).get("segments") or []
+    views = ", ".join(f"{r['view']}/{r['variant']}" for r in cut)
+    handoff = {
+        "kind": KIND,
+        "ring_id": ring["ring_id"],
+        "node": node_id,
+        "name": node.get("name"),
+        "summary": f"seed-0 run cut by the cutoff on {views}; the next ring executes the "
+        "same submission again (a checkpoint is evidence only: it trains from scratch)",
+        "cut": cut,
+        "run_py": (layout.submission(node_id) / "run.py").is_file(),
+        "command": (node.get("solution") or {}).get("command"),
+        "tree_hash": node.get("tree_hash"),
+        "parent": node.get("parent"),
+        "origin": node.get("origin"),
+        "queries_used": None,
+        "segments": earlier,
+        "sealed_at": time.time(),
+    }
+    return SealRequest(node_id=node_id, kind=KIND, sources=sources, handoff=handoff,
+                       settle={"cut": cut})  # fmt: skip
+
+
+def seal_ring(ring_dir: str | Path) -> dict:
+    """Seal every candidate whose authoritative run was cut; write carryover/seals.json."""
+    ring = load_ring(ring_dir)
+    layout = RingLayout(Path(ring["ring_dir"]))
+    index = read_json(layout.nodes_index)
+    recorded = sealed_records(layout.ledger)
+    seals, refused = [], []
+    for entry in index["nodes"]:
+        if entry["role"] != "candidate" or entry["status"] != "ready":
+            continue
+        node = read_json(layout.node_json(entry["id"]))
+        cut, unreaped = cut_runs(ring, layout, entry["id"])
+        if unreaped and entry["id"] not in recorded:
+            # Processes may still be writing its files (SPEC 7.4): never sealed.
+            refused.append({"node": entry["id"], "reason": "processes were left after the "
+                            "stop (reap_left)", "runs": unreaped})  # fmt: skip
+            emit_event(layout.root, "carryover_refused", node=entry["id"], reason="reap_left")
+            continue
+        if not cut and entry["id"] not in recorded:
+            continue
+        record = seal_node(ring, execution_request(ring, layout, node, cut))
+        seals.append({
+            "node": entry["id"],
+            "identity": record["identity"],
+            "kind": record["carry_kind"],
+            "seal_sha256": record["seal_sha256"],
+            "ledger_seq": record["seq"],
+            "snapshot": f"nodes/{entry['id']}/carryover",
+        })  # fmt: skip
+    listing = {"ring_id": ring["ring_id"], "seals": seals, "refused": refused}
+    atomic_write_json(layout.root / "carryover" / "seals.json", listing)
+    return listing

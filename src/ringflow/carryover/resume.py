@@ -1,0 +1,52 @@
+"""Resume nodes (SPEC 11.3): the verified queue becomes new nodes of this ring.
+
+Each is made from the imported snapshot's `solution/` (execution kind: the same submission,
+executed again), with `origin: {kind: resume, ...}`, the carried node's real `parent` and
+`resume_origin.segments[]`, every earlier segment first. Its executions are served before
+new work (`resume_priority`). A static candidate with the same submission is that work and
+is not imported a second time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..jsonio import read_json
+from .importing import IMPORTED
+
+RESUME = "resume"
+
+
+def resume_entries(ring: dict) -> list[dict]:
+    """The queue's imported work, in queue order (oldest seal first)."""
+    path = Path(ring["ring_dir"]) / IMPORTED
+    if not path.is_file():
+        return []
+    imported = read_json(path)
+    by_identity = {item["identity"]: item for item in imported["imported"]}
+    return [by_identity[ident] for ident in imported["queue"]]
+
+
+def resume_fields(ring: dict, entry: dict) -> dict:
+    """What a resume node's node.json says about where its work comes from."""
+    return {
+        "name": entry["name"],
+        "origin": {
+            "kind": RESUME,
+            "path": str(Path(ring["ring_dir"]) / entry["copy"] / "solution"),
+            "identity": entry["identity"],
+            "carry_kind": entry["kind"],
+            "seal_sha256": entry["seal_sha256"],
+        },
+        "parent": entry.get("parent"),
+        "resume_origin": {
+            "identity": entry["identity"],
+            "kind": entry["kind"],
+            "snapshot": entry["copy"],
+            "segments": entry["segments"],
+        },
+    }
+
+
+def is_resume(node: dict) -> bool:
+    return (node.get("origin") or {}).get("kind") == RESUME

@@ -1,0 +1,308 @@
+"""The seal transaction (SPEC 11.2): a complete, verifiable snapshot of unfinished work, or
+none.
+
+Steps, in order, each durable before the next:
+
+1. stage: copy the work's files into `nodes/<id>/.carryover-<random>/` (regular files only;
+   links, special files and files over `max_file_mb` are skipped and listed), hashing the
+   bytes as they are written, then HANDOFF.json;
+2. seal: write SEAL.json (every file's sha256 and size, what was skipped and why, the
+   ring's lock hash), fsync the whole staging folder;
+3. rename the staging folder to `nodes/<id>/carryover/` (the snapshot now exists, whole);
+4. record `carryover_sealed` in the ledger with the sha256 of SEAL.json itself;
+5. settle the node: node.json `status: carried_over` with its `carryover` block.
+
+A snapshot counts only once its ledger entry exists (import checks the seal against the
+ledger). Running the seal again after a crash at any point finishes the transaction: staging
+leftovers are removed, a renamed snapshot without its ledger entry is checked against its
+SEAL.json and recorded (or, damaged, removed and sealed afresh), a recorded seal settles its
+node. Nothing is sealed twice.
+
+The kinds differ only in which files they hand over (`SealRequest.sources`) and what the
+hand-over says: `execution` (SPEC 11.1) gives the submission and the grace checkpoint; the
+engineer kind adds PLAN.json and trajectory/ the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import statuses
+from ..errors import RingflowError
+from ..jsonio import atomic_write_json, canonical_json, fsync_dir, fsync_tree, read_json
+from ..ring.layout import RingLayout
+from ..ring.ledger import Ledger, emit_event
+from .snapshot import copy_hashing, file_sha256, walk_entries, why_skipped
+
+SEAL_FILE = "SEAL.json"
+HANDOFF_FILE = "HANDOFF.json"
+SNAPSHOT_DIR = "carryover"
+STAGING_PREFIX = ".carryover-"
+SEALED = "carryover_sealed"
+FORMAT = 1
+
+# Tests stop the sealing process at one step with SIGKILL, as a crash would.
+STOP_ENV = "RINGFLOW_SEAL_STOP_AT"
+STEPS = ("staged", "sealed", "renamed", "recorded", "settled")
+
+
+def _stop_point(step: str) -> None:
+    if os.environ.get(STOP_ENV) == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass
+class SealRequest:
+    """What one node hands over: files to snapshot, the hand-over, the node's record."""
+
+    node_id: str
+    kind: str
+    # (path inside the snapshot, source file or folder); a missing source is left out.
+    sources: list[tuple[str, Path]]
+    handoff: dict
+    settle: dict = field(default_factory=dict)
+
+
+def identity(ring_id: str, node_id: str) -> str:
+    """Work identity (SPEC 11.3): the ring and node of whoever sealed it."""
+    return f"{ring_id}#{node_id}"
+
+
+def lock_sha256(ring_dir: Path) -> str:
+    return hashlib.sha256((Path(ring_dir) / "RING.json").read_bytes()).hexdigest()
+
+
+def snapshot_dir(layout: RingLayout, node_id: str) -> Path:
+    return layout.node_dir(node_id) / SNAPSHOT_DIR
+
+
+def sealed_records(ledger_path: Path) -> dict[str, dict]:
+    """Per node, the `carryover_sealed` record of a ring's ledger (lines that parse)."""
+    out: dict[str, dict] = {}
+    try:
+        lines = Path(ledger_path).read_bytes().splitlines()
+    except FileNotFoundError:
+        return out
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("kind") == SEALED:
+            out.setdefault(record.get("node"), record)
+    return out
+
+
+def seal_problems(folder: Path, seal: dict) -> list[str]:
+    """How a snapshot folder differs from its SEAL.json: changed, missing, added files,
+    links; an empty list when every file is exactly what was sealed."""
+    problems = []
+    listed = {}
+    for item in seal.get("files") or []:
+        if isinstance(item, dict) and isinstance(item.get("path"), str):
+            listed[item["path"]] = item
+    present = {}
+    for rel, info in walk_entries(folder):
+        if rel == SEAL_FILE:
+            continue
+        present[rel] = info
+    for rel, info in present.items():
+        if rel not in listed:
+            problems.append(f"{rel}: not in SEAL.json (added)")
+        elif why_skipped(info, float("inf")) is not None:
+            problems.append(f"{rel}: is a {why_skipped(info, float('inf'))}, sealed as a file")
+    for rel, item in listed.items():
+        if rel not in present:
+            problems.append(f"{rel}: missing (sealed with sha256 {str(item.get('sha256'))[:12]})")
+            continue
+        if why_skipped(present[rel], float("inf")) is not None:
+            continue
+        digest, size = file_sha256(folder / rel)
+        if digest != item.get("sha256") or size != item.get("size"):
+            problems.append(f"{rel}: content differs from SEAL.json (sha256 {digest[:12]}, "
+                            f"sealed {str(item.get('sha256'))[:12]})")  # fmt: skip
+    return problems
+
+
+def _stage(ring: dict, request: SealRequest, staging: Path) -> dict:
+    max_bytes = int(ring["config"].get("max_file_mb", 2048) * 1024**2)
+    files, skipped = [], []
+    for prefix, source in request.sources:
+        if not source.exists() and not source.is_symlink():
+            continue
+        entries = [("", source.lstat())] if not source.is_dir() or source.is_symlink() else \
+            walk_entries(source)  # fmt: skip
+        for rel, info in entries:
+            inside = f"{prefix}/{rel}" if rel else prefix
+            why = why_skipped(info, max_bytes)
+            if why is not None:
+                skipped.append({"path": inside, "why": why, "size": info.st_size})
+                continue
+            digest, size = copy_hashing(source / rel if rel else source, staging / inside)
+            files.append({"path": inside, "sha256": digest, "size": size})
+    handoff = {**request.handoff, "skipped": skipped}
+    atomic_write_json(staging / HANDOFF_FILE, handoff)
+    digest, size = file_sha256(staging / HANDOFF_FILE)
+    files.append({"path": HANDOFF_FILE, "sha256": digest, "size": size})
+    return {"files": sorted(files, key=lambda f: f["path"]), "skipped": skipped}
+
+
+def _write_seal(ring: dict, request: SealRequest, staging: Path, listing: dict) -> bytes:
+    seal = {
+        "format": FORMAT,
+        "kind": request.kind,
+        "identity": identity(ring["ring_id"], request.node_id),
+        "ring_id": ring["ring_id"],
+        "node": request.node_id,
+        "lock_sha256": lock_sha256(Path(ring["ring_dir"])),
+        "max_file_mb": ring["config"].get("max_file_mb", 2048),
+        "files": listing["files"],
+        "skipped": listing["skipped"],
+        "sealed_at": time.time(),
+    }
+    data = canonical_json(seal) + b"\n"
+    with open(staging / SEAL_FILE, "xb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    return data
+
+
+def _make_immutable(folder: Path) -> None:
+    for dirpath, _dirnames, filenames in os.walk(folder):
+        for name in filenames:
+            os.chmod(Path(dirpath) / name, 0o444)
+
+
+def _record(ring: dict, layout: RingLayout, request_kind: str, node_id: str, seal: dict,
+            seal_sha: str) -> dict:  # fmt: skip
+    return Ledger(layout.ledger).append(
+        SEALED,
+        node=node_id,
+        identity=identity(ring["ring_id"], node_id),
+        carry_kind=request_kind,
+        seal_sha256=seal_sha,
+        files=len(seal["files"]),
+        skipped=len(seal["skipped"]),
+    )
+
+
+def _settle(layout: RingLayout, request: SealRequest, record: dict) -> dict:
+    path = layout.node_json(request.node_id)
+    node = read_json(path)
+    block = {
+        "kind": record["carry_kind"],
+        "identity": record["identity"],
+        "seal_sha256": record["seal_sha256"],
+        "ledger_seq": record["seq"],
+        "snapshot": f"nodes/{request.node_id}/{SNAPSHOT_DIR}",
+        **request.settle,
+    }
+    if node.get("status") == statuses.CARRIED_OVER and node.get("carryover") == block:
+        return node
+    node.update(status=statuses.CARRIED_OVER, carryover=block)
+    atomic_write_json(path, node)
+    return node
+
+
+def seal_node(ring: dict, request: SealRequest) -> dict:
+    """Seal one node's work (or finish an interrupted seal); returns its ledger record."""
+    layout = RingLayout(Path(ring["ring_dir"]))
+    node_dir = layout.node_dir(request.node_id)
+    final = snapshot_dir(layout, request.node_id)
+    for leftover in node_dir.glob(f"{STAGING_PREFIX}*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    record = sealed_records(layout.ledger).get(request.node_id)
+    if record is not None:
+        _check_recorded(final, record)
+        _settle(layout, request, record)
+        return record
+    if final.exists():
+        record = _recover_unrecorded(ring, layout, request, final)
+        if record is not None:
+            return record
+    staging = node_dir / f"{STAGING_PREFIX}{secrets.token_hex(6)}"
+    staging.mkdir()
+    listing = _stage(ring, request, staging)
+    _stop_point("staged")
+    data = _write_seal(ring, request, staging, listing)
+    _make_immutable(staging)
+    fsync_tree(staging)
+    _stop_point("sealed")
+    os.rename(staging, final)
+    fsync_dir(node_dir)
+    _stop_point("renamed")
+    record = _record(ring, layout, request.kind, request.node_id,
+                     {**listing}, hashlib.sha256(data).hexdigest())  # fmt: skip
+    _stop_point("recorded")
+    _settle(layout, request, record)
+    _stop_point("settled")
+    emit_event(layout.root, SEALED, node=request.node_id, carry_kind=request.kind,
+               seal_sha256=record["seal_sha256"], files=record["files"])  # fmt: skip
+    return record
+
+
+def _check_recorded(final: Path, record: dict) -> None:
+    seal_path = final / SEAL_FILE
+    if not seal_path.is_file():
+        raise RingflowError(f"{final}: the ledger records a seal (line {record['seq']}) but "
+                            "the snapshot or its SEAL.json is gone")  # fmt: skip
+    digest, _ = file_sha256(seal_path)
+    if digest != record["seal_sha256"]:
+        raise RingflowError(
+            f"{seal_path}: differs from the seal the ledger records (line {record['seq']}): "
+            "the snapshot was changed after sealing"
+        )
+
+
+def _recover_unrecorded(ring, layout, request, final: Path) -> dict | None:
+    """A snapshot renamed into place before its ledger entry: record it if it verifies,
+    else remove it (it was never a seal) and let the caller seal afresh."""
+    seal_path = final / SEAL_FILE
+    problems = ["SEAL.json missing"]
+    seal = None
+    if seal_path.is_file():
+        try:
+            seal = read_json(seal_path)
+            problems = seal_problems(final, seal)
+        except RingflowError as exc:
+            problems = [str(exc)]
+    if problems or seal is None:
+        emit_event(layout.root, "carryover_seal_discarded", node=request.node_id,
+                   problems=problems[:5])  # fmt: skip
+        _remove_tree(final)
+        return None
+    digest, _ = file_sha256(seal_path)
+    record = _record(ring, layout, seal["kind"], request.node_id, seal, digest)
+    _settle(layout, request, record)
+    emit_event(layout.root, "carryover_seal_recovered", node=request.node_id, seal_sha256=digest)
+    return record
+
+
+def _remove_tree(folder: Path) -> None:
+    for dirpath, _dirnames, _filenames in os.walk(folder):
+        os.chmod(dirpath, 0o755)
+    shutil.rmtree(folder)
+
+
+def seal_check(layout: RingLayout) -> list[str]:
+    """Every seal the ring's ledger records, against its snapshot (for `ringflow verify`)."""
+    problems = []
+    for node, record in sealed_records(layout.ledger).items():
+        folder = snapshot_dir(layout, node)
+        try:
+            _check_recorded(folder, record)
+            problems += [
+                f"{folder}: {p}" for p in seal_problems(folder, read_json(folder / SEAL_FILE))
+            ]
+        except RingflowError as exc:
+            problems.append(str(exc))
+    return problems

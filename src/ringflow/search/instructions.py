@@ -1,0 +1,82 @@
+"""The instructions an engineer session reads (rendered from a Jinja2 template).
+
+Native and blind renderings differ only in the feedback section: every score a session
+may see (its parent's, the refuted directions', the query quota) is in that section and
+nowhere else (SPEC 8)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+
+from ..jsonio import read_json
+from ..ring.layout import RingLayout
+from ..selection.promote import node_mean
+
+TEMPLATE = "engineer.md.j2"
+METHOD_CHARS = 2000
+
+
+def _environment() -> jinja2.Environment:
+    folder = Path(__file__).resolve().parents[1] / "templates"
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(folder),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def method_of(layout: RingLayout, node: str) -> str:
+    path = layout.submission(node) / "METHOD.md"
+    if not path.is_file():
+        return "(no METHOD.md)"
+    return path.read_text(errors="replace").strip()[:METHOD_CHARS]
+
+
+def refuted_directions(ring: dict, layout: RingLayout, index: dict) -> list[dict]:
+    """Ready nodes whose seed-0 mean is worse than their parent's, with both scores."""
+    sign = 1.0 if ring["task"]["direction"] == "maximize" else -1.0
+    refuted = []
+    for entry in index["nodes"]:
+        if entry["status"] != "ready":
+            continue
+        node = read_json(layout.node_json(entry["id"]))
+        parent = node.get("parent")
+        if not parent:
+            continue
+        mine = node_mean(ring, layout, entry["id"], "s0")["mean"]
+        theirs = node_mean(ring, layout, parent, "s0")["mean"]
+        if mine is not None and theirs is not None and sign * (mine - theirs) < 0:
+            method = method_of(layout, entry["id"])
+            refuted.append({"node": entry["id"], "parent": parent, "score": mine,
+                            "parent_score": theirs, "method": method})  # fmt: skip
+    return refuted
+
+
+def context(ring: dict, layout: RingLayout, node: dict, deadline: float) -> dict:
+    """Everything the template needs; scores are only read by its feedback section."""
+    index = read_json(layout.nodes_index)
+    parent = node.get("parent")
+    search = ring["config"]["search"]
+    return {
+        "node": node["id"],
+        "origin": node["origin"]["kind"],
+        "task": ring["task"]["name"],
+        "direction": ring["task"]["direction"],
+        "search_views": ring["search_views"],
+        "deadline": deadline,
+        "parent": parent,
+        "parent_method": method_of(layout, parent) if parent else None,
+        "parent_scores": node_mean(ring, layout, parent, "s0") if parent else None,
+        "refuted": refuted_directions(ring, layout, index),
+        "feedback": search["feedback"],
+        "queries_left": search["queries_per_node"],
+        "validator": bool(ring["task"].get("validator")),
+    }
+
+
+def render(values: dict) -> str:
+    return _environment().get_template(TEMPLATE).render(**values)

@@ -1,0 +1,370 @@
+"""One engineer session: make the node's workspace, run the engineer in the sandbox under
+the supervisor until it exits or the hand-over point, then settle the node (SPEC 8, 11.1).
+
+The session sees its workspace (read-write, `/ringflow/workspace`), its instructions
+(`/ringflow/INSTRUCTIONS.md`), its parent's submission (`/ringflow/parent`, read-only),
+the public inputs of every search view (`/ringflow/inputs/<view>`), the candidates'
+environment and `engineer.mounts`; never labels, the task folder, the ring folder or the
+store. Its stdout and stderr are its raw log in `nodes/<id>/trajectory/`.
+
+Afterwards: a runnable workspace becomes the node's submission and is executed like any
+node (also when the session was cut at the hand-over point); a session cut without a
+runnable program is `carried_over` (kind `engineer`); any other session without one is
+`rejected` with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import stat
+import time
+from pathlib import Path
+
+from .. import sandbox, statuses
+from ..candidate import copy_submission, load_solution
+from ..errors import CandidateError, SandboxError
+from ..jsonio import atomic_write_json, atomic_write_text, read_json
+from ..nodes import READY, REJECTED, _assign_trainers, execution_spec, planned_variants
+from ..ring.clock import load_node, load_ring
+from ..ring.layout import RingLayout
+from ..ring.ledger import Ledger, emit_event
+from ..ring.stop import refuse_if_stopped, stop_ring
+from ..sandbox.box import started_marker_argv
+from ..sandbox.commands import (
+    INSIDE,
+    base_argv,
+    drop_privileges_argv,
+    host_path_binds,
+    limits_argv,
+    namespace_argv,
+    system_argv,
+    visible,
+)
+from ..sandbox.model import SandboxPlan
+from ..sandbox.ownership import OwnershipLoan
+from ..supervisor import HealthSettings, ResourceLimits, supervise
+from ..weights.hashing import solution_tree_hash
+from ..weights.store import WeightsStore
+from ..workcopy import make_readonly_tree
+from . import instructions
+from .index import add_keys, set_entry, update_index
+from .plan import ENGINEERING, handover_at
+from .queries import QueryServer
+
+CARRIED_OVER = "carried_over"
+BUILTIN_SCRIPT = Path(__file__).with_name("builtin_engineer.py")
+DEMO_LIBRARY = Path(__file__).resolve().parents[1] / "demo" / "candidates"
+
+WORKSPACE = INSIDE / "workspace"
+PARENT = INSIDE / "parent"
+INPUTS = INSIDE / "inputs"
+INSTRUCTIONS = INSIDE / "INSTRUCTIONS.md"
+ENGINE = INSIDE / "engineer"
+SOCKET = INSIDE / "score.sock"
+LIBRARY = INSIDE / "library"
+
+
+def run_session(ring_dir: str | Path, node_id: str) -> dict:
+    """Run the node's engineer session once and settle the node; returns session.json."""
+    refuse_if_stopped(ring_dir)
+    ring = load_ring(ring_dir)
+    layout = RingLayout(Path(ring["ring_dir"]))
+    node = load_node(ring, node_id)
+    if node["status"] != ENGINEERING and layout.session(node_id).exists():
+        return read_json(layout.session(node_id))
+    box = layout.root / "boxes" / secrets.token_hex(8)
+    box.mkdir(parents=True, mode=0o755)
+    try:
+        return _run_in_box(ring, layout, node, box)
+    finally:
+        shutil.rmtree(box, ignore_errors=True)
+
+
+def _run_in_box(ring: dict, layout: RingLayout, node: dict, box: Path) -> dict:
+    engineer = ring["config"]["engineer"]
+    workspace = box / "workspace"
+    _make_workspace(ring, layout, node, workspace)
+    trajectory = layout.trajectory(node["id"])
+    shutil.rmtree(trajectory, ignore_errors=True)
+    trajectory.mkdir(parents=True)
+    deadline_at = handover_at(ring)
+    text = instructions.render(instructions.context(ring, layout, node, deadline_at))
+    (box / "INSTRUCTIONS.md").write_text(text)
+    (trajectory / "INSTRUCTIONS.md").write_text(text)
+    started = time.time()
+    record = {"node": node["id"], "operator": node["operator"], "started_at": started,
+              "deadline": deadline_at, "network": engineer["network"]}  # fmt: skip
+    if started >= deadline_at:
+        record.update(status="not_started", budget_cut=True, exit_code=None,
+                      reason="not started: the hand-over point had passed")  # fmt: skip
+    else:
+        record.update(_run_engineer(ring, layout, node, box, trajectory))
+    _redact(trajectory, engineer["env_pass"])
+    record["ended_at"] = time.time()
+    return _settle(ring, layout, node, workspace, record)
+
+
+def _make_workspace(ring: dict, layout: RingLayout, node: dict, workspace: Path) -> None:
+    """An improvement starts from its parent's submission, a draft from the template."""
+    source = None
+    if node["parent"]:
+        source = layout.submission(node["parent"])
+    elif ring["config"]["engineer"]["template"]:
+        source = Path(ring["config"]["engineer"]["template"])
+        if not source.is_dir():
+            raise CandidateError(f"engineer.template {source} is not a folder")
+    if source is None:
+        workspace.mkdir()
+    else:
+        shutil.copytree(source, workspace, symlinks=True)
+    for dirpath, _dirs, files in os.walk(workspace):
+        os.chmod(dirpath, 0o755)
+        for name in files:
+            path = Path(dirpath) / name
+            if not path.is_symlink():
+                os.chmod(path, stat.S_IMODE(path.stat().st_mode) | 0o644)
+
+
+def _command_argv(ring: dict) -> tuple[list[str], list[Path]]:
+    """The session's argv and the extra host folders it needs bound."""
+    command = ring["config"]["engineer"]["command"].strip()
+    if command == "builtin":
+        python = ring["program"]["executable"]
+        return [python, str(ENGINE / BUILTIN_SCRIPT.name)], []
+    return ["/bin/sh", "-c", command], []
+
+
+def _session_env(ring: dict, node: dict, paths: dict, deadline: float) -> dict[str, str]:
+    engineer = ring["config"]["engineer"]
+    python = ring["program"]["executable"]
+    env = {
+        "PATH": f"{Path(python).parent}:/usr/local/bin:/usr/bin:/bin",
+        "LANG": os.environ.get("LANG", "C.UTF-8"),
+        "HOME": paths["home"],
+        "TMPDIR": paths["home"],
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "RINGFLOW_NODE": node["id"],
+        "RINGFLOW_ORIGIN": node["origin"]["kind"],
+        "RINGFLOW_WORKSPACE": paths["workspace"],
+        "RINGFLOW_INSTRUCTIONS": paths["instructions"],
+        "RINGFLOW_INPUTS": paths["inputs"],
+        "RINGFLOW_DEADLINE": f"{deadline:.0f}",
+        "RINGFLOW_PYTHON": python,
+        "RINGFLOW_FEEDBACK": ring["config"]["search"]["feedback"],
+        "RINGFLOW_ENGINEER_DELAY_S": str(engineer["builtin_delay_s"]),
+        "RINGFLOW_ENGINEER_LIBRARY": paths["library"],
+        "RINGFLOW_ENGINEER_SEED": node["id"],
+        "RINGFLOW_QUERY_CLIENT": paths["query_client"],
+    }
+    if paths.get("socket"):
+        env["RINGFLOW_QUERY_SOCKET"] = paths["socket"]
+    if node["parent"]:
+        env["RINGFLOW_PARENT_DIR"] = paths["parent"]
+    for name in engineer["env_pass"]:
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: float, sock):
+    """bubblewrap around the session (or nothing with sandbox.mode none)."""
+    config = ring["config"]
+    engineer, box_config = config["engineer"], config["sandbox"]
+    workspace = box / "workspace"
+    parent = layout.submission(node["parent"]) if node["parent"] else None
+    views = {view: Path(ring["views"][view]["inputs_snapshot"]) for view in ring["search_views"]}
+    if ring["sandbox"]["mode"] == "none":
+        inputs = box / "inputs"
+        inputs.mkdir()
+        for view, folder in views.items():
+            (inputs / view).symlink_to(folder)
+        paths = {"workspace": str(workspace), "instructions": str(box / "INSTRUCTIONS.md"),
+                 "inputs": str(inputs), "parent": str(parent), "home": str(box),
+                 "library": str(DEMO_LIBRARY), "socket": sock and str(sock),
+                 "query_client": str(BUILTIN_SCRIPT.with_name("query_client.py"))}  # fmt: skip
+        if argv[1:2] == [str(ENGINE / BUILTIN_SCRIPT.name)]:
+            argv = [argv[0], str(BUILTIN_SCRIPT)]
+        env = _session_env(ring, node, paths, deadline)
+        return SandboxPlan(mode="none", argv=argv, env=env, cwd=str(workspace),
+                           network_isolated=False)  # fmt: skip
+    info = sandbox.require_sandbox(box_config)
+    root = info["mode"] == "root"
+    hidden = (layout.root.parent, Path(ring["task"]["dir"]), Path(ring["store"]))
+    bound = [*(Path(d) for d in ring["program"]["dirs"]), *(Path(m) for m in engineer["mounts"])]
+    args = [info["bwrap_path"], *namespace_argv(userns=not root, network=engineer["network"])]
+    args += system_argv() + base_argv(box_config["tmp_mb"])
+    args += host_path_binds(bound)
+    for path in hidden:
+        if visible(path) or any(path.is_relative_to(b) for b in bound):
+            args += (
+                ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
+            )
+    args += ["--bind", str(workspace), str(WORKSPACE)]
+    args += ["--ro-bind", str(box / "INSTRUCTIONS.md"), str(INSTRUCTIONS)]
+    if parent is not None:
+        args += ["--ro-bind", str(parent), str(PARENT)]
+    for view, folder in views.items():
+        args += ["--ro-bind", str(folder), str(INPUTS / view)]
+    args += ["--ro-bind", str(BUILTIN_SCRIPT.parent), str(ENGINE)]
+    args += ["--ro-bind", str(DEMO_LIBRARY), str(LIBRARY)]
+    if sock is not None:
+        args += ["--bind", str(sock), str(SOCKET)]
+    read_status, write_status = os.pipe()
+    os.set_inheritable(write_status, True)
+    args += ["--chdir", str(WORKSPACE), "--", *started_marker_argv(write_status)]
+    if root:
+        args += drop_privileges_argv(info["setpriv"], box_config["uid"], box_config["gid"])
+    args += limits_argv(info["prlimit"], None if root else config["limits"]["max_processes"], None)
+    cleanups = []
+    if root:
+        loan = OwnershipLoan(box_config["uid"], box_config["gid"])
+        loan.lend(workspace)
+        cleanups.append(loan.take_back)
+    paths = {"workspace": str(WORKSPACE), "instructions": str(INSTRUCTIONS),
+             "inputs": str(INPUTS), "parent": str(PARENT), "home": "/tmp",
+             "library": str(LIBRARY), "socket": sock and str(SOCKET),
+             "query_client": str(ENGINE / "query_client.py")}  # fmt: skip
+    return SandboxPlan(mode=info["mode"], argv=args + argv,
+                       env=_session_env(ring, node, paths, deadline), cwd="/",
+                       network_isolated=not engineer["network"], wrappers=[info["bwrap_path"]],
+                       status_fd=write_status, _status_read=read_status,
+                       _cleanups=cleanups)  # fmt: skip
+
+
+def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
+    config = ring["config"]
+    argv, _ = _command_argv(ring)
+    deadline = handover_at(ring)
+    # Native feedback: the session is handed a socket to the scorer side, nothing else.
+    server = None
+    if config["search"]["feedback"] == "native":
+        server = QueryServer(ring, layout, node["id"], box / "queries")
+    try:
+        plan = _sandbox_plan(ring, layout, node, box, argv, deadline, server and server.path)
+    except BaseException:
+        if server is not None:
+            server.close()
+        raise
+    # A session with no activity of its own for engineer.stall_min is stopped (`stalled`).
+    health = {**config["exec_health"], "enforce": True, "hang_min": config["engineer"]["stall_min"]}
+    try:
+        outcome = supervise(
+            plan.argv,
+            cwd=plan.cwd,
+            env=plan.env,
+            stdout_path=trajectory / "stdout.log",
+            stderr_path=trajectory / "stderr.log",
+            health_dir=trajectory / "health",
+            settings=HealthSettings.from_config(health),
+            limits=ResourceLimits.from_config({**config["limits"], "output_gb": None}),
+            deadline=lambda: handover_at(ring),
+            watch_writable=[box / "workspace"],
+            wrappers=plan.wrappers,
+            pass_fds=() if plan.status_fd is None else (plan.status_fd,),
+            mark_environment=plan.mode == "none",
+        )
+        if outcome.events and outcome.events[0].get("event") == "start_failed":
+            raise SandboxError(outcome.reason)
+        if plan.status_fd is not None and (outcome.exit_code is not None or outcome.signal):
+            plan.confirm_started()
+    except SandboxError as exc:
+        raise stop_ring(layout.root, f"the sandbox could not run the engineer session of "
+                        f"{node['id']}: {exc}", node=node["id"]) from None  # fmt: skip
+    finally:
+        plan.finish()
+        # The client is closed first, then its count settled from the scorer's record.
+        queries_used = server.close() if server is not None else 0
+    status = {statuses.OK: "ended", statuses.HUNG: "stalled"}.get(outcome.status, outcome.status)
+    if outcome.budget_cut:
+        status = "cut"
+    return {
+        "status": status,
+        "budget_cut": outcome.budget_cut,
+        "exit_code": outcome.exit_code,
+        "signal": outcome.signal,
+        "wall_s": outcome.wall_s,
+        "cpu_s": outcome.cpu_s,
+        "reap_left": outcome.reap_left,
+        "reason": outcome.reason,
+        "sandbox": {"mode": plan.mode, "network_isolated": plan.network_isolated},
+        "queries_used": queries_used,
+    }
+
+
+def _redact(trajectory: Path, names: list[str]) -> None:
+    """Values of passed variables (API keys) never stay in the raw log."""
+    secrets_ = {name: os.environ[name] for name in names if os.environ.get(name)}
+    if not secrets_:
+        return
+    for path in trajectory.glob("*.log"):
+        text = path.read_text(errors="replace")
+        for name, value in secrets_.items():
+            text = text.replace(value, f"[{name} redacted]")
+        atomic_write_text(path, text)
+
+
+def runnable_problem(workspace: Path, max_bytes: int):
+    """(solution, None) when the workspace holds a runnable program, else (None, reason)."""
+    try:
+        solution = load_solution(workspace, max_bytes)
+    except CandidateError as exc:
+        return None, str(exc)
+    entry = workspace / "run.py"
+    if list(solution.command[:2]) == ["python", "run.py"] and entry.is_file():
+        try:
+            compile(entry.read_bytes(), str(entry), "exec", dont_inherit=True)
+        except (SyntaxError, ValueError) as exc:
+            return None, f"run.py does not compile: {exc}"
+    return solution, None
+
+
+def _settle(ring, layout, node: dict, workspace: Path, record: dict) -> dict:
+    """Submit a runnable workspace, carry over a cut one without, reject the rest."""
+    max_bytes = int(ring["config"]["max_weights_gb"] * 1024**3)
+    solution, problem = runnable_problem(workspace, max_bytes)
+    record["runnable"] = solution is not None
+    node = dict(node)
+    node["timestamps"] = {**node.get("timestamps", {}), "session_started_at":
+                          record["started_at"], "session_ended_at": record["ended_at"]}  # fmt: skip
+    node["queries_used"] = record.get("queries_used", 0)
+    node["session"] = {k: record.get(k) for k in ("status", "budget_cut", "exit_code",
+                                                  "reason", "runnable", "network")}  # fmt: skip
+    owners: dict = {}
+    if solution is not None:
+        submission = layout.submission(node["id"])
+        shutil.rmtree(submission, ignore_errors=True)
+        copy_submission(solution, submission)
+        make_readonly_tree(submission)
+        tree, _ = solution_tree_hash(submission, set(solution.per_view_paths),
+                                     ring.get("tree_ignore") or [])  # fmt: skip
+        node.update(status=READY, tree_hash=tree, solution=solution.to_dict())
+        node["executions"] = {
+            view: {v: execution_spec(ring, solution, tree, view, v) for v in variants}
+            for view, variants in planned_variants(ring).items()
+        }
+        owners = _assign_trainers([node], WeightsStore(ring["store"]))
+    elif record.get("budget_cut"):
+        node.update(status=CARRIED_OVER, carryover={"kind": "engineer", "reason": problem})
+    else:
+        node.update(status=REJECTED, error=f"the engineer session left no runnable program: "
+                    f"{problem}")  # fmt: skip
+    node["timestamps"]["settled_at"] = time.time()
+    atomic_write_json(layout.node_json(node["id"]), node)
+
+    def settle(index: dict) -> None:
+        set_entry(index, {"id": node["id"], "name": node["name"], "role": node["role"],
+                          "status": node["status"]})  # fmt: skip
+        add_keys(index, owners)
+
+    update_index(layout, settle)
+    ledger = Ledger(layout.ledger)
+    ledger.append("node_engineered", node=node["id"], status=node["status"],
+                  session=record["status"], tree_hash=node.get("tree_hash"))  # fmt: skip
+    if node["status"] != READY:
+        emit_event(layout.root, f"node_{node['status']}", node=node["id"],
+                   reason=node.get("error") or problem)  # fmt: skip
+    record["node_status"] = node["status"]
+    atomic_write_json(layout.session(node["id"]), record)
+    return record
