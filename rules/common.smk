@@ -348,7 +348,8 @@ def repro_inputs(wildcards):
     finalists' cold retrain and the other guarded finalists' final-view runs."""
     decision = read_json(checkpoints.decide.get().output.decision)
     if decision["decision"] in ("refused", "none"):
-        return [path(RING.decision)]
+        # The seed-0 ranking is still written (it runs nothing); no promotion seeds start.
+        return [path(RING.decision), path(RING.promotion)]
     nodes = trained_finalists(RING.root, finalists())
     view = [ring_lock()["search_views"][0]]
     others = after_decision_final_runs(decision)
