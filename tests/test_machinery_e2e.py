@@ -83,3 +83,24 @@ def test_a_view_changed_under_the_locked_ring_stops_it_before_the_program_runs(t
     assert "data.txt was changed after the ring was locked" in done.stderr
     assert not (ring / "nodes" / "n001-a" / "exec" / "proxy" / "s0" / "result.json").exists()
     assert not list((tmp_path / "store").glob("per_view/*/*.json")), "nothing was registered"
+
+
+def test_an_unconfined_ring_says_so_on_every_result_and_in_final(tmp_path):
+    cands = tmp_path / "cands"
+    make_candidate(cands / "a", mean=0.6, sd=0.05, noise_key="a")
+    base = make_candidate(tmp_path / "base", mean=0.4, sd=0.05, noise_key="base")
+    config = write_config(
+        tmp_path, ring_id="trusted", task=str(make_task(tmp_path)), candidates=str(cands),
+        baseline=str(base), final_top_k=1,
+        sandbox={"mode": "none", "uid": 65534, "gid": 65534, "mounts": [], "network": False,
+                 "env_pass": [], "tmp_mb": 64},
+    )  # fmt: skip
+    snakemake(tmp_path, config)
+    ring = tmp_path / "runs" / "trusted"
+    lock = json.loads((ring / "RING.json").read_text())
+    assert lock["sandbox"]["mode"] == "none"
+    done = results(ring)
+    assert done and {r["sandbox"]["mode"] for r in done.values() if "sandbox" in r} == {"none"}
+    final = json.loads((ring / "final" / "FINAL.json").read_text())
+    assert final["sandbox"] == "none"
+    assert any("unconfined" in w for w in final["warnings"])

@@ -36,7 +36,9 @@ from .task import command_argv
 from .workcopy import reset_dir
 
 
-def _run(argv: list[str], env: dict, deadline, limit_s: float, log) -> tuple[str, str]:
+def _run(
+    argv: list[str], env: dict, deadline, limit_s: float, log, cwd: str = "/"
+) -> tuple[str, str]:
     """Run a scorer or validator in its sandbox: ("done" | "cut" | "timeout", stderr).
 
     The deadline is re-read at every poll, so a cutoff moved earlier reaches a scorer
@@ -44,7 +46,7 @@ def _run(argv: list[str], env: dict, deadline, limit_s: float, log) -> tuple[str
     failure of the scorer, never a budget cut.
     """
     proc = subprocess.Popen(
-        argv, cwd="/", env=env, stdout=log, stderr=subprocess.PIPE, text=True,
+        argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.PIPE, text=True,
         start_new_session=True,
     )  # fmt: skip
     give_up = time.time() + limit_s
@@ -143,13 +145,22 @@ def _evaluate(ring: dict, exec_dir: Path, view: str, variant: str, seed: int) ->
               "gid": config["sandbox"]["gid"]}  # fmt: skip
     env = evaluator_env(config["limits"]["threads"])
     task_dir = Path(task["dir"])
+    confined = info["mode"] != "none"
+    # Confined, the evaluator sees its folders at neutral paths from the task folder (the
+    # sandbox's chdir); unconfined (sandbox.mode: none) it gets the host paths.
+    seen = {
+        "pred": INSIDE_PRED if confined else pred,
+        "inputs": INSIDE_INPUTS if confined else inputs,
+        "labels": INSIDE_LABELS if confined else view_dir / "labels",
+    }
+    cwd = "/" if confined else str(task_dir)
     with open(exec_dir / "scorer.log", "w") as log:
         if task["validator"]:
-            command = [*command_argv(task["validator"]), "--pred", str(INSIDE_PRED),
-                       "--inputs", str(INSIDE_INPUTS)]  # fmt: skip
+            command = [*command_argv(task["validator"]), "--pred", str(seen["pred"]),
+                       "--inputs", str(seen["inputs"])]  # fmt: skip
             argv = evaluator_argv(info, command, task_dir=task_dir, pred=pred, inputs=inputs,
                                   limits=limits)  # fmt: skip
-            ended, err = _run(argv, env, deadline, limit_s, log)
+            ended, err = _run(argv, env, deadline, limit_s, log, cwd)
             if ended == "cut":
                 return {"budget_cut": True, "reason": "validation cut by the deadline"}
             if ended == "timeout":
@@ -162,17 +173,18 @@ def _evaluate(ring: dict, exec_dir: Path, view: str, variant: str, seed: int) ->
             """One scorer call: (how it ended, its stderr, its output file)."""
             record_dir = reset_dir(exec_dir / "scoring")
             loan = _lend(info, record_dir, limits)
+            out = (INSIDE_RECORD if confined else record_dir) / "score.json"
             command = [
                 *command_argv(task["scorer"]),
-                *("--pred", str(INSIDE_PRED), "--labels", str(INSIDE_LABELS)),
-                *("--seed", str(call_seed), "--out", str(INSIDE_RECORD / "score.json")),
+                *("--pred", str(seen["pred"]), "--labels", str(seen["labels"])),
+                *("--seed", str(call_seed), "--out", str(out)),
                 *extra,
             ]
             argv = evaluator_argv(info, command, task_dir=task_dir, pred=pred,
                                   labels=view_dir / "labels", record_dir=record_dir,
                                   limits=limits)  # fmt: skip
             try:
-                ended, err = _run(argv, env, deadline, limit_s, log)
+                ended, err = _run(argv, env, deadline, limit_s, log, cwd)
             finally:
                 if loan is not None:
                     loan.take_back()

@@ -547,6 +547,8 @@ def decide(ring_dir) -> dict:
     )
     chosen_row = next((r for r in rows if r["node"] == chosen), None)
     warnings = [REUSE_WARNING] if reuses_search_rows(ring) else []
+    if ring.get("sandbox", {}).get("mode") == "none":
+        warnings.append("sandbox.mode: none: every program of this ring ran unconfined")
     record = {
         "decision": "baseline" if chosen == base else "candidate",
         "chosen": chosen,
@@ -572,6 +574,8 @@ def decide(ring_dir) -> dict:
         "selection_gap": story_gap(ring, chosen, rows, baseline),
         "weights": _weights_fingerprint(ring, chosen),
         "guard_reused_search_rows": reuses_search_rows(ring),
+        # How every program of the ring was confined; "none" means unconfined (trusted).
+        "sandbox": ring.get("sandbox", {}).get("mode"),
         "warnings": warnings,
         "note": "Guard and promotion scores are conditional on the frozen weights and the "
         "current data. The guard's bound is a paired bootstrap over the guard rows and the "
