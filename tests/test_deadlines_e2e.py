@@ -163,8 +163,9 @@ def test_the_reserve_moves_the_cutoff_earlier_and_it_survives_a_restart(tmp_path
             check=True,
         )
         moved = json.loads(tick.stdout)
-        assert moved["moved"] and moved["reserve_min"] >= 3
+        assert moved["reserve_min"] >= 3
         after = CutoffFile(ring / "cutoff.json").cutoff()
+        # Moved by this tick, or by the ring's own timekeeper a moment before it.
         assert after < before
         assert after >= lock["start"] + (lock["stop_at"] - lock["start"]) / 2
         os.killpg(driver.pid, signal.SIGKILL)
