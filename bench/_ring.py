@@ -7,6 +7,7 @@ on a temporary folder so nothing lands in the repository's own `runs/` or `store
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -14,6 +15,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,6 +152,19 @@ def remove_tree(path: Path) -> None:
 
     # onerror, not onexc: the project supports Python 3.11.
     shutil.rmtree(path, onerror=make_writable)
+
+
+@contextlib.contextmanager
+def scratch_folder(prefix: str, keep: bool, parent: str | None = None):
+    """A temporary folder for a bench's rings, removed afterwards unless `keep` (--keep)."""
+    work = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    try:
+        yield work
+    finally:
+        if keep:
+            print(f"kept {work}")
+        else:
+            remove_tree(work)
 
 
 def write_results(name: str, record: dict) -> Path:

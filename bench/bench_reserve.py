@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 import _ring
@@ -108,16 +107,10 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the bench folder")
     args = parser.parse_args()
     rings = [Path(r) for r in args.rings]
-    work = Path(tempfile.mkdtemp(prefix="ringflow-bench-reserve-"))
-    try:
+    with _ring.scratch_folder("ringflow-bench-reserve-", args.keep) as work:
         if not args.no_run:
             rings += [demo_ring(work), slow_cold_start_ring(work), two_finalists_ring(work)]
         rows = [accuracy(ring) for ring in rings]
-    finally:
-        if args.keep:
-            print(f"rings kept under {work}")
-        else:
-            _ring.remove_tree(work)
     table = []
     for row in rows:
         name = Path(row["ring"]).name

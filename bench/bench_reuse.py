@@ -26,7 +26,6 @@ import argparse
 import json
 import re
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -167,9 +166,8 @@ def main() -> None:
     args = parser.parse_args()
     hidden = tuple(int(h) for h in args.hidden.split(","))
 
-    work = Path(tempfile.mkdtemp(prefix="bench-reuse-", dir=args.workdir))
     started = time.perf_counter()
-    try:
+    with _ring.scratch_folder("bench-reuse-", args.keep, args.workdir) as work:
         task = materialise_task(work / "task")
         candidates = work / "candidates"
         make_candidate(candidates, hidden, args.epochs)
@@ -182,11 +180,6 @@ def main() -> None:
             with_reuse.append(execute(work, ring, view, variant))
             without_reuse.append(run_without_reuse(work, task, candidates, variant, view))
         demo_ring = None if args.no_ring else ring_trainings(work)
-    finally:
-        if args.keep:
-            print(f"kept {work}")
-        else:
-            _ring.remove_tree(work)
 
     problems = []
     modes = [r["weights_mode"] for r in with_reuse]

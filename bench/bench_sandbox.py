@@ -11,7 +11,6 @@ namespace; run the script both ways to measure both. Target: at most 50 ms more.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -23,10 +22,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+import _ring  # noqa: E402
 from ringflow import sandbox  # noqa: E402
 from ringflow.sandbox.interpreter import describe_interpreter  # noqa: E402
 
-RESULTS = ROOT / "bench" / "results" / "bench_sandbox.json"  # one file per mode
+NAME = "bench_sandbox"
 TARGET_MS = 50.0
 
 
@@ -80,9 +80,7 @@ def main() -> int:
         "target_ms": TARGET_MS,
         "met": added <= TARGET_MS,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    name = RESULTS.with_name(f"bench_sandbox-{info['mode']}.json")
-    name.write_text(json.dumps(record, indent=2) + "\n")
+    _ring.write_results(f"{NAME}-{info['mode']}", record)  # one file per mode
     print(
         f"sandbox start ({info['mode']} mode, median of {args.starts}): bare {bare_ms:.1f} ms, "
         f"sandboxed {boxed_ms:.1f} ms, added {added:.1f} ms (target <= {TARGET_MS:.0f} ms)"

@@ -9,7 +9,6 @@ only lstat()s the same files, in the same run. Target: at most 10 ms for 1,000 f
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -20,10 +19,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+import _ring  # noqa: E402
 from ringflow.ring.inputs import check_inputs, record_snapshot, take_snapshot  # noqa: E402
 from ringflow.weights.hashing import listing  # noqa: E402
 
-RESULTS = ROOT / "bench" / "results" / "bench_view_check.json"
+NAME = "bench_view_check"
 TARGET_MS = 10.0
 
 
@@ -72,8 +72,7 @@ def main() -> int:
         "target_ms": TARGET_MS,
         "met": check_ms <= TARGET_MS,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(record, indent=2) + "\n")
+    _ring.write_results(NAME, record)
     print(
         f"view check, {args.files} files (median of {args.runs}): {check_ms:.2f} ms; a bare "
         f"lstat walk {walk_ms:.2f} ms ({record['ratio']}x); target <= {TARGET_MS:.0f} ms"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import stat
 import tempfile
 from pathlib import Path
@@ -51,11 +50,10 @@ def pytest_unconfigure(config):
 @pytest.fixture
 def listener():
     """A TCP listener on 127.0.0.1 that a sandboxed program must not reach."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    yield f"127.0.0.1:{server.getsockname()[1]}"
-    server.close()
+    from ringtools import loopback_listener
+
+    with loopback_listener() as address:
+        yield address
 
 
 @pytest.fixture

@@ -3,8 +3,10 @@ scripted candidates, and a runner for Snakemake on a temporary folder."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -230,3 +232,15 @@ def finished_demo_ring() -> Path:
         snakemake(work, write_config(work, ring_id="demo"))
         _demo_ring = work / "runs" / "demo"
     return _demo_ring
+
+
+@contextlib.contextmanager
+def loopback_listener():
+    """A TCP listener on 127.0.0.1 ("host:port") that a sandboxed program must not reach."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    try:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        server.close()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from ringtools import locked_ring
+from ringtools import locked_ring, loopback_listener
 
 pytestmark = pytest.mark.e2e
 
@@ -87,11 +86,8 @@ def hostile(folder: Path, kind: str, **fields) -> None:
 @pytest.fixture(scope="module")
 def module_listener():
     """One listener for the module's arena (the conftest's `listener` is per test)."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    yield f"127.0.0.1:{server.getsockname()[1]}"
-    server.close()
+    with loopback_listener() as address:
+        yield address
 
 
 @pytest.fixture(scope="module")

@@ -44,24 +44,16 @@ def plan_box(
 ) -> SandboxPlan:
     """Build the bwrap argv; as root, lend the writable paths to the sandbox uid."""
     root = info["mode"] == "root"
-    argv = [info["bwrap_path"], *namespace_argv(userns=not root, network=request.network)]
-    argv += system_argv() + base_argv(request.tmp_mb)
-    argv += host_path_binds([*request.environment_dirs, *request.mounts])
-    argv += _hide(layout.hidden, [*request.environment_dirs, *request.mounts])
+    bound = [*request.environment_dirs, *request.mounts]
+    argv = sandbox_head(info, network=request.network, tmp_mb=request.tmp_mb, bound=bound,
+                        hidden=layout.hidden)  # fmt: skip
     argv += _execution_binds(layout)
     argv += _gpu_binds(request.gpu_devices)
-    read_status, write_status = os.pipe()
-    write_status = _low_fd(write_status)
-    os.set_inheritable(write_status, True)
-    argv += ["--chdir", str(INSIDE_SOLUTION), "--", *started_marker_argv(write_status)]
-    if root:
-        argv += drop_privileges_argv(info["setpriv"], request.uid, request.gid)
-    # RLIMIT_NPROC counts a uid's processes in its user namespace: in our own namespace that
-    # is this sandbox alone; as root every program shares uid 65534, so the supervisor's
-    # pids cgroup bounds the tree instead.
-    nproc = None if root else request.max_processes
-    argv += limits_argv(info["prlimit"], nproc, request.max_file_bytes)
-    argv += program_argv
+    tail, read_status, write_status = sandbox_tail(
+        info, INSIDE_SOLUTION, uid=request.uid, gid=request.gid,
+        max_processes=request.max_processes, max_file_bytes=request.max_file_bytes,
+    )  # fmt: skip
+    argv += tail + program_argv
 
     cleanups = []
     if root:
@@ -96,6 +88,44 @@ def plan_box(
         _status_read=read_status,
         _cleanups=cleanups,
     )
+
+
+def sandbox_head(
+    info: dict, *, network: bool, tmp_mb: int, bound: list[Path], hidden: tuple[Path, ...]
+) -> list[str]:
+    """bwrap with its namespaces, the system folders, fresh /dev /proc /tmp, the read-only
+    host binds (`bound`: an environment, mounts) and the hidden paths they would show.
+    What the sandbox is for (an execution, an engineer session) is bound after it."""
+    root = info["mode"] == "root"
+    argv = [info["bwrap_path"], *namespace_argv(userns=not root, network=network)]
+    argv += system_argv() + base_argv(tmp_mb)
+    argv += host_path_binds(list(bound))
+    return argv + _hide(tuple(hidden), list(bound))
+
+
+def sandbox_tail(
+    info: dict,
+    chdir: PurePosixPath,
+    *,
+    uid: int,
+    gid: int,
+    max_processes: int | None,
+    max_file_bytes: int | None,
+) -> tuple[list[str], int, int]:
+    """(argv, read fd, write fd): the working folder, the started marker on the write fd
+    (pass it to the child), the uid drop as root, and the limits; the command follows."""
+    root = info["mode"] == "root"
+    read_status, write_status = os.pipe()
+    write_status = _low_fd(write_status)
+    os.set_inheritable(write_status, True)
+    argv = ["--chdir", str(chdir), "--", *started_marker_argv(write_status)]
+    if root:
+        argv += drop_privileges_argv(info["setpriv"], uid, gid)
+    # RLIMIT_NPROC counts a uid's processes in its user namespace: in our own namespace that
+    # is this sandbox alone; as root every program shares uid 65534, so the supervisor's
+    # pids cgroup bounds the tree instead.
+    nproc = None if root else max_processes
+    return argv + limits_argv(info["prlimit"], nproc, max_file_bytes), read_status, write_status
 
 
 def started_marker_argv(fd: int) -> list[str]:

@@ -31,17 +31,8 @@ from ..ring.clock import load_node, load_ring
 from ..ring.layout import RingLayout
 from ..ring.ledger import Ledger, emit_event
 from ..ring.stop import refuse_if_stopped, stop_ring
-from ..sandbox.box import started_marker_argv
-from ..sandbox.commands import (
-    INSIDE,
-    base_argv,
-    drop_privileges_argv,
-    host_path_binds,
-    limits_argv,
-    namespace_argv,
-    system_argv,
-    visible,
-)
+from ..sandbox.box import sandbox_head, sandbox_tail
+from ..sandbox.commands import INSIDE
 from ..sandbox.model import SandboxPlan
 from ..sandbox.ownership import OwnershipLoan
 from ..supervisor import HealthSettings, ResourceLimits, supervise
@@ -193,14 +184,8 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
     root = info["mode"] == "root"
     hidden = (layout.root.parent, Path(ring["task"]["dir"]), Path(ring["store"]))
     bound = [*(Path(d) for d in ring["program"]["dirs"]), *(Path(m) for m in engineer["mounts"])]
-    args = [info["bwrap_path"], *namespace_argv(userns=not root, network=engineer["network"])]
-    args += system_argv() + base_argv(box_config["tmp_mb"])
-    args += host_path_binds(bound)
-    for path in hidden:
-        if visible(path) or any(path.is_relative_to(b) for b in bound):
-            args += (
-                ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
-            )
+    args = sandbox_head(info, network=engineer["network"], tmp_mb=box_config["tmp_mb"],
+                        bound=bound, hidden=hidden)  # fmt: skip
     args += ["--bind", str(workspace), str(WORKSPACE)]
     args += ["--ro-bind", str(box / "INSTRUCTIONS.md"), str(INSTRUCTIONS)]
     if parent is not None:
@@ -211,12 +196,11 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
     args += ["--ro-bind", str(DEMO_LIBRARY), str(LIBRARY)]
     if sock is not None:
         args += ["--bind", str(sock), str(SOCKET)]
-    read_status, write_status = os.pipe()
-    os.set_inheritable(write_status, True)
-    args += ["--chdir", str(WORKSPACE), "--", *started_marker_argv(write_status)]
-    if root:
-        args += drop_privileges_argv(info["setpriv"], box_config["uid"], box_config["gid"])
-    args += limits_argv(info["prlimit"], None if root else config["limits"]["max_processes"], None)
+    tail, read_status, write_status = sandbox_tail(
+        info, WORKSPACE, uid=box_config["uid"], gid=box_config["gid"],
+        max_processes=config["limits"]["max_processes"], max_file_bytes=None,
+    )  # fmt: skip
+    args += tail
     cleanups = []
     if root:
         loan = OwnershipLoan(box_config["uid"], box_config["gid"])
