@@ -27,6 +27,8 @@ from ringflow.interrupts import install_relay
 from ringflow.reporting.progress import ring_end, ring_start
 from ringflow.ring.chain import inherit_config, refuse_task_switch
 from ringflow.ring.edits import refuse_edits
+from ringflow.carryover.rescoring import rescore_rank
+from ringflow.carryover.scores import imported_score
 
 coerce_config(config, workflow.source_path("../config/config.schema.yaml"))
 check_config(config, workflow.source_path("../config/config.schema.yaml"))
@@ -114,10 +116,22 @@ def node_record(node):
 
 
 def ready_nodes(role=None):
+    """Ready nodes searched in this ring (imported scored nodes are not: see rescores)."""
     return [
         n["id"]
         for n in nodes_index()["nodes"]
-        if n["status"] == "ready" and (role is None or n["role"] == role)
+        if n["status"] == "ready"
+        and (role is None or n["role"] == role)
+        and not n.get("imported")
+    ]
+
+
+def rescore_nodes():
+    """Imported nodes this ring re-executes on seed 0 (SPEC 12: not comparable)."""
+    return [
+        n["id"]
+        for n in nodes_index()["nodes"]
+        if n["status"] == "ready" and n.get("rescore")
     ]
 
 
@@ -171,6 +185,9 @@ def execution_priority(wildcards):
     lock = ring_lock()
     if resume_rank(wildcards.node) is not None:
         return 1000 - resume_rank(wildcards.node)
+    rescore = rescore_rank(RING.root, node_record(wildcards.node))
+    if rescore is not None and wildcards.variant == "s0":
+        return 500 - rescore
     if wildcards.variant == "s0" and wildcards.view == lock["search_views"][0]:
         return 100
     if wildcards.variant == "s0":
@@ -229,7 +246,7 @@ def search_inputs(wildcards):
     candidates = ready_nodes("candidate")
     baseline = [b for b in [baseline_node()] if b]
     static = score_files(candidates, ["s0", "s0-ablate"]) + score_files(
-        baseline, ["s0"]
+        baseline + rescore_nodes(), ["s0"]
     )
     return static + [path(RING.search_loop)]
 
@@ -260,7 +277,7 @@ def generation_inputs(wildcards):
     once the static candidates are, so that parents are drawn among scored nodes."""
     g = int(wildcards.g)
     if g == 0:
-        return score_files(ready_nodes("candidate"), ["s0"])
+        return score_files(ready_nodes("candidate") + rescore_nodes(), ["s0"])
     return [path(RING.settled(g - 1))] + score_files(ready_in_generation(g - 1), ["s0"])
 
 
@@ -287,7 +304,15 @@ def search_loop_inputs(wildcards):
 
 def promoted_inputs(wildcards):
     promoted = read_json(checkpoints.promote.get().output.promotion)["promoted"]
-    return score_files(promoted, ["s1", "s2"])
+    lock = ring_lock()
+    return [
+        path(RING.score(node, view, variant))
+        for node in promoted
+        for view in lock["search_views"]
+        for variant in ["s1", "s2"]
+        # A comparable imported promotion score stands in for this ring's run (SPEC 12).
+        if not imported_score(RING, node, view, variant, lock["search_hash"])
+    ]
 
 
 def finalists():

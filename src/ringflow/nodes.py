@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .candidate import Solution, copy_submission, load_solution
 from .carryover.resume import resume_entries, resume_fields
+from .carryover.scored import imported_fields, scored_entries, settle_imported, submission_problem
 from .errors import CandidateError
 from .jsonio import atomic_write_json, read_json
 from .ring.edits import record_sources
@@ -120,13 +121,23 @@ def _assign_trainers(nodes: list[dict], store: WeightsStore) -> dict:
 
 
 def _with_resumed(ring: dict, sources: list):
-    """The sources, with the resume queue's work where ("resume", None) stands."""
+    """The sources, with the resume queue's work where ("resume", None) stands, followed by
+    the scored work imported from the parent ring (SPEC 12)."""
     for role, source in sources:
         if role != "resume":
             yield role, source
             continue
         for entry in resume_entries(ring):
             yield "candidate", resume_fields(ring, entry)
+        for entry in scored_entries(ring):
+            yield "candidate", {**imported_fields(ring, entry), "entry": entry}
+
+
+def _index_entry(node: dict) -> dict:
+    entry = {k: node[k] for k in ("id", "name", "role", "status")}
+    if "imported" in node:  # made from the parent's scored work; rescored or not
+        entry.update(imported=True, rescore=bool(node["imported"]["rescore"]))
+    return entry
 
 
 def import_static(ring: dict) -> dict:
@@ -151,21 +162,44 @@ def import_static(ring: dict) -> dict:
     else:
         sources.insert(0, ("resume", None))
     resumed_trees: dict[str, str] = {}
+    imported_trees: dict[str, str] = {}
+    sender_ids: dict[tuple[str, str], str] = {}
     for role, source in _with_resumed(ring, sources):
         resumed = isinstance(source, dict)  # carried work resumed in this ring (SPEC 11.3)
         name = source["name"] if resumed else source.name
         node_id = f"n{number:03d}-{node_slug(name)}"
         folder = Path(source["origin"]["path"]) if resumed else source
-        node = _make_node(ring, layout, store, node_id, role, folder, max_bytes)
+        entry = source.pop("entry", None) if resumed else None
+        problem = None if entry is None else submission_problem(entry, max_bytes)
+        if problem is not None:
+            node = {"id": node_id, "role": role, "status": REJECTED, "error": problem,
+                    "created_at": time.time()}  # fmt: skip
+        else:
+            node = _make_node(ring, layout, store, node_id, role, folder, max_bytes)
+        if entry is not None and node.get("tree_hash") in resumed_trees:
+            # Work the resume queue took already (it is that node).
+            shutil.rmtree(layout.node_dir(node_id), ignore_errors=True)
+            continue
         if resumed:
             node.update(source)
-            if node.get("tree_hash"):
+            if entry is not None:
+                settle_imported(node, sender_ids)
+                if node["status"] != REJECTED:
+                    imported_trees[node["tree_hash"]] = node_id
+            elif node.get("tree_hash"):
                 resumed_trees[node["tree_hash"]] = node_id
         elif node.get("tree_hash") in resumed_trees:
             # The same submission as resumed work: this candidate continues as that node.
             shutil.rmtree(layout.node_dir(node_id))
             emit_event(layout.root, "candidate_resumed", candidate=str(source),
                        node=resumed_trees[node["tree_hash"]])  # fmt: skip
+            continue
+        elif node.get("tree_hash") in imported_trees:
+            # The same submission as a scored node of the parent: this candidate is that
+            # node, with its scores (comparable or not) and not executed a second time.
+            shutil.rmtree(layout.node_dir(node_id))
+            emit_event(layout.root, "candidate_imported", candidate=str(source),
+                       node=imported_trees[node["tree_hash"]])  # fmt: skip
             continue
         number += 1
         atomic_write_json(layout.node_json(node_id), node)
@@ -180,10 +214,7 @@ def import_static(ring: dict) -> dict:
             tree_hash=node.get("tree_hash"),
         )
     index = {
-        "nodes": [
-            {"id": n["id"], "name": n["name"], "role": n["role"], "status": n["status"]}
-            for n in nodes
-        ],
+        "nodes": [_index_entry(n) for n in nodes],
         "baseline": next((n["id"] for n in nodes if n["role"] == "baseline"), None),
         "keys": _assign_trainers(nodes, store),
     }

@@ -92,6 +92,9 @@ def seal_ring(ring_dir: str | Path) -> dict:
     for entry in index["nodes"]:
         if entry["role"] != "candidate" or entry["status"] != "ready":
             continue
+        if entry.get("imported"):
+            # Imported scored work is not sealed: a cut rescore is an obligation instead.
+            continue
         node = read_json(layout.node_json(entry["id"]))
         cut, unreaped = cut_runs(ring, layout, entry["id"])
         if unreaped and entry["id"] not in recorded:

@@ -24,6 +24,7 @@ from ..ring.layout import RingLayout
 from ..ring.ledger import Ledger, emit_event, record_hash
 from ..selection.seeds import chain_rings
 from .registry import ResumeRegistry, is_ours
+from .scored import import_scored
 from .seal import HANDOFF_FILE, SEAL_FILE, lock_sha256, seal_problems, sealed_records
 from .snapshot import copy_hashing, file_sha256, safe_relpath
 
@@ -141,6 +142,9 @@ def import_carryover(ring_dir: str | Path) -> dict:
     if ring.get("continue_from"):
         previous = (layout.root / ring["continue_from"]).resolve()
         _import_chain(ring, layout, chain_rings(previous), out)
+        # Scored nodes, promotion scores, refuted directions, rescoring obligations and the
+        # store index: from the parent, which has imported its own parent's (SPEC 12).
+        import_scored(ring, layout, previous, out)
     atomic_write_json(layout.root / IMPORTED, out)
     return out
 

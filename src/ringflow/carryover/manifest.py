@@ -13,6 +13,7 @@ from ..jsonio import atomic_write_json, read_json
 from ..ring.clock import load_ring
 from ..ring.layout import RingLayout
 from ..ring.ledger import ledger_anchor
+from .rescoring import obligations
 from .seal import lock_sha256, sealed_records
 
 MANIFEST = "stop_manifest.json"
@@ -46,6 +47,8 @@ def write_stop_manifest(ring_dir: str | Path) -> dict:
         "resumed": imported.get("queue", []),
         "carryover_rejected": imported.get("rejected", []),
         "resume_refused": imported.get("refused", []),
+        # Rescores the cutoff cut: the next ring re-executes them (SPEC 12).
+        "rescore_obligations": obligations(layout.root),
         "stopped_at": time.time(),
         # Taken last: every line above is already in the ledger.
         "ledger_head": ledger_anchor(layout.ledger),

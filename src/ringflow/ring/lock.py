@@ -248,6 +248,9 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
         "limits": limits,
         "view_limits": {v: views[v]["limits"] for v in search_views},
         "scorer_version": scorer_version(task),
+        # The candidates' environment as each search view runs it (SPEC 12): new library
+        # versions change scores, so they change the search hash too.
+        "env_keys": {v: views[v]["env_key"] for v in search_views},
     }
     check_ancestors(paths["previous"])
     seed_plan = seeds.SeedRegistry(store).allocate(

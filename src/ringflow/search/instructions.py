@@ -10,6 +10,7 @@ from pathlib import Path
 
 import jinja2
 
+from ..carryover.scores import imported_refuted
 from ..jsonio import read_json
 from ..ring.layout import RingLayout
 from ..selection.promote import node_mean
@@ -53,7 +54,9 @@ def refuted_directions(ring: dict, layout: RingLayout, index: dict) -> list[dict
             method = method_of(layout, entry["id"])
             refuted.append({"node": entry["id"], "parent": parent, "score": mine,
                             "parent_score": theirs, "method": method})  # fmt: skip
-    return refuted
+    # Those the chain found before this ring, scored where they were (SPEC 12).
+    listed = {item["node"] for item in refuted}
+    return refuted + [r for r in imported_refuted(layout, index) if r["node"] not in listed]
 
 
 def context(ring: dict, layout: RingLayout, node: dict, deadline: float) -> dict:

@@ -53,13 +53,19 @@ def parent_scores(ring: dict, layout: RingLayout, index: dict) -> dict[str, floa
     return scores
 
 
+def own_nodes(index: dict) -> int:
+    """Nodes that count against search.max_nodes: this ring's own (static, resumed,
+    engineered), not those imported with their scores from the parent ring."""
+    return sum(not entry.get("imported") for entry in index["nodes"])
+
+
 def _why_last(ring: dict, index: dict, now: float) -> str | None:
     search = ring["config"]["search"]
     if operator(ring) is None:
         return "no engineer configured (engineer.command is null)"
     if now >= handover_at(ring):
         return "the hand-over point (cutoff - node_tail_min) has passed"
-    if len(index["nodes"]) >= search["max_nodes"]:
+    if own_nodes(index) >= search["max_nodes"]:
         return f"the ring holds search.max_nodes = {search['max_nodes']} nodes"
     return None
 
@@ -88,7 +94,7 @@ def plan_generation(ring_dir: str | Path, generation: int) -> dict:
         atomic_write_json(path, plan)
         return plan
     search = ring["config"]["search"]
-    slots = min(search["max_concurrent_nodes"], search["max_nodes"] - len(index["nodes"]))
+    slots = min(search["max_concurrent_nodes"], search["max_nodes"] - own_nodes(index))
     scores = parent_scores(ring, layout, index)
     order = ranked(scores, ring["task"]["direction"])
     plan["lottery"] = [

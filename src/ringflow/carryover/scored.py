@@ -1,0 +1,170 @@
+"""The import checkpoint's second half (SPEC 12): the parent ring's scored nodes, promotion
+scores, refuted directions and rescoring obligations, and its store index.
+
+`import_scored` writes what it takes into `carryover/imported.json` (`scored`,
+`comparability`, `rescore`, `obligations_inherited`, `store`); the node import then makes
+one node per scored entry (`imported_fields`, `settle_imported`). Guard- and final-view
+scores are never imported: only seed 0 and the promotion seeds on search views are handed
+on, and a view that is a guard or final view here is dropped as well.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..candidate import load_solution
+from ..errors import CandidateError, RingflowError
+from ..jsonio import read_json
+from ..ring.clock import load_ring
+from ..ring.layout import RingLayout
+from ..ring.ledger import Ledger
+from ..weights.hashing import solution_tree_hash
+from ..weights.store import WeightsStore
+from .rescoring import choose_rescores, inherited_obligations
+from .scores import (
+    HISTORY,
+    IMPORTED,
+    comparable,
+    exported,
+    refuted_among,
+    s0_mean,
+    without_views,
+)
+
+
+def _store_index(ring: dict, parent: dict) -> dict:
+    """The parent's weights keys and whether this ring's store holds them (replayed here
+    instead of trained again)."""
+    index_path = RingLayout(Path(parent["ring_dir"])).nodes_index
+    keys = sorted(read_json(index_path).get("keys") or {}) if index_path.is_file() else []
+    store = WeightsStore(ring["store"])
+    held = [key for key in keys if store.find(key) is not None]
+    return {"parent_store": parent["store"], "this_store": ring["store"],
+            "shared": Path(parent["store"]) == Path(ring["store"]),
+            "keys": len(keys), "keys_in_store": len(held)}  # fmt: skip
+
+
+def import_scored(ring: dict, layout: RingLayout, previous: Path, out: dict) -> None:
+    """What this ring takes of its parent's scored work, and what it re-executes."""
+    parent = load_ring(previous)
+    hidden = {*(ring.get("guard_views") or []), ring["final_view"]}
+    direction = ring["task"]["direction"]
+    entries = []
+    for entry in exported(previous):
+        entry["scores"] = without_views(entry["scores"], hidden)
+        entry["views"] = [v for v in entry["views"] if v not in hidden]
+        entry["old_mean"] = s0_mean(entry["scores"], entry["views"]) if entry["views"] else None
+        if entry["old_mean"] is None:
+            continue
+        entry["comparable"] = comparable(ring, entry["scores"])
+        entries.append(entry)
+    same = parent.get("search_hash") == ring["search_hash"]
+    top_k = ring["config"].get("continue_rescore_top_k", 3)
+    inherited = inherited_obligations(previous)
+    rescore = choose_rescores(entries, inherited, same, top_k, direction)
+    refuted = refuted_among(entries, direction)
+    for entry in entries:
+        entry["rescore"] = entry["identity"] in rescore
+        entry["refuted"] = refuted.get(entry["identity"])
+    out["scored"] = entries
+    out["comparability"] = {
+        "search_hash": ring["search_hash"],
+        "parent_search_hash": parent.get("search_hash"),
+        "comparable": same,
+        "continue_rescore_top_k": top_k,
+        "comparable_nodes": sum(e["comparable"] for e in entries),
+        "history_nodes": sum(not e["comparable"] and not e["rescore"] for e in entries),
+    }
+    out["rescore"] = rescore
+    out["obligations_inherited"] = inherited
+    out["obligations_discharged"] = [i for i in inherited if i not in rescore]
+    out["store"] = _store_index(ring, parent)
+    if not _logged(layout.ledger, "scores_imported"):
+        Ledger(layout.ledger).append(
+            "scores_imported",
+            parent=parent["ring_id"],
+            parent_search_hash=parent.get("search_hash"),
+            comparable=same,
+            nodes=[e["identity"] for e in entries],
+            rescore=rescore,
+        )
+
+
+def _logged(ledger_path: Path, kind: str) -> bool:
+    for line in ledger_path.read_bytes().splitlines() if ledger_path.exists() else []:
+        try:
+            if json.loads(line).get("kind") == kind:
+                return True
+        except (ValueError, AttributeError):
+            continue
+    return False
+
+
+def scored_entries(ring: dict) -> list[dict]:
+    """The scored work imported.json lists, in the parent's node order."""
+    path = Path(ring["ring_dir"]) / "carryover" / "imported.json"
+    return list(read_json(path).get("scored") or []) if path.is_file() else []
+
+
+def imported_fields(ring: dict, entry: dict) -> dict:
+    """What an imported node's node.json says about where it and its scores come from."""
+    return {
+        "name": entry["name"],
+        "origin": {
+            "kind": IMPORTED,
+            "path": entry["submission"],
+            "ring": entry["ring_id"],
+            "node": entry["node"],
+            "identity": entry["identity"],
+        },
+        "parent": None,
+        IMPORTED: {
+            "identity": entry["identity"],
+            "via": entry["via"],
+            "from": {
+                "ring_id": entry["ring_id"],
+                "ring_dir": entry["ring_dir"],
+                "node": entry["node"],
+                "parent": entry["parent"],
+            },
+            "tree_hash": entry["tree_hash"],
+            "views": entry["views"],
+            "scores": entry["scores"],
+            "old_mean": entry["old_mean"],
+            "comparable": entry["comparable"],
+            "rescore": entry["rescore"],
+            "refuted": entry["refuted"],
+            "this_search_hash": ring["search_hash"],
+        },
+    }
+
+
+def submission_problem(entry: dict, max_bytes: int) -> str | None:
+    """Why the sender's submission cannot be imported: missing, no longer a candidate, or
+    not the tree its scores were made with."""
+    folder = Path(entry["submission"])
+    try:
+        solution = load_solution(folder, max_bytes)
+        tree, _ = solution_tree_hash(folder, set(solution.per_view_paths), entry["tree_ignore"])
+    except (CandidateError, RingflowError, OSError) as exc:
+        return f"its submission {folder} cannot be read: {exc}"
+    if tree != entry["tree_hash"]:
+        return (f"its submission {folder} changed since it was scored (tree {tree[:12]}, "
+                f"scored as {entry['tree_hash'][:12]})")  # fmt: skip
+    return None
+
+
+def settle_imported(node: dict, sender_ids: dict[tuple[str, str], str]) -> None:
+    """Status and parent of a node made from imported work, in place: comparable or
+    re-executed work is `ready`; other work is `history` (never executed or ranked)."""
+    block = node[IMPORTED]
+    origin = block["from"]
+    parent = sender_ids.get((origin["ring_id"], origin["parent"])) if origin["parent"] else None
+    node["parent"] = parent
+    if node.get("status") != "ready":
+        return
+    if not (block["comparable"] or block["rescore"]):
+        node["status"] = HISTORY
+        node["executions"] = {}
+    sender_ids[(origin["ring_id"], origin["node"])] = node["id"]
