@@ -147,8 +147,13 @@ def test_three_rings_carry_and_resume_cut_work_once(tmp_path):
 
     # Ring c continues b, resuming at most 2: only b's re-carried work.
     config_c = write_config(tmp_path, ring_id="c", continue_from="runs/b", max_resume_per_ring=2)
-    run_ring_and_cut(tmp_path, config_c, runs / "c", "n001-slow", ["n002-fresh"])
+    run_ring_and_cut(tmp_path, config_c, runs / "c", "n001-slow", [])
     c = runs / "c"
+    # b's scored node is imported with its comparable scores, not executed again.
+    fresh_c = read(c / "nodes" / "n002-fresh" / "node.json")
+    assert fresh_c["origin"]["kind"] == "imported" and fresh_c["imported"]["comparable"]
+    assert fresh_c["imported"]["identity"] == "b#n002-fresh"
+    assert not (c / "nodes" / "n002-fresh" / "exec" / "x3" / "s0").exists()
     imported_c = read(c / "carryover" / "imported.json")
     assert imported_c["queue"] == ["b#n001-slow"]
     assert [r["identity"] for r in imported_c["already_resumed"]] == ["a#n001-slow"]

@@ -1,0 +1,141 @@
+"""Chained rings and comparability (SPEC 12), run for real.
+
+Ring a scores four candidates and promotes two. Ring b continues it with the same
+evaluation spec: the scores are comparable, nothing of a's is executed again, its
+promotion seeds included; imported nodes are the lottery's parents and are promoted on
+their imported scores. Ring b2 continues a with another time limit (another evaluation
+spec): a's scores are history and only the top `continue_rescore_top_k` are re-executed,
+on seed 0, as b2's own executions.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ringflow.verify import verify_ring
+from ringtools import make_candidate, make_task, snakemake, write_config
+
+pytestmark = pytest.mark.e2e
+
+MEANS = {"alpha": 0.9, "beta": 0.7, "delta": 0.3, "gamma": 0.5}
+VIEWS = ("proxy", "x3")
+# No baseline and no guard: the top finalist is chosen; promotion seeds still run.
+SHORT = {"baseline": None, "guard": {"enabled": False, "seeds": 2, "alpha": 0.05,
+                                     "margin": 0.0, "bootstrap": 20},
+         "promote_top_k": 2, "final_top_k": 1}  # fmt: skip
+
+
+def read(path: Path):
+    return json.loads(path.read_text())
+
+
+def runs_of(ring: Path) -> set[tuple[str, str, str]]:
+    return {
+        (p.parts[-5], p.parts[-3], p.parts[-2]) for p in ring.glob("nodes/*/exec/*/*/result.json")
+    }
+
+
+def names(ring: Path) -> dict[str, dict]:
+    index = read(ring / "nodes" / "index.json")
+    return {n["name"]: {**read(ring / "nodes" / n["id"] / "node.json"), "index": n}
+            for n in index["nodes"]}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def ring_a(tmp_path_factory):
+    work = tmp_path_factory.mktemp("chain")
+    task = make_task(work)
+    for name, mean in MEANS.items():
+        make_candidate(work / "cands" / name, mean=mean, label=name)
+    config = write_config(work, ring_id="a", task=str(task), candidates=str(work / "cands"),
+                          **SHORT)  # fmt: skip
+    snakemake(work, config)
+    ring = work / "runs" / "a"
+    promoted = read(ring / "selection" / "promotion.json")["promoted"]
+    assert [read(ring / "nodes" / n / "node.json")["name"] for n in promoted] == ["alpha", "beta"]
+    return work
+
+
+def test_an_unchanged_spec_imports_comparable_scores_and_executes_none_of_them(ring_a):
+    work = ring_a
+    a = work / "runs" / "a"
+    # An engineer whose change makes its parent worse: one improvement, then the search ends.
+    engineer = {"command": "sed -i 's/\"mean\": [0-9.]*/\"mean\": 0.1/' behaviour.json; "
+                           "echo 'a worse idea' > METHOD.md",
+                "builtin_delay_s": 0, "network": False, "env_pass": [], "mounts": [],
+                "stall_min": 30, "template": None}  # fmt: skip
+    search = {"max_nodes": 1, "max_concurrent_nodes": 1, "draft_fraction": 0.0,
+              "feedback": "blind", "queries_per_node": 0}  # fmt: skip
+    config = write_config(work, ring_id="b", continue_from="runs/a", engineer=engineer,
+                          search=search)  # fmt: skip
+    snakemake(work, config)
+    b = work / "runs" / "b"
+    assert read(b / "RING.json")["search_hash"] == read(a / "RING.json")["search_hash"]
+    imported = read(b / "carryover" / "imported.json")
+    assert imported["comparability"]["comparable"] is True and imported["rescore"] == []
+    nodes = names(b)
+    ids = {name: nodes[name]["id"] for name in MEANS}
+    for name in MEANS:
+        assert nodes[name]["origin"]["kind"] == "imported" and nodes[name]["status"] == "ready"
+    # Nothing of a's is executed again: not seed 0, not the ablation, not promotion seeds.
+    (engineered,) = [n for n in nodes.values() if n["origin"]["kind"] == "improve"]
+    ran = runs_of(b)
+    assert {node for node, _, _ in ran} <= {engineered["id"]} | {ids["alpha"]}
+    assert {(v, x) for node, v, x in ran if node == ids["alpha"]} <= {("final", "s0")}
+    # Parents for the search: the lottery drew among the imported nodes, by their scores.
+    lottery = read(b / "search" / "gen-0.json")["lottery"]
+    assert [(row["node"], row["score"]) for row in lottery] == [
+        (ids[n], MEANS[n]) for n in ("alpha", "beta", "gamma", "delta")
+    ]
+    assert engineered["parent"] in ids.values()
+    # The improvement is this ring's own work, ranked against the imported scores.
+    ranked = {row["node"]: row["score"] for row in read(b / "selection" / "promotion.json")[
+        "ranked_by_seed0"]}  # fmt: skip
+    assert ranked == {**{ids[n]: MEANS[n] for n in MEANS}, engineered["id"]: 0.1}
+    # Candidates for promotion on their imported scores, a's promotion seeds included.
+    promotion = read(b / "selection" / "promotion.json")
+    assert promotion["promoted"] == [ids["alpha"], ids["beta"]]
+    ranking = read(b / "selection" / "ranking.json")
+    assert [row["node"] for row in ranking["ranked"]] == [ids["alpha"], ids["beta"]]
+    assert ranking["ranked"][0]["score"] == pytest.approx(MEANS["alpha"])
+    assert read(b / "final" / "FINAL.json")["chosen"] == ids["alpha"]
+    assert read(b / "stop_manifest.json")["rescore_obligations"] == []
+    assert verify_ring(b) == []
+
+
+def test_a_changed_spec_rescores_only_the_top_k_as_this_rings_executions(ring_a):
+    work = ring_a
+    a = work / "runs" / "a"
+    # Another time limit: another evaluation spec, so a's scores are not comparable.
+    config = write_config(work, ring_id="b2", continue_from="runs/a", continue_rescore_top_k=2,
+                          limits={"memory_gb": 4, "time_limit_min": 9, "threads": 1})  # fmt: skip
+    snakemake(work, config)
+    b2 = work / "runs" / "b2"
+    lock = read(b2 / "RING.json")
+    assert lock["search_hash"] != read(a / "RING.json")["search_hash"]
+    assert lock["chain"]["changed"]["limits.time_limit_min"] == {"parent": 10, "this": 9}
+    imported = read(b2 / "carryover" / "imported.json")
+    assert imported["comparability"]["comparable"] is False
+    nodes = names(b2)
+    assert imported["rescore"] == [nodes[n]["imported"]["identity"] for n in ("alpha", "beta")]
+    # Only the top 2 by old score are re-executed: seed 0 on every search view, nothing else
+    # in the search; gamma and delta are history, never executed.
+    search_runs = {(n, v, x) for n, v, x in runs_of(b2) if x in ("s0", "s0-ablate") and v in VIEWS}
+    assert search_runs == {(nodes[n]["id"], v, "s0") for n in ("alpha", "beta") for v in VIEWS}
+    for name in ("gamma", "delta"):
+        assert nodes[name]["status"] == "history"
+        assert not (b2 / "nodes" / nodes[name]["id"] / "exec").exists()
+    # The rescored nodes are ranked on b2's own scores; the history is not ranked at all.
+    promotion = read(b2 / "selection" / "promotion.json")
+    ranked = [(row["node"], row["score"]) for row in promotion["ranked_by_seed0"]]
+    assert ranked == [(nodes["alpha"]["id"], MEANS["alpha"]), (nodes["beta"]["id"], MEANS["beta"])]
+    # b2's promotion seeds ran here: a's were made under another spec.
+    for name in ("alpha", "beta"):
+        for view in VIEWS:
+            for variant in ("s1", "s2"):
+                assert (nodes[name]["id"], view, variant) in runs_of(b2)
+    assert read(b2 / "stop_manifest.json")["rescore_obligations"] == []
+    assert verify_ring(b2) == []
