@@ -23,6 +23,7 @@ from statistics import fmean
 from filelock import FileLock
 
 from . import reserve, statuses
+from .carryover.scores import imported_score
 from .jsonio import atomic_write_json, read_json
 from .reserve import ASSUMED, MEASURED, Batch, Job, Price
 from .ring.clock import FINAL_STAGES, stage_of, view_limits
@@ -247,7 +248,12 @@ class Planner:
         return bool(self.node(node)["solution"]["per_view_paths"])
 
     def pending(self, node: str, view: str, variant: str) -> bool:
-        return not self.layout.score(node, view, variant).exists()
+        if self.layout.score(node, view, variant).exists():
+            return False
+        # A comparable imported promotion score stands in for the run (SPEC 12).
+        return variant not in ("s1", "s2") or not imported_score(
+            self.layout, node, view, variant, self.ring["search_hash"]
+        )
 
     def mode(self, node: str, view: str, variant: str) -> str:
         """Whether the execution will train, replay, or run without weights."""
