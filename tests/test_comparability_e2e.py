@@ -10,13 +10,19 @@ on seed 0, as b2's own executions.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
+from ringflow.reserve import CutoffFile
 from ringflow.verify import verify_ring
-from ringtools import make_candidate, make_task, snakemake, write_config
+from ringtools import make_candidate, make_task, snakemake, snakemake_argv, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -76,6 +82,12 @@ def test_an_unchanged_spec_imports_comparable_scores_and_executes_none_of_them(r
     assert read(b / "RING.json")["search_hash"] == read(a / "RING.json")["search_hash"]
     imported = read(b / "carryover" / "imported.json")
     assert imported["comparability"]["comparable"] is True and imported["rescore"] == []
+    # a ran alpha on the final view: that score is never imported.
+    assert (a / "nodes" / "n001-alpha" / "exec" / "final" / "s0" / "score.json").is_file()
+    for entry in imported["scored"]:
+        assert set(entry["scores"]) == set(VIEWS)
+        assert all(set(v) <= {"s0", "s1", "s2"} for v in entry["scores"].values())
+    assert set(imported["scored"][0]["scores"]["proxy"]) == {"s0", "s1", "s2"}  # promoted
     nodes = names(b)
     ids = {name: nodes[name]["id"] for name in MEANS}
     for name in MEANS:
@@ -139,3 +151,76 @@ def test_a_changed_spec_rescores_only_the_top_k_as_this_rings_executions(ring_a)
                 assert (nodes[name]["id"], view, variant) in runs_of(b2)
     assert read(b2 / "stop_manifest.json")["rescore_obligations"] == []
     assert verify_ring(b2) == []
+
+
+# Scores at once with one thread; with two (another evaluation spec) it runs until stopped.
+SLEEPY = """\
+import json, os, signal, sys, time
+if os.environ.get("OMP_NUM_THREADS") == "2":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    time.sleep(600)
+with open(os.path.join(os.environ["RINGFLOW_OUTPUT_DIR"], "score.json"), "w") as f:
+    json.dump({"value": 0.9}, f)
+"""
+TWO_THREADS = {"memory_gb": 4, "time_limit_min": 10, "threads": 2}
+
+
+def run_and_cut_rescore(work: Path, config: Path, ring: Path, node: str) -> None:
+    """Run the ring; once the rescore's seed 0 runs on a search view, move the cutoff to
+    now. The ring must then end by itself."""
+    proc = subprocess.Popen(snakemake_argv(work, config), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    try:
+        end = time.monotonic() + 240
+        health = [ring / "nodes" / node / "exec" / v / "s0" / "health" / "health_latest.json"
+                  for v in VIEWS]  # fmt: skip
+        while not any(p.exists() for p in health):
+            assert proc.poll() is None, f"the ring ended before {node} was rescored"
+            assert time.monotonic() < end, f"{node} was never rescored"
+            time.sleep(0.5)
+        time.sleep(1)
+        CutoffFile(ring / "cutoff.json").move_earlier(time.time(), why="test")
+        assert proc.wait(timeout=300) == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_a_rescore_cut_by_the_cutoff_is_re_executed_by_the_next_ring(tmp_path):
+    task = make_task(tmp_path)
+    (tmp_path / "cands" / "sleepy").mkdir(parents=True)
+    (tmp_path / "cands" / "sleepy" / "run.py").write_text(SLEEPY)
+    make_candidate(tmp_path / "cands" / "fast", mean=0.5)
+    runs = tmp_path / "runs"
+    snakemake(tmp_path, write_config(tmp_path, ring_id="s", task=str(task),
+                                     candidates=str(tmp_path / "cands"), **SHORT))  # fmt: skip
+    # t: two threads per execution (another spec); only sleepy, the best, is rescored, and
+    # the cutoff cuts it.
+    config_t = write_config(tmp_path, ring_id="t", continue_from="runs/s", limits=TWO_THREADS,
+                            continue_rescore_top_k=1)  # fmt: skip
+    run_and_cut_rescore(tmp_path, config_t, runs / "t", "n002-sleepy")
+    t = runs / "t"
+    nodes_t = names(t)
+    assert nodes_t["sleepy"]["id"] == "n002-sleepy" and nodes_t["fast"]["status"] == "history"
+    (owed,) = read(t / "stop_manifest.json")["rescore_obligations"]
+    assert owed["identity"] == "s#n002-sleepy" and owed["node"] == "n002-sleepy"
+    # Not sealed as carried work: it is an obligation, not a resume.
+    assert read(t / "stop_manifest.json")["seals"] == []
+    assert verify_ring(t) == []
+    # u keeps t's spec and rescores no top-k of its own: it re-executes the obligation.
+    config_u = write_config(tmp_path, ring_id="u", continue_from="runs/t", limits=TWO_THREADS,
+                            continue_rescore_top_k=0)  # fmt: skip
+    u = runs / "u"
+    run_and_cut_rescore(tmp_path, config_u, u, "n002-sleepy")
+    imported = read(u / "carryover" / "imported.json")
+    assert imported["comparability"]["comparable"] is True
+    assert imported["obligations_inherited"] == ["s#n002-sleepy"]
+    assert imported["rescore"] == ["s#n002-sleepy"]
+    nodes_u = names(u)
+    assert nodes_u["sleepy"]["index"]["rescore"] is True
+    assert nodes_u["fast"]["status"] == "history"
+    assert {(n, x) for n, _, x in runs_of(u)} == {("n002-sleepy", "s0")}
+    # Cut again: still owed, to the ring after u.
+    (owed_u,) = read(u / "stop_manifest.json")["rescore_obligations"]
+    assert owed_u["identity"] == "s#n002-sleepy"
+    assert verify_ring(u) == []
