@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 from carrytools import cut_before_start
@@ -21,7 +22,7 @@ from ringflow.nodes import import_static
 from ringflow.ring.clock import load_ring
 from ringflow.ring.layout import RingLayout
 from ringflow.ring.lock import lock_ring
-from ringflow.search.instructions import refuted_directions
+from ringflow.search.instructions import context, refuted_directions, render
 from ringflow.search.plan import parent_scores
 from ringflow.selection.promote import node_mean, promote
 from ringtools import full_config, locked_ring, make_candidate
@@ -204,6 +205,10 @@ def test_refuted_directions_include_imported_ones(tmp_path):
     assert item["node"] == nodes["delta"]["id"] and item["parent"] == nodes["alpha"]["id"]
     assert (item["score"], item["parent_score"]) == (MEANS["delta"], MEANS["alpha"])
     assert item["ring"] == "a" and item["comparable"] is False
+    # The engineers read it in their instructions.
+    draft = {"id": "n999-draft-g0", "origin": {"kind": "draft"}, "parent": None}
+    text = render(context(ring_b, layout, draft, time.time()))
+    assert f"refuted {nodes['delta']['id']}: {MEANS['delta']}" in text
 
 
 def test_a_submission_changed_since_it_was_scored_is_rejected(tmp_path):

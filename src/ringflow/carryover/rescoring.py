@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..jsonio import read_json
+from ..jsonio import read_json, read_json_cached
 from ..ring.clock import load_ring
 from ..ring.layout import RingLayout
 from .scores import IMPORTED, outcome
@@ -81,7 +81,7 @@ def rescore_rank(ring_dir: str | Path, node: dict) -> int | None:
     """A rescore node's place in this ring's rescore queue, None for other nodes."""
     if not is_rescore(node):
         return None
-    imported = read_json(Path(ring_dir) / "carryover" / "imported.json")
+    imported = read_json_cached(Path(ring_dir) / "carryover" / "imported.json")
     queue = imported.get("rescore") or []
     ident = node[IMPORTED]["identity"]
     return queue.index(ident) if ident in queue else len(queue)

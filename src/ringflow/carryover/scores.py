@@ -198,6 +198,11 @@ def imported_score(
     return found
 
 
+def _method(layout: RingLayout, node: str) -> str:
+    path = layout.submission(node) / "METHOD.md"
+    return path.read_text(errors="replace").strip()[:2000] if path.is_file() else "(no METHOD.md)"
+
+
 def imported_refuted(layout: RingLayout, index: dict) -> list[dict]:
     """Refuted directions the chain found before this ring (nodes that scored worse than
     their parent where they were scored), for the engineers' instructions."""
@@ -206,18 +211,17 @@ def imported_refuted(layout: RingLayout, index: dict) -> list[dict]:
         if not entry.get(IMPORTED):
             continue
         node = read_json(layout.node_json(entry["id"]))
-        refuted = (node.get(IMPORTED) or {}).get("refuted")
+        block = node.get(IMPORTED) or {}
+        refuted = block.get("refuted")
         if not refuted:
             continue
-        method = layout.submission(entry["id"]) / "METHOD.md"
         out.append({
             "node": entry["id"],
             "parent": node.get("parent") or refuted["parent_identity"],
             "score": refuted["score"],
             "parent_score": refuted["parent_score"],
-            "method": method.read_text(errors="replace").strip()[:2000]
-            if method.is_file() else "(no METHOD.md)",
+            "method": _method(layout, entry["id"]),
             "ring": refuted["ring"],
-            "comparable": refuted["search_hash"] == node[IMPORTED]["this_search_hash"],
+            "comparable": refuted["search_hash"] == block.get("this_search_hash"),
         })  # fmt: skip
     return out
