@@ -17,7 +17,7 @@ from carrytools import cut_before_start
 from ringflow.carryover.importing import import_carryover
 from ringflow.carryover.manifest import write_stop_manifest
 from ringflow.carryover.rescoring import choose_rescores, obligations
-from ringflow.carryover.scores import HISTORY
+from ringflow.carryover.scores import HISTORY, comparable, refuted_among, s0_mean
 from ringflow.nodes import import_static
 from ringflow.ring.clock import load_ring
 from ringflow.ring.layout import RingLayout
@@ -268,3 +268,34 @@ def test_choose_rescores_obligations_first_then_best_old_scores():
     # A comparable node is never re-executed, obligation or not.
     assert choose_rescores(entries, ["a#5"], True, 2, "maximize") == []
     assert choose_rescores(entries, [], False, 0, "maximize") == []
+
+
+def sheet(hash_: str, **means) -> dict:
+    return {view: {"s0": {"score": mean, "valid": True, "scored": True, "search_hash": hash_}}
+            for view, mean in means.items()}  # fmt: skip
+
+
+def test_comparable_needs_every_search_view_under_this_search_hash():
+    ring = {"search_views": ["proxy", "x3"], "search_hash": "h1"}
+    assert comparable(ring, sheet("h1", proxy=0.5, x3=0.6))
+    assert not comparable(ring, sheet("h1", proxy=0.5))  # a search view without a score
+    assert not comparable(ring, {**sheet("h1", proxy=0.5), **sheet("h0", x3=0.6)})
+    assert s0_mean(sheet("h0", proxy=0.5, x3=0.7)) == 0.6
+    invalid = sheet("h1", proxy=0.5, x3=0.7)
+    invalid["x3"]["s0"]["valid"] = False
+    assert s0_mean(invalid) is None  # invalid output has no score, never a number
+
+
+def test_refuted_among_compares_a_node_with_its_parent_under_one_spec_only():
+    def entry(node, parent, mean, hash_="h1"):
+        scores = sheet(hash_, proxy=mean)
+        return {"identity": f"a#{node}", "ring_id": "a", "node": node, "parent": parent,
+                "old_mean": mean, "views": ["proxy"], "scores": scores}  # fmt: skip
+
+    entries = [entry("n1", None, 0.8), entry("n2", "n1", 0.6), entry("n3", "n1", 0.9),
+               entry("n4", "n1", 0.1, hash_="h0")]  # fmt: skip
+    refuted = refuted_among(entries, "maximize")
+    assert set(refuted) == {"a#n2"}  # n3 improved; n4 was scored under another spec
+    assert refuted["a#n2"]["parent_identity"] == "a#n1"
+    assert (refuted["a#n2"]["score"], refuted["a#n2"]["parent_score"]) == (0.6, 0.8)
+    assert set(refuted_among(entries, "minimize")) == {"a#n3"}
