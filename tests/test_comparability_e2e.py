@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -121,8 +122,13 @@ def test_an_unchanged_spec_imports_comparable_scores_and_executes_none_of_them(r
 def test_a_changed_spec_rescores_only_the_top_k_as_this_rings_executions(ring_a):
     work = ring_a
     a = work / "runs" / "a"
-    # Another time limit: another evaluation spec, so a's scores are not comparable.
+    # Another time limit: another evaluation spec, so a's scores are not comparable. A new
+    # candidate beside a's four: new work, served after the rescores.
+    cands = work / "cands-b2"
+    shutil.copytree(work / "cands", cands)
+    make_candidate(cands / "epsilon", mean=0.8)
     config = write_config(work, ring_id="b2", continue_from="runs/a", continue_rescore_top_k=2,
+                          candidates=str(cands),
                           limits={"memory_gb": 4, "time_limit_min": 9, "threads": 1})  # fmt: skip
     snakemake(work, config)
     b2 = work / "runs" / "b2"
@@ -135,17 +141,24 @@ def test_a_changed_spec_rescores_only_the_top_k_as_this_rings_executions(ring_a)
     assert imported["rescore"] == [nodes[n]["imported"]["identity"] for n in ("alpha", "beta")]
     # Only the top 2 by old score are re-executed: seed 0 on every search view, nothing else
     # in the search; gamma and delta are history, never executed.
+    rescored = {(nodes[n]["id"], v, "s0") for n in ("alpha", "beta") for v in VIEWS}
+    new_work = {(nodes["epsilon"]["id"], v, x) for v in VIEWS for x in ("s0", "s0-ablate")}
     search_runs = {(n, v, x) for n, v, x in runs_of(b2) if x in ("s0", "s0-ablate") and v in VIEWS}
-    assert search_runs == {(nodes[n]["id"], v, "s0") for n in ("alpha", "beta") for v in VIEWS}
+    assert search_runs == rescored | new_work
+    assert nodes["epsilon"]["origin"]["kind"] == "static"
+    started = {run: read(b2 / "nodes" / run[0] / "exec" / run[1] / run[2] / "result.json")[
+        "started_at"] for run in search_runs}  # fmt: skip
+    assert max(started[r] for r in rescored) <= min(started[r] for r in new_work)
     for name in ("gamma", "delta"):
         assert nodes[name]["status"] == "history"
         assert not (b2 / "nodes" / nodes[name]["id"] / "exec").exists()
     # The rescored nodes are ranked on b2's own scores; the history is not ranked at all.
     promotion = read(b2 / "selection" / "promotion.json")
     ranked = [(row["node"], row["score"]) for row in promotion["ranked_by_seed0"]]
-    assert ranked == [(nodes["alpha"]["id"], MEANS["alpha"]), (nodes["beta"]["id"], MEANS["beta"])]
+    assert ranked == [(nodes["alpha"]["id"], MEANS["alpha"]), (nodes["epsilon"]["id"], 0.8),
+                      (nodes["beta"]["id"], MEANS["beta"])]  # fmt: skip
     # b2's promotion seeds ran here: a's were made under another spec.
-    for name in ("alpha", "beta"):
+    for name in ("alpha", "epsilon"):
         for view in VIEWS:
             for variant in ("s1", "s2"):
                 assert (nodes[name]["id"], view, variant) in runs_of(b2)

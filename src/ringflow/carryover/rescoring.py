@@ -37,7 +37,8 @@ def choose_rescores(
 
 
 def is_rescore(node: dict) -> bool:
-    return bool((node.get(IMPORTED) or {}).get("rescore")) or bool(node.get("rescore"))
+    """A node.json of imported work this ring re-executes."""
+    return bool((node.get(IMPORTED) or {}).get("rescore"))
 
 
 def obligations(ring_dir: str | Path) -> list[dict]:

@@ -31,11 +31,6 @@ HISTORY = "history"
 SCORED_VARIANTS = ("s0", "s1", "s2")
 
 
-def is_imported(entry: dict) -> bool:
-    """An index entry or node.json of a node made from imported scored work."""
-    return bool(entry.get(IMPORTED)) or (entry.get("origin") or {}).get("kind") == IMPORTED
-
-
 def outcome(layout: RingLayout, node: str, view: str, variant: str) -> dict | None:
     """This ring's own score of an execution that ran to an outcome (an interrupted run,
     cut by the cutoff or stopped, has none)."""
@@ -64,7 +59,8 @@ def own_record(ring: dict, node: str, view: str, variant: str, score: dict) -> d
 
 def score_sheet(ring: dict, layout: RingLayout, node: dict) -> dict[str, dict[str, dict]]:
     """{view: {variant: record}}: the node's own outcome where it has one, else the record
-    it was imported with."""
+    it was imported with. An outcome without a score (a crash, invalid output) is this
+    ring's verdict and stands: such a node is not handed on as scored."""
     imported = (node.get(IMPORTED) or {}).get("scores") or {}
     views = list(ring["search_views"]) + [v for v in imported if v not in ring["search_views"]]
     sheet: dict[str, dict[str, dict]] = {}
