@@ -10,7 +10,13 @@ from pathlib import Path
 
 from .candidate import Solution, copy_submission, load_solution
 from .carryover.resume import resume_entries, resume_fields
-from .carryover.scored import imported_fields, scored_entries, settle_imported, submission_problem
+from .carryover.scored import (
+    imported_fields,
+    relink_resume_parents,
+    scored_entries,
+    settle_imported,
+    submission_problem,
+)
 from .errors import CandidateError
 from .jsonio import atomic_write_json, read_json
 from .ring.edits import record_sources
@@ -213,6 +219,8 @@ def import_static(ring: dict) -> dict:
             status=node["status"],
             tree_hash=node.get("tree_hash"),
         )
+    for node in relink_resume_parents(nodes):
+        atomic_write_json(layout.node_json(node["id"]), node)
     index = {
         "nodes": [_index_entry(n) for n in nodes],
         "baseline": next((n["id"] for n in nodes if n["role"] == "baseline"), None),
