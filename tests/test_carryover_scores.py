@@ -26,6 +26,7 @@ from ringflow.ring.lock import lock_ring
 from ringflow.search.instructions import context, refuted_directions, render
 from ringflow.search.plan import parent_scores
 from ringflow.selection.promote import node_mean, promote
+from ringflow.timekeeper import Planner
 from ringflow.weights.store import WeightsStore
 from ringtools import full_config, locked_ring, make_candidate
 from test_carryover_import import continuing
@@ -179,6 +180,11 @@ def test_guard_and_final_view_scores_are_never_imported(tmp_path):
     ring_b, layout = load_ring(b), RingLayout(b)
     assert node_mean(ring_b, layout, imported["id"], "s1")["mean"] == 0.8
     assert node_mean(ring_b, layout, imported["id"], "s2")["mean"] == 0.85
+    # The final reserve does not price promotion seeds an imported score stands in for.
+    planner = Planner(ring_b, layout)
+    assert not planner.pending(imported["id"], "proxy", "s1")
+    other = next(n for n in by_name(b).values() if n["id"] != imported["id"])
+    assert planner.pending(other["id"], "proxy", "s1")
 
 
 def test_a_guard_view_here_is_dropped_from_imported_scores(tmp_path):
