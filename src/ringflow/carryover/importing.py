@@ -7,7 +7,8 @@ snapshot against SEAL.json (changed, missing, added, a link instead of a file). 
 into `carryover/imported/<ring>--<node>/` is hashed again as it is written and renamed into
 place whole. Work that fails any check is `carryover_rejected` with the reason and nothing
 of it is copied; the rest is imported. The verified work is the resume queue: oldest seal
-first, at most `max_resume_per_ring`, each claimed in the store's registry.
+first, at most `max_resume_per_ring`, each claimed in the store's registry. The parent's
+scored work is taken in the same checkpoint (scored.py).
 """
 
 from __future__ import annotations
