@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from ringflow.reporting.progress import snapshot
 from ringflow.reserve import CutoffFile
 from ringflow.verify import verify_ring
 from ringtools import make_candidate, make_task, snakemake, snakemake_argv, write_config
@@ -116,6 +117,9 @@ def test_an_unchanged_spec_imports_comparable_scores_and_executes_none_of_them(r
     assert ranking["ranked"][0]["score"] == pytest.approx(MEANS["alpha"])
     assert read(b / "final" / "FINAL.json")["chosen"] == ids["alpha"]
     assert read(b / "stop_manifest.json")["rescore_obligations"] == []
+    # The progress line plans no run for the imported nodes: every planned run is done.
+    progress = snapshot(b)
+    assert progress["done"] == progress["total"] == len(ran)
     assert verify_ring(b) == []
 
 

@@ -58,6 +58,8 @@ def snapshot(ring_root: str | Path, now: float | None = None) -> dict:
         if node.get("status") != "ready":
             continue
         variants = ["s0"] if node.get("role") == "baseline" else ["s0", "s0-ablate"]
+        if node.get("imported"):  # scored by an earlier ring; rescored on seed 0 only
+            variants = ["s0"] if node.get("rescore") else []
         known |= {(node["id"], v, var) for v in views for var in variants}
     done = running = failed = 0
     seed0: dict[str, dict[str, float]] = {}
