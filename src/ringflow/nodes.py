@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from .candidate import Solution, copy_submission, load_solution
+from .carryover import engineer
 from .carryover.resume import resume_entries, resume_fields
 from .errors import CandidateError
 from .jsonio import atomic_write_json, read_json
@@ -156,7 +157,11 @@ def import_static(ring: dict) -> dict:
         name = source["name"] if resumed else source.name
         node_id = f"n{number:03d}-{node_slug(name)}"
         folder = Path(source["origin"]["path"]) if resumed else source
-        node = _make_node(ring, layout, store, node_id, role, folder, max_bytes)
+        if resumed and source["origin"]["carry_kind"] == engineer.KIND:
+            # Cut engineer work: a new session resumes it in generation 0.
+            node = engineer.resume_stub(ring, node_id, source)
+        else:
+            node = _make_node(ring, layout, store, node_id, role, folder, max_bytes)
         if resumed:
             node.update(source)
             if node.get("tree_hash"):

@@ -9,8 +9,12 @@ store. Its stdout and stderr are its raw log in `nodes/<id>/trajectory/`.
 
 Afterwards: a runnable workspace becomes the node's submission and is executed like any
 node (also when the session was cut at the hand-over point); a session cut without a
-runnable program is `carried_over` (kind `engineer`); any other session without one is
-`rejected` with the reason.
+runnable program is `carried_over` (kind `engineer`, its workspace kept for the seal); any
+other session without one is `rejected` with the reason.
+
+A resume node's session (carryover/engineer.py) starts from the sealed work's `solution/`,
+sees that snapshot read-only (`/ringflow/resume`), has the quota its earlier segments left,
+and its trajectory starts with their logs.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ from pathlib import Path
 
 from .. import sandbox, statuses
 from ..candidate import copy_submission, load_solution
+from ..carryover import engineer as carried
+from ..carryover.resume import is_resume
 from ..errors import CandidateError, SandboxError
-from ..jsonio import atomic_write_json, atomic_write_text, read_json
+from ..jsonio import atomic_write_json, read_json
 from ..nodes import READY, REJECTED, _assign_trainers, execution_spec, planned_variants
 from ..ring.clock import load_node, load_ring
 from ..ring.layout import RingLayout
@@ -55,6 +61,7 @@ INSTRUCTIONS = INSIDE / "INSTRUCTIONS.md"
 ENGINE = INSIDE / "engineer"
 SOCKET = INSIDE / "score.sock"
 LIBRARY = INSIDE / "library"
+RESUME = INSIDE / "resume"
 
 
 def run_session(ring_dir: str | Path, node_id: str) -> dict:
@@ -80,6 +87,8 @@ def _run_in_box(ring: dict, layout: RingLayout, node: dict, box: Path) -> dict:
     trajectory = layout.trajectory(node["id"])
     shutil.rmtree(trajectory, ignore_errors=True)
     trajectory.mkdir(parents=True)
+    if is_resume(node):
+        carried.copy_earlier_logs(layout, node, trajectory)
     deadline_at = handover_at(ring)
     text = instructions.render(instructions.context(ring, layout, node, deadline_at))
     (box / "INSTRUCTIONS.md").write_text(text)
@@ -93,19 +102,20 @@ def _run_in_box(ring: dict, layout: RingLayout, node: dict, box: Path) -> dict:
     else:
         record.update(_run_engineer(ring, layout, node, box, trajectory))
     _redact(trajectory, engineer["env_pass"])
+    if is_resume(node):
+        carried.write_transcript(ring, node, trajectory)
     record["ended_at"] = time.time()
     return _settle(ring, layout, node, workspace, record)
 
 
 def _make_workspace(ring: dict, layout: RingLayout, node: dict, workspace: Path) -> None:
-    """An improvement starts from its parent's submission, a draft from the template."""
-    source = None
-    if node["parent"]:
-        source = layout.submission(node["parent"])
-    elif ring["config"]["engineer"]["template"]:
-        source = Path(ring["config"]["engineer"]["template"])
-        if not source.is_dir():
+    """An improvement starts from its parent's submission, a draft from the template, a
+    resume node from the carried work's solution/ (absent when that workspace was empty)."""
+    source = carried.session_start(ring, layout, node)
+    if source is not None and not source.is_dir():
+        if not is_resume(node):
             raise CandidateError(f"engineer.template {source} is not a folder")
+        source = None
     if source is None:
         workspace.mkdir()
     else:
@@ -151,8 +161,10 @@ def _session_env(ring: dict, node: dict, paths: dict, deadline: float) -> dict[s
     }
     if paths.get("socket"):
         env["RINGFLOW_QUERY_SOCKET"] = paths["socket"]
-    if node["parent"]:
+    if paths.get("parent"):
         env["RINGFLOW_PARENT_DIR"] = paths["parent"]
+    if paths.get("resume"):
+        env["RINGFLOW_RESUME_DIR"] = paths["resume"]
     for name in engineer["env_pass"]:
         if name in os.environ:
             env[name] = os.environ[name]
@@ -164,7 +176,8 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
     config = ring["config"]
     engineer, box_config = config["engineer"], config["sandbox"]
     workspace = box / "workspace"
-    parent = layout.submission(node["parent"]) if node["parent"] else None
+    parent = carried.parent_submission(layout, node)
+    snapshot = carried.resume_snapshot(layout, node)
     views = {view: Path(ring["views"][view]["inputs_snapshot"]) for view in ring["search_views"]}
     if ring["sandbox"]["mode"] == "none":
         inputs = box / "inputs"
@@ -172,7 +185,8 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
         for view, folder in views.items():
             (inputs / view).symlink_to(folder)
         paths = {"workspace": str(workspace), "instructions": str(box / "INSTRUCTIONS.md"),
-                 "inputs": str(inputs), "parent": str(parent), "home": str(box),
+                 "inputs": str(inputs), "parent": parent and str(parent), "home": str(box),
+                 "resume": snapshot and str(snapshot),
                  "library": str(DEMO_LIBRARY), "socket": sock and str(sock),
                  "query_client": str(BUILTIN_SCRIPT.with_name("query_client.py"))}  # fmt: skip
         if argv[1:2] == [str(ENGINE / BUILTIN_SCRIPT.name)]:
@@ -194,6 +208,8 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
         args += ["--ro-bind", str(folder), str(INPUTS / view)]
     args += ["--ro-bind", str(BUILTIN_SCRIPT.parent), str(ENGINE)]
     args += ["--ro-bind", str(DEMO_LIBRARY), str(LIBRARY)]
+    if snapshot is not None:
+        args += ["--ro-bind", str(snapshot), str(RESUME)]
     if sock is not None:
         args += ["--bind", str(sock), str(SOCKET)]
     tail, read_status, write_status = sandbox_tail(
@@ -207,7 +223,8 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
         loan.lend(workspace)
         cleanups.append(loan.take_back)
     paths = {"workspace": str(WORKSPACE), "instructions": str(INSTRUCTIONS),
-             "inputs": str(INPUTS), "parent": str(PARENT), "home": "/tmp",
+             "inputs": str(INPUTS), "parent": parent and str(PARENT), "home": "/tmp",
+             "resume": snapshot and str(RESUME),
              "library": str(LIBRARY), "socket": sock and str(SOCKET),
              "query_client": str(ENGINE / "query_client.py")}  # fmt: skip
     return SandboxPlan(mode=info["mode"], argv=args + argv,
@@ -224,7 +241,8 @@ def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
     # Native feedback: the session is handed a socket to the scorer side, nothing else.
     server = None
     if config["search"]["feedback"] == "native":
-        server = QueryServer(ring, layout, node["id"], box / "queries")
+        server = QueryServer(ring, layout, node["id"], box / "queries",
+                             quota=carried.queries_left(ring, node))  # fmt: skip
     try:
         plan = _sandbox_plan(ring, layout, node, box, argv, deadline, server and server.path)
     except BaseException:
@@ -274,19 +292,13 @@ def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
         "reason": outcome.reason,
         "sandbox": {"mode": plan.mode, "network_isolated": plan.network_isolated},
         "queries_used": queries_used,
+        "queries_quota": server.quota if server is not None else None,
     }
 
 
 def _redact(trajectory: Path, names: list[str]) -> None:
-    """Values of passed variables (API keys) never stay in the raw log."""
-    secrets_ = {name: os.environ[name] for name in names if os.environ.get(name)}
-    if not secrets_:
-        return
-    for path in trajectory.glob("*.log"):
-        text = path.read_text(errors="replace")
-        for name, value in secrets_.items():
-            text = text.replace(value, f"[{name} redacted]")
-        atomic_write_text(path, text)
+    """Values of passed variables (API keys) never stay in the raw log (any file of it)."""
+    carried.redact_tree(trajectory, names)
 
 
 def runnable_problem(workspace: Path, max_bytes: int):
@@ -330,7 +342,8 @@ def _settle(ring, layout, node: dict, workspace: Path, record: dict) -> dict:
         }
         owners = _assign_trainers([node], WeightsStore(ring["store"]))
     elif record.get("budget_cut"):
-        node.update(status=CARRIED_OVER, carryover={"kind": "engineer", "reason": problem})
+        carried.keep_workspace(layout, node["id"], workspace)  # the seal takes it
+        node.update(status=CARRIED_OVER, carryover={"kind": carried.KIND, "reason": problem})
     else:
         node.update(status=REJECTED, error=f"the engineer session left no runnable program: "
                     f"{problem}")  # fmt: skip
