@@ -33,11 +33,11 @@ sleep 600
 """
 
 
-def engineer_config(tools: Path, **overrides) -> dict:
+def engineer_config(tools: Path, script_text: str = ENGINEER_SH, **overrides) -> dict:
     script = tools / "engineer.sh"
     if not script.exists():
         tools.mkdir(parents=True, exist_ok=True)
-        script.write_text(ENGINEER_SH)
+        script.write_text(script_text)
     return {"command": f"sh {script}", "builtin_delay_s": 0, "network": False,
             "env_pass": [SECRET_NAME], "mounts": [str(tools)], "stall_min": 30,
             "template": None, **overrides}  # fmt: skip

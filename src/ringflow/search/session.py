@@ -343,7 +343,8 @@ def _settle(ring, layout, node: dict, workspace: Path, record: dict) -> dict:
         owners = _assign_trainers([node], WeightsStore(ring["store"]))
     elif record.get("budget_cut"):
         carried.keep_workspace(layout, node["id"], workspace)  # the seal takes it
-        node.update(status=CARRIED_OVER, carryover={"kind": carried.KIND, "reason": problem})
+        reason = problem.replace(f"{workspace}: ", "")  # the sandbox folder is gone
+        node.update(status=CARRIED_OVER, carryover={"kind": carried.KIND, "reason": reason})
     else:
         node.update(status=REJECTED, error=f"the engineer session left no runnable program: "
                     f"{problem}")  # fmt: skip
