@@ -195,6 +195,15 @@ def test_engineer_work_is_carried_resumed_once_per_ring_and_packaged_with_its_li
         copy = tmp_path / "pkg" / segment["path"]
         assert seal_problems(copy, read(copy / "SEAL.json")) == []
     assert (tmp_path / "pkg" / "final" / "solution" / "run.py").is_file()
+    # A lineage snapshot changed after sealing: packaging refuses, naming the file.
+    notes = snapshot_b / "solution" / "notes.md"
+    kept = notes.read_bytes()
+    notes.chmod(0o644)
+    notes.write_bytes(kept.replace(b"segment 2", b"segment X"))
+    changed = package(c, tmp_path / "pkg-changed")
+    assert changed.returncode == 2 and "solution/notes.md: content differs" in changed.stderr
+    assert not (tmp_path / "pkg-changed").exists()
+    notes.write_bytes(kept)
     # A tainted grandparent: packaging refuses, and writes nothing.
     why = "its scorer leaked labels"
     taint = subprocess.run([sys.executable, "-m", "ringflow", "taint", str(a), "--why", why],
