@@ -151,3 +151,20 @@ def test_a_resume_nodes_quota_is_what_its_earlier_segments_left(tmp_path, secret
     answers = [ask(str(server.path), collect(folder)) for _ in range(2)]
     assert server.close() == 1
     assert answers[0]["valid"] and "quota of 1" in answers[1]["refused"]
+
+
+def test_a_resumed_nodes_parent_is_looked_up_where_its_work_began(tmp_path):
+    first, second = tmp_path / "runs" / "a", tmp_path / "runs" / "b"
+    sealed_once = {"parent": "n001-a", "segments": []}
+    sealed_twice = {"parent": "n001-a", "segments": [{"ring": "a", "ring_dir": str(first)}]}
+    assert engineer.parent_ring_dir(first, sealed_once) == first
+    # Re-carried in ring b, the parent it names is still ring a's node.
+    assert engineer.parent_ring_dir(second, sealed_twice) == first
+    node = {"id": "n001-x", "parent": "n001-a", "origin": {"kind": "resume"},
+            "resume_origin": {"segments": sealed_twice["segments"]}}  # fmt: skip
+    assert engineer.parent_layout(RingLayout(second), node).root == first
+    assert engineer.parent_submission(RingLayout(second), node) is None  # not there: no view
+    (first / "nodes" / "n001-a" / "solution").mkdir(parents=True)
+    assert engineer.parent_submission(RingLayout(second), node) == (
+        first / "nodes" / "n001-a" / "solution"
+    )

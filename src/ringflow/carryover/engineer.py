@@ -138,6 +138,15 @@ def parent_layout(layout: RingLayout, node: dict) -> RingLayout:
     return layout
 
 
+def parent_ring_dir(sealing_ring: Path, handoff: dict) -> Path:
+    """The ring that holds the parent a HANDOFF.json names: the ring where the work began
+    (its first segment's), or the sealing ring for work sealed once."""
+    segments = handoff.get("segments") or []
+    if segments and segments[0].get("ring_dir"):
+        return Path(segments[0]["ring_dir"])
+    return Path(sealing_ring)
+
+
 def parent_submission(layout: RingLayout, node: dict) -> Path | None:
     """The parent's submission (read-only view of the session), None when it has none."""
     if not node.get("parent"):

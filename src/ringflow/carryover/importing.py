@@ -24,7 +24,7 @@ from ..ring.layout import RingLayout
 from ..ring.ledger import Ledger, emit_event, record_hash
 from ..selection.seeds import chain_rings
 from .engineer import KIND as ENGINEER_KIND
-from .engineer import segment_details
+from .engineer import parent_ring_dir, segment_details
 from .registry import ResumeRegistry, is_ours
 from .seal import HANDOFF_FILE, SEAL_FILE, lock_sha256, seal_problems, sealed_records
 from .snapshot import copy_hashing, file_sha256, safe_relpath
@@ -175,7 +175,7 @@ def _import_chain(ring: dict, layout: RingLayout, chain: list[dict], out: dict) 
                 emit_event(layout.root, "carryover_rejected", identity=ident, reason=reason)
                 continue
             handoff = read_json(copy / HANDOFF_FILE)
-            refused = _failed_parent_review(root, handoff.get("parent"))
+            refused = _failed_parent_review(parent_ring_dir(root, handoff), handoff.get("parent"))
             if refused is not None:
                 out["refused"].append({"identity": ident, "reason": refused})
                 if ("resume_refused", ident) not in logged:
