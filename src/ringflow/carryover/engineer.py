@@ -42,8 +42,6 @@ TRANSCRIPT = "transcript.log"
 LAST_MESSAGES = 30
 NO_CHANGES = {"added": [], "modified": [], "removed": []}
 METHOD_CHARS = 2000
-# Files of a trajectory that are the session's own raw log (not copies of earlier ones).
-OWN_LOGS = ("INSTRUCTIONS.md", "stdout.log", "stderr.log")
 SESSION_STATS = ("status", "started_at", "ended_at", "wall_s", "cpu_s", "exit_code", "signal",
                  "budget_cut", "network")  # fmt: skip
 
