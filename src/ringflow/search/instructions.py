@@ -13,6 +13,7 @@ import jinja2
 from ..jsonio import read_json
 from ..ring.layout import RingLayout
 from ..selection.promote import node_mean
+from . import public_validator
 
 TEMPLATE = "engineer.md.j2"
 METHOD_CHARS = 2000
@@ -75,6 +76,7 @@ def context(ring: dict, layout: RingLayout, node: dict, deadline: float) -> dict
         "feedback": search["feedback"],
         "queries_left": search["queries_per_node"],
         "validator": bool(ring["task"].get("validator")),
+        "validator_withheld": public_validator.refusal(ring["task"]),
     }
 
 
