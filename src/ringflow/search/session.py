@@ -209,6 +209,9 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
     args += ["--ro-bind", str(box / "INSTRUCTIONS.md"), str(INSTRUCTIONS)]
     if parent is not None:
         args += ["--ro-bind", str(parent), str(PARENT)]
+    # The folder that holds the views is made by us, readable: one bwrap makes for a bind's
+    # destination is 0700, root's, and the sandbox uid could not enter it.
+    args += ["--perms", "0755", "--dir", str(INPUTS)]
     for view, folder in views.items():
         args += ["--ro-bind", str(folder), str(INPUTS / view)]
     args += ["--ro-bind", str(BUILTIN_SCRIPT.parent), str(ENGINE)]
