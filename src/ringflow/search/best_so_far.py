@@ -238,16 +238,22 @@ class BackgroundEvaluator:
     def tick(self) -> str:
         """One look at the workspace; returns what it did (see `decide`)."""
         current = workspace_hash(self.ring, self.workspace)
-        action = decide(current, self.last_hash, 1)
-        if action != EVALUATE:
-            return action
-        with slot_taken(self.ring, self.layout, self.node["id"]) as free:
-            if not free:
-                self._append({"status": "skipped", "tree_hash": current,
-                              "reason": "no free execution slot"})  # fmt: skip
-                return NO_SLOT
-            self.evaluate()
-        return EVALUATE
+        changed = current is not None and current != self.last_hash
+        action = decide(
+            current, self.last_hash, free_slots(self.ring, self.layout) if changed else 0
+        )
+        if action == EVALUATE:
+            # Taken under the slots lock: another session may have taken the last one since.
+            with slot_taken(self.ring, self.layout, self.node["id"]) as free:
+                if free:
+                    self.last_hash = current  # evaluated once, however it ends
+                    self.evaluate()
+                    return EVALUATE
+            action = NO_SLOT
+        if action == NO_SLOT:
+            self._append({"status": "skipped", "tree_hash": current,
+                          "reason": "no free execution slot"})  # fmt: skip
+        return action
 
     def _append(self, row: dict) -> None:
         now = time.time()
@@ -265,6 +271,9 @@ class BackgroundEvaluator:
         started = time.time()
         try:
             row = self._evaluate_in_box(box, folder)
+        except Exception as exc:  # recorded; never the session's failure, never the node's
+            row = {"status": "failed", "score": None, "valid": False,
+                   "reason": f"{type(exc).__name__}: {exc}"}  # fmt: skip
         finally:
             shutil.rmtree(box, ignore_errors=True)
             shutil.rmtree(folder / "output", ignore_errors=True)
