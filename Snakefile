@@ -1,7 +1,21 @@
-# ringflow: one time-boxed ring of an ML search (see README.md and SPEC).
-# The Snakefile is a table of contents; each stage lives in its own rule file.
+# ringflow: time-boxed rings of an ML search (see README.md and SPEC). The Snakefile is a
+# table of contents: every ring is the module rules/ring.smk with its own configuration;
+# each stage of a ring lives in its own rule file.
 
 from snakemake.utils import min_version
+
+from ringflow.ring.named import (
+    invocation_rings,
+    module_config,
+    ring_targets,
+    workflow_rings,
+)
+from ringflow.ring.hooks import (
+    end_rings,
+    prepare_config,
+    prepare_ring_config,
+    start_rings,
+)
 
 min_version("9.0")
 
@@ -9,33 +23,61 @@ min_version("9.0")
 configfile: workflow.source_path("config/config.yaml")
 
 
-include: "rules/common.smk"
-include: "rules/import.smk"
-include: "rules/carryover.smk"
-include: "rules/execute.smk"
-include: "rules/search.smk"
-include: "rules/promote.smk"
-include: "rules/final.smk"
-include: "rules/report.smk"
+SCHEMA = workflow.source_path("config/config.schema.yaml")
+prepare_config(config, SCHEMA)
+# The configured ring (ring_id), and every ring a chain file names (with no configuration
+# file, the demo chain): `snakemake ring2` runs ring 2, after ring 1 if ring 1 has not run.
+DEMO_CHAIN = workflow.source_path("config/chain.yaml")
+RINGS, CONFIGURED = workflow_rings(
+    config, None if workflow.config_settings.configfiles else DEMO_CHAIN
+)
+RING_CONFIGS = {
+    ring.name: prepare_ring_config(
+        ring, SCHEMA, workflow.source_path("config/config.yaml")
+    )
+    for ring in RINGS
+}
+INVOCATION = []
+
+for RING in RINGS:
+    RING_NAME, RING_PREFIX = RING.name, RING.prefix
+
+    module:
+        name: RING_NAME
+        snakefile:
+            "rules/ring.smk"
+        config:
+            module_config(RING, RING_CONFIGS[RING_NAME])
+
+    use rule * from RING_NAME as RING_PREFIX*
 
 
 onstart:
-    start_timekeeper()
-    start_ring_hooks()
+    INVOCATION[:] = invocation_rings(
+        RINGS, CONFIGURED, workflow.dag_settings.targets
+    )
+    start_rings(INVOCATION, RING_CONFIGS, workflow)
 
 
 onsuccess:
-    finish_timekeeper()
-    end_ring(log, completed=True)
+    end_rings(INVOCATION, log, completed=True)
 
 
 onerror:
-    finish_timekeeper()
-    end_ring(log, completed=False)
-    report_stop()
+    end_rings(INVOCATION, log, completed=False)
 
 
 rule all:
     default_target: True
     input:
-        ring_outputs,
+        lambda wildcards: ring_targets(CONFIGURED.root),
+
+
+for RING in RINGS:
+    if RING.prefix:
+
+        rule:
+            name:
+                RING.name
+            input:
+                lambda wildcards, root=RING.root: ring_targets(root),

@@ -5,6 +5,7 @@
 
 checkpoint import_carryover:
     input:
+        chain_parent_inputs("stop_manifest", "carryover_seals"),
         lock=ancient(path(RING.ring_json)),
     output:
         imported=path(RING.carryover_imported),

@@ -5,8 +5,6 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
-from ringflow import timekeeper
-from ringflow.config import coerce_config
 from ringflow.selection.final import (
     after_decision_final_runs,
     choose,
@@ -19,31 +17,23 @@ from ringflow.selection.final import (
 from ringflow.jsonio import read_json_cached as read_json
 from ringflow.ring.layout import NODE_PATTERN, VARIANT_PATTERN, VIEW_PATTERN, RingLayout
 from ringflow.ring.clock import view_limits
-from ringflow.ring.lock import check_existing_lock
-from ringflow.ring.stop import stopped_reason
+from ringflow.ring.hooks import refuse_locked
+from ringflow.ring.named import CHAIN_PARENT_KEY
 from ringflow.sandbox.slots import gpu_slots
-from ringflow.config import check_config, config_defaults
-from ringflow.interrupts import install_relay
-from ringflow.reporting.progress import ring_end, ring_start
-from ringflow.ring.chain import inherit_config, refuse_task_switch
-from ringflow.ring.edits import refuse_edits
 
-coerce_config(config, workflow.source_path("../config/config.schema.yaml"))
-check_config(config, workflow.source_path("../config/config.schema.yaml"))
+# The Snakefile gives this ring its whole configuration, checked (and taken from the ring it
+# continues where left at a default), and the ring of the chain it waits for, if any;
+# validation here fills in the defaults.
+CHAIN_PARENT = config.pop(CHAIN_PARENT_KEY, None)
 validate(config, "../config/config.schema.yaml")
-inherit_config(config, config_defaults(workflow.source_path("../config/config.yaml")))
 
 RING = RingLayout(Path(config["runs_dir"]) / config["ring_id"])
 # Rules call the package with the interpreter Snakemake runs under, whatever PATH says.
 RINGFLOW = f"{sys.executable} -m ringflow"
 
-check_existing_lock(config)
 # profiles/gpu declares the `gpu` resource: then one slot per GPU this machine has (SLURM
 # jobs bring their own allocation), so as many executions run at once as there are GPUs.
 GPU_SLOTS = gpu_slots(workflow.global_resources)
-if workflow.is_main_process:
-    refuse_edits(RING.root, config["ring_id"])
-    refuse_task_switch(config)
 
 
 wildcard_constraints:
@@ -59,52 +49,42 @@ def path(p):
     return str(p)
 
 
+def chain_parent_inputs(*names):
+    """The files of the ring of the chain this one waits for (none for other rings); ancient,
+    so that the finished parent never makes this ring's lock or import run again."""
+    if CHAIN_PARENT is None:
+        return []
+    parent = RingLayout(Path(CHAIN_PARENT))
+    return [ancient(path(getattr(parent, name))) for name in names]
+
+
 def log_for(rule, name):
     return str(RING.root / "logs" / rule / f"{name}.log")
 
 
-def start_timekeeper():
-    """Record the execution slots this Snakemake gives, then keep the reserve measured."""
-    timekeeper.record_slots(
-        RING.root, workflow, GPU_SLOTS or None, config["gpus_per_execution"] or 1
-    )
-    timekeeper.start_in_background(RING.root)
-
-
-def finish_timekeeper():
-    """One last estimate as Snakemake ends: final_timing.json records the finished stages."""
-    timekeeper.tick_safely(RING.root)
-
-
-def report_stop():
-    """After a failed run: say why the ring stopped, if the machinery stopped it."""
-    reason = stopped_reason(RING.root)
-    if reason is not None:
-        print(f"ringflow: the ring {RING.root} stopped: {reason}", file=sys.stderr)
-
-
-def start_ring_hooks():
-    """Ctrl-C stops the executions in flight; the terminal shows ringflow's progress."""
-    install_relay(RING.root)
-    ring_start(RING.root, config["terminal"])
-
-
-def end_ring(log, completed):
-    """Every ring ends with its summary and failure digest, however it ended."""
-    ring_end(RING.root, log, completed)
-
-
 # ---- the ring and its nodes -------------------------------------------------------------
+
+REFUSALS_CHECKED = []
+
+
+def check_refusals():
+    """Once, when the DAG first reaches this locked ring: refuse it under a changed
+    configuration, with edited inputs or continuing another task (ring/hooks.py)."""
+    if not REFUSALS_CHECKED and workflow.is_main_process:
+        if refuse_locked(RING.root, config):
+            REFUSALS_CHECKED.append(True)
 
 
 def ring_lock():
     """RING.json; input functions that need it wait for the import checkpoint."""
+    check_refusals()
     checkpoints.import_nodes.get()
     return read_json(RING.ring_json)
 
 
 def nodes_index():
     """The imported nodes; waits for the import checkpoint."""
+    check_refusals()
     return read_json(checkpoints.import_nodes.get().output.index)
 
 
@@ -358,31 +338,3 @@ def repro_inputs(wildcards):
         + score_files(nodes, ["s0", "fresh-s0"], view)
         + score_files(others, ["s0"], [ring_lock()["final_view"]])
     )
-
-
-def ring_outputs(wildcards):
-    return [
-        path(RING.stop_manifest),
-        path(RING.decision),
-        path(RING.repro_record),
-        path(RING.summary),
-        path(RING.report),
-        *execution_records(),
-    ]
-
-
-def execution_records():
-    """The result and score of every execution that has started.
-
-    Snakemake leaves a missing intermediate file alone while the files made from it are
-    up to date; listing them here makes a deleted result.json re-run that execution.
-    """
-    records = []
-    for folder in sorted(RING.root.glob("nodes/*/exec/*/*")):
-        if folder.is_dir():
-            node, view, variant = folder.parts[-4], folder.parts[-2], folder.parts[-1]
-            records += [
-                path(RING.result(node, view, variant)),
-                path(RING.score(node, view, variant)),
-            ]
-    return records

@@ -3,12 +3,16 @@
 
 
 rule lock_ring:
+    input:
+        chain_parent_inputs("stop_manifest"),
     output:
         lock=path(RING.ring_json),
     log:
         log_for("lock_ring", "ring"),
     conda:
         "../envs/ringflow.yaml"
+    params:
+        config=config,
     script:
         "../scripts/lock_ring.py"
 

@@ -130,6 +130,9 @@ class Progress:
     def print_now(self, force: bool = False) -> None:
         if not (self.ring_root / "RING.json").exists():
             return
+        if not force and (self.ring_root / "stop_manifest.json").exists():
+            # A finished ring of a chain says nothing more while the next one runs.
+            self.stopped.set()
         snap = snapshot(self.ring_root)
         key = (snap["done"], snap["total"], snap["running"], snap["best"], snap["decided"])
         if force or key != self.last_key or time.monotonic() - self.last_at >= HEARTBEAT_S:
@@ -147,26 +150,27 @@ class Progress:
         self.stopped.set()
 
 
-_running: Progress | None = None
+# One progress thread per ring of the running Snakemake (a chain runs its rings in turn).
+_running: dict[str, Progress] = {}
 
 
 def ring_start(ring_root: str | Path, terminal: dict) -> None:
-    """onstart: quiet Snakemake's terminal output and start the progress lines."""
-    global _running
+    """onstart: quiet Snakemake's terminal output and start the ring's progress lines."""
     if not terminal.get("snakemake_log", False):
         quiet_snakemake_terminal()
-    if terminal.get("progress_s", 0) > 0:
-        _running = Progress(ring_root, terminal["progress_s"]).start()
+    if terminal.get("progress_s", 0) > 0 and str(ring_root) not in _running:
+        _running[str(ring_root)] = Progress(ring_root, terminal["progress_s"]).start()
 
 
 def ring_end(ring_root: str | Path, log: str | list | None, completed: bool) -> None:
     """onsuccess/onerror: the last progress line, the summary with its failure digest, and
-    where Snakemake's own log is."""
+    where Snakemake's own log is (log: None to leave that to a later ring)."""
     from .summary import render_summary
 
-    if _running is not None:
-        _running.stop()
-        _running.print_now(force=True)
+    running = _running.pop(str(ring_root), None)
+    if running is not None:
+        running.stop()
+        running.print_now(force=True)
     root = Path(ring_root)
     logs = [log] if isinstance(log, str) else list(log or [])
     out = sys.stdout
@@ -177,11 +181,12 @@ def ring_end(ring_root: str | Path, log: str | list | None, completed: bool) -> 
         except Exception as exc:
             print(f"ringflow: the summary could not be written: {exc}", file=out)
     if not completed and not (root / "RING.json").exists():
-        print("ringflow: the ring was not started: see the error above.", file=out)
-    elif not completed:
+        print(f"ringflow: the ring {root} was not started: see the error above.", file=out)
+    elif not completed and not (root / "stop_manifest.json").exists():
         print(
-            "ringflow: the ring did not complete: a job failed or it was interrupted. Run the "
-            "same command again to continue it (after a kill: snakemake --unlock first).",
+            f"ringflow: the ring {root} did not complete: a job failed or it was interrupted. "
+            "Run the same command again to continue it (after a kill: snakemake --unlock "
+            "first).",
             file=out,
         )
     for path in logs:

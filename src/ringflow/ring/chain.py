@@ -13,8 +13,8 @@ from pathlib import Path
 from ..errors import InputError
 from ..jsonio import read_json
 
-# Keys that name this ring or where it is, never inherited.
-OWN_KEYS = ("ring_id", "runs_dir", "continue_from", "resources_dir")
+# Keys that name this ring, where it is or the chain around it, never inherited.
+OWN_KEYS = ("ring_id", "runs_dir", "continue_from", "resources_dir", "rings")
 # Paths resolved by the lock from the parent's RING.json when left empty.
 PATH_KEYS = ("task", "candidates", "baseline")
 

@@ -29,8 +29,9 @@ from .layout import RingLayout
 from .ledger import Ledger, emit_event
 
 # Keys that may differ between the command that locked a ring and a later command that
-# continues it: they name where things are, not what the ring computes.
-UNFROZEN_KEYS = ("resources_dir",)
+# continues it: they name where things are, or the other rings of its chain, not what the
+# ring computes.
+UNFROZEN_KEYS = ("resources_dir", "rings")
 
 
 def _resolve(path: str, workdir: Path) -> Path:
