@@ -48,6 +48,8 @@ from . import session  # runnable_problem; session starts the evaluator (circula
 
 DEFAULT_INTERVAL_MIN = 5.0
 NICE = 19
+# A background evaluation keeps no checkpoint: its stop needs no more grace than this.
+GRACE_S = 1.0
 # What a tick did: evaluated the program, or why it did not.
 EVALUATE, UNCHANGED, NOT_RUNNABLE, NO_SLOT = "evaluate", "unchanged", "not_runnable", "no_slot"
 
@@ -298,8 +300,11 @@ class BackgroundEvaluator:
                 "weights": "fresh" if solution.has_weights else "none",
                 "train_seed": solution.training_seed(seed)}  # fmt: skip
         node = {**self.node, "solution": solution.to_dict(), "tree_hash": tree}
-        ex = Execution(self.ring, self.layout, node, self.view, "s0", spec, folder,
-                       self.deadline, box=box)  # fmt: skip
+        health = self.ring["config"]["exec_health"]
+        health = {**health, "term_grace_s": min(health["term_grace_s"], GRACE_S)}
+        ring = {**self.ring, "config": {**self.ring["config"], "exec_health": health}}
+        ex = Execution(ring, self.layout, node, self.view, "s0", spec, folder, self.deadline,
+                       box=box)  # fmt: skip
         row = {"tree_hash": tree, "view": self.view, "seed": seed}
         with ExitStack() as held:
             gpus = self._gpus_wanted()
