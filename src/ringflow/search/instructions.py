@@ -14,6 +14,7 @@ from ..carryover import engineer as carried
 from ..jsonio import read_json
 from ..ring.layout import RingLayout
 from ..selection.promote import node_mean
+from . import public_validator
 
 TEMPLATE = "engineer.md.j2"
 METHOD_CHARS = 2000
@@ -86,6 +87,7 @@ def context(ring: dict, layout: RingLayout, node: dict, deadline: float) -> dict
         "queries_per_node": search["queries_per_node"],
         "queries_earlier": carried.earlier_queries(node) if carried.is_resume(node) else 0,
         "validator": bool(ring["task"].get("validator")),
+        "validator_withheld": public_validator.refusal(ring["task"]),
     }
 
 

@@ -45,7 +45,7 @@ from ..supervisor import HealthSettings, ResourceLimits, supervise
 from ..weights.hashing import solution_tree_hash
 from ..weights.store import WeightsStore
 from ..workcopy import make_readonly_tree
-from . import instructions
+from . import best_so_far, instructions, public_validator  # best_so_far imports session too
 from .index import add_keys, set_entry, update_index
 from .plan import ENGINEERING, handover_at
 from .queries import QueryServer
@@ -62,6 +62,7 @@ ENGINE = INSIDE / "engineer"
 SOCKET = INSIDE / "score.sock"
 LIBRARY = INSIDE / "library"
 RESUME = INSIDE / "resume"
+VALIDATOR = INSIDE / "validator"
 
 
 def run_session(ring_dir: str | Path, node_id: str) -> dict:
@@ -161,6 +162,8 @@ def _session_env(ring: dict, node: dict, paths: dict, deadline: float) -> dict[s
     }
     if paths.get("socket"):
         env["RINGFLOW_QUERY_SOCKET"] = paths["socket"]
+    if paths.get("validate"):
+        env["RINGFLOW_VALIDATE"] = paths["validate"]
     if paths.get("parent"):
         env["RINGFLOW_PARENT_DIR"] = paths["parent"]
     if paths.get("resume"):
@@ -169,6 +172,21 @@ def _session_env(ring: dict, node: dict, paths: dict, deadline: float) -> dict[s
         if name in os.environ:
             env[name] = os.environ[name]
     return env
+
+
+def _validator_copy(ring: dict, box: Path, confined: bool) -> str | None:
+    """The task's public validator for the session (item 5): its `validate` command as the
+    session sees it, or None when the task ships none or it cannot be handed out."""
+    if public_validator.refusal(ring["task"]) is not None:
+        return None
+    folder = box / "validator"
+    engine = ENGINE if confined else BUILTIN_SCRIPT.parent
+    inside = VALIDATOR if confined else folder
+    validate = public_validator.make_copy(
+        ring["task"], folder, python=ring["program"]["executable"],
+        runner=str(engine / public_validator.RUNNER.name), inside=str(inside),
+    )  # fmt: skip
+    return str(inside / validate.name)
 
 
 def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: float, sock):
@@ -188,7 +206,8 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
                  "inputs": str(inputs), "parent": parent and str(parent), "home": str(box),
                  "resume": snapshot and str(snapshot),
                  "library": str(DEMO_LIBRARY), "socket": sock and str(sock),
-                 "query_client": str(BUILTIN_SCRIPT.with_name("query_client.py"))}  # fmt: skip
+                 "query_client": str(BUILTIN_SCRIPT.with_name("query_client.py")),
+                 "validate": _validator_copy(ring, box, confined=False)}  # fmt: skip
         if argv[1:2] == [str(ENGINE / BUILTIN_SCRIPT.name)]:
             argv = [argv[0], str(BUILTIN_SCRIPT)]
         env = _session_env(ring, node, paths, deadline)
@@ -204,6 +223,9 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
     args += ["--ro-bind", str(box / "INSTRUCTIONS.md"), str(INSTRUCTIONS)]
     if parent is not None:
         args += ["--ro-bind", str(parent), str(PARENT)]
+    # The folder that holds the views is made by us, readable: one bwrap makes for a bind's
+    # destination is 0700, root's, and the sandbox uid could not enter it.
+    args += ["--perms", "0755", "--dir", str(INPUTS)]
     for view, folder in views.items():
         args += ["--ro-bind", str(folder), str(INPUTS / view)]
     args += ["--ro-bind", str(BUILTIN_SCRIPT.parent), str(ENGINE)]
@@ -212,6 +234,9 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
         args += ["--ro-bind", str(snapshot), str(RESUME)]
     if sock is not None:
         args += ["--bind", str(sock), str(SOCKET)]
+    validate = _validator_copy(ring, box, confined=True)
+    if validate is not None:
+        args += ["--ro-bind", str(box / "validator"), str(VALIDATOR)]
     tail, read_status, write_status = sandbox_tail(
         info, WORKSPACE, uid=box_config["uid"], gid=box_config["gid"],
         max_processes=config["limits"]["max_processes"], max_file_bytes=None,
@@ -226,7 +251,7 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
              "inputs": str(INPUTS), "parent": parent and str(PARENT), "home": "/tmp",
              "resume": snapshot and str(RESUME),
              "library": str(LIBRARY), "socket": sock and str(SOCKET),
-             "query_client": str(ENGINE / "query_client.py")}  # fmt: skip
+             "query_client": str(ENGINE / "query_client.py"), "validate": validate}  # fmt: skip
     return SandboxPlan(mode=info["mode"], argv=args + argv,
                        env=_session_env(ring, node, paths, deadline), cwd="/",
                        network_isolated=not engineer["network"], wrappers=[info["bwrap_path"]],
@@ -251,6 +276,10 @@ def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
         raise
     # A session with no activity of its own for engineer.stall_min is stopped (`stalled`).
     health = {**config["exec_health"], "enforce": True, "hang_min": config["engineer"]["stall_min"]}
+    # Best so far (item 7): the workspace's runnable program, scored for the report only.
+    background = best_so_far.BackgroundEvaluator(
+        ring, layout, node, box / "workspace", lambda: handover_at(ring)
+    ).start()
     try:
         outcome = supervise(
             plan.argv,
@@ -275,6 +304,7 @@ def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
         raise stop_ring(layout.root, f"the sandbox could not run the engineer session of "
                         f"{node['id']}: {exc}", node=node["id"]) from None  # fmt: skip
     finally:
+        background.stop()  # cut at the session's end: it never delays the hand-over
         plan.finish()
         # The client is closed first, then its count settled from the scorer's record.
         queries_used = server.close() if server is not None else 0
