@@ -254,11 +254,32 @@ def ready_in_generation(g):
 
 def generation_inputs(wildcards):
     """Generation g starts once g-1's nodes are settled and scored (seed 0); the first
-    once the static candidates are, so that parents are drawn among scored nodes."""
+    once the static candidates are, so that parents are drawn among scored nodes. Resumed
+    engineer work is generation 0 and starts at once; generation 1 then waits for the
+    static candidates too."""
     g = int(wildcards.g)
-    if g == 0:
-        return score_files(ready_nodes("candidate") + rescore_nodes(), ["s0"])
-    return [path(RING.settled(g - 1))] + score_files(ready_in_generation(g - 1), ["s0"])
+    first = 1 if resumes_engineer_work() else 0
+    searched = ready_nodes("candidate") + rescore_nodes()
+    inputs = score_files(searched, ["s0"]) if g == first else []
+    if g > 0:
+        inputs += [path(RING.settled(g - 1))]
+        inputs += score_files(ready_in_generation(g - 1), ["s0"])
+    return inputs
+
+
+def resumes_engineer_work():
+    """Whether this ring resumes engineer work (its resume queue, fixed at import)."""
+    nodes_index()
+    imported = read_json(RING.carryover_imported)
+    kinds = {item["identity"]: item["kind"] for item in imported["imported"]}
+    return any(kinds.get(identity) == "engineer" for identity in imported["queue"])
+
+
+def session_priority(wildcards):
+    """Resumed engineer work before new work (SPEC 11.3): its generation and sessions."""
+    if "g" in wildcards.keys():
+        return 1500 if wildcards.g == "0" and resumes_engineer_work() else 0
+    return 1500 if resume_rank(wildcards.node) is not None else 0
 
 
 def settle_inputs(wildcards):

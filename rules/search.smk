@@ -33,6 +33,7 @@ checkpoint search_generation:
         generation=path(RING.generation("{g}")),
     log:
         log_for("search_generation", "gen-{g}"),
+    priority: session_priority
     conda:
         "../envs/ringflow.yaml"
     params:
@@ -49,6 +50,7 @@ rule engineer:
         session=path(RING.session("{node}")),
     log:
         log_for("engineer", "{node}"),
+    priority: session_priority
     conda:
         "../envs/ringflow.yaml"
     params:

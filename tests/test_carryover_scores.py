@@ -14,12 +14,11 @@ import time
 from pathlib import Path
 
 from carrytools import cut_before_start
-from ringflow.carryover.executions import seal_ring
 from ringflow.carryover.importing import import_carryover
 from ringflow.carryover.manifest import write_stop_manifest
 from ringflow.carryover.rescoring import choose_rescores, obligations
 from ringflow.carryover.scores import HISTORY, comparable, refuted_among, s0_mean
-from ringflow.nodes import _make_node, import_static
+from ringflow.nodes import import_static
 from ringflow.ring.clock import load_ring
 from ringflow.ring.layout import RingLayout
 from ringflow.ring.lock import lock_ring
@@ -27,7 +26,6 @@ from ringflow.search.instructions import context, refuted_directions, render
 from ringflow.search.plan import parent_scores
 from ringflow.selection.promote import node_mean, promote
 from ringflow.timekeeper import Planner
-from ringflow.weights.store import WeightsStore
 from ringtools import full_config, locked_ring, make_candidate
 from test_carryover_import import continuing
 
@@ -307,28 +305,3 @@ def test_refuted_among_compares_a_node_with_its_parent_under_one_spec_only():
     assert refuted["a#n2"]["parent_identity"] == "a#n1"
     assert (refuted["a#n2"]["score"], refuted["a#n2"]["parent_score"]) == (0.6, 0.8)
     assert set(refuted_among(entries, "minimize")) == {"a#n3"}
-
-
-def test_resumed_work_takes_its_real_parent_as_imported_here(tmp_path):
-    a = scored_parent(tmp_path, means={"alpha": 0.9})
-    (alpha,) = nodes_of(a)
-    # An improvement of alpha whose seed-0 run the cutoff cut: sealed as carried work.
-    make_candidate(tmp_path / "cands-slow" / "slow", mean=0.4, label="slow")
-    index = read(a / "nodes" / "index.json")
-    ring_a = load_ring(a)
-    node = _make_node(ring_a, RingLayout(a), WeightsStore(ring_a["store"]), "n002-slow-g0",
-                      "candidate", tmp_path / "cands-slow" / "slow", 2**30)  # fmt: skip
-    write(a / "nodes" / "n002-slow-g0" / "node.json", {**node, "parent": alpha})
-    index["nodes"].append({"id": "n002-slow-g0", "name": "slow", "role": "candidate",
-                           "status": "ready"})  # fmt: skip
-    write(a / "nodes" / "index.json", index)
-    cut_before_start(a, "n002-slow-g0", "proxy")
-    seal_ring(a)
-    b, done = continued(tmp_path, a)
-    assert done["queue"] == ["a#n002-slow-g0"]
-    nodes = by_name(b)
-    resumed = nodes["slow"]
-    assert resumed["origin"]["kind"] == "resume"
-    # Its parent is b's node made from alpha, not whatever b numbered n001.
-    assert resumed["parent"] == nodes["alpha"]["id"]
-    assert resumed["parent_origin"] == {"ring": "a", "node": alpha}

@@ -407,8 +407,12 @@ def test_ring_in_progress(tmp_path):
         )
     }
     assert grid["n001-good"][1] == "running"
-    # Time to first valid result: the baseline's run ended 30 s after the start.
-    assert re.search(r"time to first valid result</th><td>30s\s*\(n000-base a/s0\)", page)
+    # Time to first valid result: the baseline's seed-0 run on the proxy view (the first
+    # search view) ended 30 s after the start.
+    first = r'time to first valid result</th><td id="first-valid">30s\s*\(n000-base, seed 0 on a\)'
+    assert re.search(first, page)
+    progress = re.search(r'<svg id="best-so-far".*?</svg>', page, flags=re.S).group(0)
+    assert progress.count('data-source="execution"') == 2 and "<polyline" in progress
     svg = re.search(r'<svg id="curve".*?</svg>', page, flags=re.S).group(0)
     assert svg.count('<circle class="pt ') == 2
     # No node has both search views yet: no best-so-far line.

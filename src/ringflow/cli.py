@@ -281,6 +281,17 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_package(args) -> int:
+    from .carryover.package import package
+
+    manifest = package(args.ring_dir, args.out)
+    print(f"packaged {manifest['ring_id']}: {manifest['chosen']} ({manifest['decision']}) "
+          f"with {len(manifest['lineage_segments'])} lineage segment(s)")  # fmt: skip
+    for segment in manifest["lineage_segments"]:
+        print(f"  {segment['path']}: {segment['identity']} sealed {segment['seal_sha256'][:12]}")
+    return 0
+
+
 def cmd_check(args) -> int:
     from .precheck import check
 
@@ -390,6 +401,12 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_export,
         "write the final choice, code, weights and MANIFEST.json, to a new folder",
         (("dest",), {"help": "a folder that does not exist yet"}),
+    )
+    add(
+        "package",
+        cmd_package,
+        "package the chosen result (final/) with the snapshots of its resumed lineage",
+        (("--out",), {"help": "a folder that does not exist yet (default RING_DIR/package)"}),
     )
     check = sub.add_parser(
         "check", help="check a task and candidates before a ring: import checks, scorer, one run"

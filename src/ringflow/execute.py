@@ -400,6 +400,13 @@ def _run_program(ex: Execution, inputs: Path, training: bool) -> dict:
     }
 
 
+def run_program(ex: Execution, inputs: Path, training: bool) -> dict:
+    """The program of `ex` once, in its box (`ex.box`: solution/ and output/), sandboxed and
+    supervised like any execution, its logs in `ex.dir`; no weights store, no result.json
+    (a background evaluation of an engineer's workspace)."""
+    return _run_program(ex, inputs, training)
+
+
 def _take_gpus(ex: Execution, held: ExitStack) -> Allocation:
     return allocate(ex.gpus_wanted, default_lock_dir(), held, should_stop=ex.should_stop)
 

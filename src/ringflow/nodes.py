@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 from .candidate import Solution, copy_submission, load_solution
+from .carryover import engineer
 from .carryover.resume import resume_entries, resume_fields
 from .carryover.scored import (
     imported_fields,
-    relink_resume_parents,
     scored_entries,
     settle_imported,
     submission_problem,
@@ -180,6 +180,9 @@ def import_static(ring: dict) -> dict:
         if problem is not None:
             node = {"id": node_id, "role": role, "status": REJECTED, "error": problem,
                     "created_at": time.time()}  # fmt: skip
+        elif resumed and source["origin"].get("carry_kind") == engineer.KIND:
+            # Cut engineer work: a new session resumes it in generation 0.
+            node = engineer.resume_stub(ring, node_id, source)
         else:
             node = _make_node(ring, layout, store, node_id, role, folder, max_bytes)
         if entry is not None and node.get("tree_hash") in resumed_trees:
@@ -219,8 +222,6 @@ def import_static(ring: dict) -> dict:
             status=node["status"],
             tree_hash=node.get("tree_hash"),
         )
-    for node in relink_resume_parents(nodes):
-        atomic_write_json(layout.node_json(node["id"]), node)
     index = {
         "nodes": [_index_entry(n) for n in nodes],
         "baseline": next((n["id"] for n in nodes if n["role"] == "baseline"), None),

@@ -124,16 +124,18 @@ def bootstrap_values(raw: object, batched: bool, seed: int) -> tuple[list[float]
     return [float(v) for v in values], ""
 
 
-def _evaluate(ring: dict, exec_dir: Path, view: str, variant: str, seed: int) -> dict:
+def _evaluate(
+    ring: dict, exec_dir: Path, view: str, variant: str, seed: int, deadline=None
+) -> dict:
     """Validator first (invalid output never reaches the labels), then the scorer.
 
     The output must be plain data first: links, FIFOs and devices make it invalid
-    before any evaluator reads it.
+    before any evaluator reads it. `deadline` (a callable) replaces the execution's own.
     """
     task = ring["task"]
     config = ring["config"]
     limit_s = config["scorer_timeout_min"] * 60
-    deadline = scoring_deadline_for(ring, view, variant)
+    deadline = deadline or scoring_deadline_for(ring, view, variant)
     pred = exec_dir / "output"
     refused = refuse_pointers(pred)
     if refused is not None:
@@ -329,7 +331,8 @@ def usable(score: dict | None, direction: str) -> float | None:
     return None if value is None else float(value)
 
 
-def evaluate_predictions(ring: dict, folder: Path, view: str, seed: int) -> dict:
-    """Validate and score the predictions in folder/output on one view (a score query);
-    the same evaluator as an execution's, writing its logs into folder."""
-    return _evaluate(ring, folder, view, "s0", seed)
+def evaluate_predictions(ring: dict, folder: Path, view: str, seed: int, deadline=None) -> dict:
+    """Validate and score the predictions in folder/output on one view (a score query, a
+    background evaluation); the same evaluator as an execution's, writing its logs into
+    folder. `deadline` (a callable) cuts it earlier than a seed-0 execution's scoring."""
+    return _evaluate(ring, folder, view, "s0", seed, deadline)

@@ -2,8 +2,9 @@
 view was cut by the cutoff is sealed, with its submission and what the cut runs left, so
 that the next ring executes the same submission again.
 
-`seal_ring` runs when the search has ended: it seals every such node (finishing any seal a
-crash interrupted) and writes `carryover/seals.json`, the ring's list of seals.
+`seal_ring` runs when the search has ended: it seals every such node, and every engineer
+session carried over (the `engineer` kind, carryover/engineer.py), finishing any seal a
+crash interrupted, and writes `carryover/seals.json`, the ring's list of seals.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ..jsonio import atomic_write_json, read_json
 from ..ring.clock import load_ring
 from ..ring.layout import RingLayout
 from ..ring.ledger import emit_event
+from . import engineer
 from .checkpoint import AUTHORITATIVE_VARIANT, CHECKPOINT_DIR, is_carried_cut
 from .seal import SealRequest, seal_node, sealed_records
 
@@ -90,12 +92,19 @@ def seal_ring(ring_dir: str | Path) -> dict:
     recorded = sealed_records(layout.ledger)
     seals, refused = [], []
     for entry in index["nodes"]:
-        if entry["role"] != "candidate" or entry["status"] != "ready":
+        if entry["role"] != "candidate" or entry["status"] not in ("ready", statuses.CARRIED_OVER):
             continue
         if entry.get("imported"):
             # Imported scored work is not sealed: a cut rescore is an obligation instead.
             continue
         node = read_json(layout.node_json(entry["id"]))
+        if entry["status"] == statuses.CARRIED_OVER:
+            request = _engineer_request(ring, layout, node, recorded, refused)
+            if request is None:
+                continue
+            record = seal_node(ring, request)
+            seals.append(_listed(entry["id"], record))
+            continue
         cut, unreaped = cut_runs(ring, layout, entry["id"])
         if unreaped and entry["id"] not in recorded:
             # Processes may still be writing its files (SPEC 7.4): never sealed.
@@ -117,3 +126,28 @@ def seal_ring(ring_dir: str | Path) -> dict:
     listing = {"ring_id": ring["ring_id"], "seals": seals, "refused": refused}
     atomic_write_json(layout.root / "carryover" / "seals.json", listing)
     return listing
+
+
+def _listed(node_id: str, record: dict) -> dict:
+    return {
+        "node": node_id,
+        "identity": record["identity"],
+        "kind": record["carry_kind"],
+        "seal_sha256": record["seal_sha256"],
+        "ledger_seq": record["seq"],
+        "snapshot": f"nodes/{node_id}/carryover",
+    }
+
+
+def _engineer_request(ring, layout, node: dict, recorded: dict, refused: list):
+    """The seal request of a carried engineer session, or None (not that kind, or its
+    writers may not have stopped: refused and listed)."""
+    if not engineer.is_carried_engineer(node):
+        return None
+    if node["id"] not in recorded:
+        why = engineer.not_sealable(layout, node["id"])
+        if why is not None:
+            refused.append({"node": node["id"], "reason": why})
+            emit_event(layout.root, "carryover_refused", node=node["id"], reason=why)
+            return None
+    return engineer.engineer_request(ring, layout, node)

@@ -24,6 +24,8 @@ from ..ring.clock import load_ring
 from ..ring.layout import RingLayout
 from ..ring.ledger import Ledger, emit_event, record_hash
 from ..selection.seeds import chain_rings
+from .engineer import KIND as ENGINEER_KIND
+from .engineer import parent_ring_dir, segment_details
 from .registry import ResumeRegistry, is_ours
 from .scored import import_scored
 from .seal import HANDOFF_FILE, SEAL_FILE, lock_sha256, seal_problems, sealed_records
@@ -178,7 +180,7 @@ def _import_chain(ring: dict, layout: RingLayout, chain: list[dict], out: dict) 
                 emit_event(layout.root, "carryover_rejected", identity=ident, reason=reason)
                 continue
             handoff = read_json(copy / HANDOFF_FILE)
-            refused = _failed_parent_review(root, handoff.get("parent"))
+            refused = _failed_parent_review(parent_ring_dir(root, handoff), handoff.get("parent"))
             if refused is not None:
                 out["refused"].append({"identity": ident, "reason": refused})
                 if ("resume_refused", ident) not in logged:
@@ -186,7 +188,8 @@ def _import_chain(ring: dict, layout: RingLayout, chain: list[dict], out: dict) 
                 emit_event(layout.root, "resume_refused", identity=ident, reason=refused)
                 continue
             segments = [*(handoff.get("segments") or []),
-                        _segment(ancestor, record, seal, snapshot, copy)]  # fmt: skip
+                        {**_segment(ancestor, record, seal, snapshot, copy),
+                         **segment_details(handoff, snapshot)}]  # fmt: skip
             out["imported"].append({
                 "identity": ident,
                 "kind": seal["kind"],
@@ -209,6 +212,10 @@ def _choose_queue(ring: dict, registry: ResumeRegistry, out: dict) -> None:
     """Oldest seal first, at most max_resume_per_ring, each claimed for this ring."""
     limit = ring["config"].get("max_resume_per_ring", 4)
     for item in sorted(out["imported"], key=lambda i: (i["sealed_at"], i["identity"])):
+        if item["kind"] == ENGINEER_KIND and not ring["config"]["engineer"].get("command"):
+            # Only an engineer session resumes engineer work: it waits for a ring with one.
+            out["waiting"].append(item["identity"])
+            continue
         if len(out["queue"]) >= limit:
             out["waiting"].append(item["identity"])
             continue

@@ -1,10 +1,11 @@
 """Resume nodes (SPEC 11.3): the verified queue becomes new nodes of this ring.
 
 Each is made from the imported snapshot's `solution/` (execution kind: the same submission,
-executed again), with `origin: {kind: resume, ...}`, the carried node's real `parent` and
-`resume_origin.segments[]`, every earlier segment first. Its executions are served before
-new work (`resume_priority`). A static candidate with the same submission is that work and
-is not imported a second time.
+executed again; engineer kind: a new engineer session in generation 0, before any new
+node, see `engineer.py`), with `origin: {kind: resume, ...}`, the carried node's real
+`parent` and `resume_origin.segments[]`, every earlier segment first, oldest first. Its
+executions are served before new work (`resume_priority`). A static candidate with the same
+submission is that work and is not imported a second time.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ def resume_fields(ring: dict, entry: dict) -> dict:
             "identity": entry["identity"],
             "carry_kind": entry["kind"],
             "seal_sha256": entry["seal_sha256"],
+            # Engineer work is resumed by a session of generation 0, before any new node.
+            **({"generation": 0} if entry["kind"] == "engineer" else {}),
         },
         "parent": entry.get("parent"),
         "resume_origin": {

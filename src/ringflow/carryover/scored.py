@@ -168,26 +168,3 @@ def settle_imported(node: dict, sender_ids: dict[tuple[str, str], str]) -> None:
         node["status"] = HISTORY
         node["executions"] = {}
     sender_ids[(origin["ring_id"], origin["node"])] = node["id"]
-
-
-def relink_resume_parents(nodes: list[dict]) -> list[dict]:
-    """Resume nodes whose real parent (named as a node of the ring that sealed the work) is
-    a node of this ring made from that parent's scored work: their `parent` becomes this
-    ring's node, the sealing ring's name of it is kept as `parent_origin`. The nodes
-    changed."""
-    made_from = {}
-    for node in nodes:
-        for ident in (node.get(IMPORTED) or {}).get("via") or []:
-            made_from[ident] = node["id"]
-    changed = []
-    for node in nodes:
-        segments = (node.get("resume_origin") or {}).get("segments") or []
-        if not segments or not node.get("parent"):
-            continue
-        sealed_by = segments[-1]["ring"]
-        mine = made_from.get(f"{sealed_by}#{node['parent']}")
-        if mine is not None:
-            node["parent_origin"] = {"ring": sealed_by, "node": node["parent"]}
-            node["parent"] = mine
-            changed.append(node)
-    return changed

@@ -24,6 +24,7 @@ from ..jsonio import atomic_write_text, read_json
 from ..ring.clock import load_ring
 from ..ring.layout import SEARCH_VARIANTS, RingLayout
 from ..scoring import usable
+from ..search.best_so_far import ring_progress
 from ..selection.gap import selection_gap as gap_of
 from .digest import failure_digest
 
@@ -507,23 +508,40 @@ def curve(ctx: dict, width: int = 640, height: int = 260) -> dict:
     return data
 
 
-def first_valid(ctx: dict) -> dict | None:
-    """The first execution with a valid score, by end time."""
-    start = ctx["ring"]["start"]
-    best = None
-    for e in ctx["executions"]:
-        if e.result is None or not (e.score or {}).get("valid") or e.view == ctx["final_view"]:
-            continue
-        ended = e.result.get("ended_at")
-        if ended is not None and (best is None or ended < best["ended_at"]):
-            best = {
-                "ended_at": ended,
-                "after_s": ended - start,
-                "node": e.node,
-                "view": e.view,
-                "variant": e.variant,
-            }
-    return best
+def best_so_far_curve(progress: dict, width: int = 640, height: int = 220) -> dict:
+    """The ring's best-so-far curve on the proxy view (`search.best_so_far.ring_progress`:
+    seed-0 executions and background evaluations alike), laid out as inline SVG data."""
+    points, steps = progress["points"], progress["steps"]
+    data = {"width": width, "height": height, "points": [], "path": "", "xticks": [],
+            "yticks": [], "empty": not points}  # fmt: skip
+    if not points:
+        return data
+    left, right, top, bottom = 60, width - 15, 15, height - 35
+    t_max = max(max(p["t"] for p in points), 1.0) * 1.05
+    values = [p["score"] for p in points]
+    pad = (max(values) - min(values)) * 0.1 or 0.01
+    lo, hi = min(values) - pad, max(values) + pad
+
+    def x(t: float) -> float:
+        return round(left + (right - left) * max(t, 0.0) / t_max, 1)
+
+    def y(v: float) -> float:
+        return round(bottom - (bottom - top) * (v - lo) / (hi - lo), 1)
+
+    data["points"] = [{**p, "x": x(p["t"]), "y": y(p["score"])} for p in points]
+    coords = [(x(steps[0]["t"]), y(steps[0]["score"]))]
+    for prev, row in pairwise(steps):
+        coords += [(x(row["t"]), y(prev["score"])), (x(row["t"]), y(row["score"]))]
+    coords.append((right, y(steps[-1]["score"])))
+    data["path"] = " ".join(f"{a},{b}" for a, b in coords)
+    data["xticks"] = [
+        {"x": x(t_max * i / 4), "label": format_duration(t_max * i / 4)} for i in range(5)
+    ]
+    data["yticks"] = [
+        {"y": y(lo + (hi - lo) * i / 4), "label": _num(lo + (hi - lo) * i / 4, 3)} for i in range(5)
+    ]
+    data["box"] = {"left": left, "right": right, "top": top, "bottom": bottom}
+    return data
 
 
 def selection_gap(ctx: dict) -> dict:
@@ -732,7 +750,9 @@ def report_context(ring_dir: str | Path, now: float | None = None) -> dict:
     ctx["weights"] = weights_summary(ctx)
     ctx["health"] = health_summary(ctx)
     ctx["curve"] = curve(ctx)
-    ctx["first_valid"] = first_valid(ctx)
+    ctx["progress"] = ring_progress(ctx["ring"], layout)
+    ctx["first_valid"] = ctx["progress"]["first_valid"]
+    ctx["progress_curve"] = best_so_far_curve(ctx["progress"])
     ctx["gap"] = selection_gap(ctx)
     ctx["failures"] = failure_digest(files.root, (ctx["index"] or {}).get("nodes", []))
     ctx["final_section"] = decision_section(ctx, files, layout)

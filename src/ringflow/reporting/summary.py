@@ -9,6 +9,7 @@ from pathlib import Path
 from ..jsonio import atomic_write_json, read_json
 from ..ring.clock import load_ring
 from ..ring.layout import RingLayout
+from ..search.best_so_far import ring_progress
 from ..selection.promote import node_mean
 from .digest import digest_lines, failure_digest
 
@@ -52,6 +53,27 @@ def _valid(layout: RingLayout, node: str, view: str, variant: str) -> bool:
     return bool(score.get("scored") and score.get("valid"))
 
 
+def _after(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def progress_lines(progress: dict) -> list[str]:
+    """Best so far and time to the first valid result on the proxy view (seed-0 runs and
+    background evaluations, the same in blind and native rings)."""
+    best, first = progress["best"], progress["first_valid"]
+    if best is None:
+        return [f"best so far on {progress['view']}: no valid result"]
+    evaluations = sum(b["evaluations"] for b in progress["background"].values())
+    scored = sum(b["scored"] for b in progress["background"].values())
+    how = "background evaluation" if first["source"] == "background" else "seed 0"
+    return [
+        f"best so far on {progress['view']}: {best['score']:.4f} ({best['node']}, after "
+        f"{_after(best['t'])}); first valid result after {_after(first['t'])} "
+        f"({first['node']}, {how})",
+        f"background evaluations: {evaluations} ({scored} scored)",
+    ]
+
+
 def render_summary(ring_dir) -> str:
     ring = load_ring(ring_dir)
     layout = RingLayout(Path(ring["ring_dir"]))
@@ -84,6 +106,7 @@ def render_summary(ring_dir) -> str:
         "",
         "executions: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())),
         "weights:    " + ", ".join(f"{k} {v}" for k, v in sorted(modes.items())),
+        *progress_lines(ring_progress(ring, layout)),
         "",
         *digest_lines(failure_digest(layout.root, index["nodes"])),
     ]

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import jinja2
 
+from ..carryover import engineer as carried
 from ..carryover.scores import imported_refuted
 from ..jsonio import read_json
 from ..ring.layout import RingLayout
 from ..selection.promote import node_mean
+from . import public_validator
 
 TEMPLATE = "engineer.md.j2"
 METHOD_CHARS = 2000
@@ -60,10 +62,16 @@ def refuted_directions(ring: dict, layout: RingLayout, index: dict) -> list[dict
 
 
 def context(ring: dict, layout: RingLayout, node: dict, deadline: float) -> dict:
-    """Everything the template needs; scores are only read by its feedback section."""
+    """Everything the template needs; scores are only read by its feedback section. A
+    resume node's parent lies in the ring where its work began (carryover/engineer.py)."""
     index = read_json(layout.nodes_index)
     parent = node.get("parent")
     search = ring["config"]["search"]
+    parents = carried.parent_layout(layout, node)
+    if not parents.node_json(parent or "-").is_file():
+        parent_scores = None
+    else:
+        parent_scores = node_mean(ring, parents, parent, "s0")
     return {
         "node": node["id"],
         "origin": node["origin"]["kind"],
@@ -72,12 +80,17 @@ def context(ring: dict, layout: RingLayout, node: dict, deadline: float) -> dict
         "search_views": ring["search_views"],
         "deadline": deadline,
         "parent": parent,
-        "parent_method": method_of(layout, parent) if parent else None,
-        "parent_scores": node_mean(ring, layout, parent, "s0") if parent else None,
+        "parent_method": method_of(parents, parent) if parent else None,
+        "parent_scores": parent_scores,
+        "parent_dir": carried.parent_submission(layout, node) is not None,
+        "resume": carried.resume_context(layout, node),
         "refuted": refuted_directions(ring, layout, index),
         "feedback": search["feedback"],
-        "queries_left": search["queries_per_node"],
+        "queries_left": carried.queries_left(ring, node),
+        "queries_per_node": search["queries_per_node"],
+        "queries_earlier": carried.earlier_queries(node) if carried.is_resume(node) else 0,
         "validator": bool(ring["task"].get("validator")),
+        "validator_withheld": public_validator.refusal(ring["task"]),
     }
 
 

@@ -84,8 +84,11 @@ def plan_generation(ring_dir: str | Path, generation: int) -> dict:
     plan = {"generation": generation, "planned_at": now, "handover_at": handover_at(ring),
             "last": False, "reason": None, "nodes": [], "lottery": []}  # fmt: skip
     if planned:
-        # Planned by an attempt that died before writing its plan: the same nodes, once.
+        # Planned by an attempt that died before writing its plan: the same nodes, once. In
+        # generation 0 of a ring that continues a chain, these are its resume nodes of the
+        # engineer kind, created at import: they are served before any new node.
         plan["nodes"] = planned
+        plan["resumed"] = [n for n in planned if n in _resume_nodes(layout, index)]
         atomic_write_json(path, plan)
         return plan
     why = _why_last(ring, index, now)
@@ -143,6 +146,11 @@ def _planned_before_a_crash(layout: RingLayout, index: dict, generation: int) ->
         if node["origin"].get("generation") == generation:
             planned.append(entry["id"])
     return planned
+
+
+def _resume_nodes(layout: RingLayout, index: dict) -> set[str]:
+    return {entry["id"] for entry in index["nodes"]
+            if read_json(layout.node_json(entry["id"]))["origin"]["kind"] == "resume"}  # fmt: skip
 
 
 def _stub(ring, node_id, name, kind, parent, generation, now) -> dict:

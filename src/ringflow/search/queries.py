@@ -41,9 +41,11 @@ def settled_count(record: Path) -> int:
 class QueryServer:
     """Serve one session's queries until close(); then settle its count."""
 
-    def __init__(self, ring: dict, layout: RingLayout, node_id: str, work: Path):
+    def __init__(self, ring: dict, layout: RingLayout, node_id: str, work: Path,
+                 quota: int | None = None):  # fmt: skip
         self.ring = ring
-        self.quota = ring["config"]["search"]["queries_per_node"]
+        # A resume node's quota is what its earlier segments left (carryover/engineer.py).
+        self.quota = ring["config"]["search"]["queries_per_node"] if quota is None else quota
         self.native = ring["config"]["search"]["feedback"] == "native"
         self.record = layout.node_dir(node_id) / "queries.jsonl"
         self.view = ring["search_views"][0]

@@ -9,8 +9,12 @@ store. Its stdout and stderr are its raw log in `nodes/<id>/trajectory/`.
 
 Afterwards: a runnable workspace becomes the node's submission and is executed like any
 node (also when the session was cut at the hand-over point); a session cut without a
-runnable program is `carried_over` (kind `engineer`); any other session without one is
-`rejected` with the reason.
+runnable program is `carried_over` (kind `engineer`, its workspace kept for the seal); any
+other session without one is `rejected` with the reason.
+
+A resume node's session (carryover/engineer.py) starts from the sealed work's `solution/`,
+sees that snapshot read-only (`/ringflow/resume`), has the quota its earlier segments left,
+and its trajectory starts with their logs.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ from pathlib import Path
 
 from .. import sandbox, statuses
 from ..candidate import copy_submission, load_solution
+from ..carryover import engineer as carried
+from ..carryover.resume import is_resume
 from ..errors import CandidateError, SandboxError
-from ..jsonio import atomic_write_json, atomic_write_text, read_json
+from ..jsonio import atomic_write_json, read_json
 from ..nodes import READY, REJECTED, _assign_trainers, execution_spec, planned_variants
 from ..ring.clock import load_node, load_ring
 from ..ring.layout import RingLayout
@@ -39,7 +45,7 @@ from ..supervisor import HealthSettings, ResourceLimits, supervise
 from ..weights.hashing import solution_tree_hash
 from ..weights.store import WeightsStore
 from ..workcopy import make_readonly_tree
-from . import instructions
+from . import best_so_far, instructions, public_validator  # best_so_far imports session too
 from .index import add_keys, set_entry, update_index
 from .plan import ENGINEERING, handover_at
 from .queries import QueryServer
@@ -55,6 +61,8 @@ INSTRUCTIONS = INSIDE / "INSTRUCTIONS.md"
 ENGINE = INSIDE / "engineer"
 SOCKET = INSIDE / "score.sock"
 LIBRARY = INSIDE / "library"
+RESUME = INSIDE / "resume"
+VALIDATOR = INSIDE / "validator"
 
 
 def run_session(ring_dir: str | Path, node_id: str) -> dict:
@@ -80,6 +88,8 @@ def _run_in_box(ring: dict, layout: RingLayout, node: dict, box: Path) -> dict:
     trajectory = layout.trajectory(node["id"])
     shutil.rmtree(trajectory, ignore_errors=True)
     trajectory.mkdir(parents=True)
+    if is_resume(node):
+        carried.copy_earlier_logs(layout, node, trajectory)
     deadline_at = handover_at(ring)
     text = instructions.render(instructions.context(ring, layout, node, deadline_at))
     (box / "INSTRUCTIONS.md").write_text(text)
@@ -93,19 +103,20 @@ def _run_in_box(ring: dict, layout: RingLayout, node: dict, box: Path) -> dict:
     else:
         record.update(_run_engineer(ring, layout, node, box, trajectory))
     _redact(trajectory, engineer["env_pass"])
+    if is_resume(node):
+        carried.write_transcript(ring, node, trajectory)
     record["ended_at"] = time.time()
     return _settle(ring, layout, node, workspace, record)
 
 
 def _make_workspace(ring: dict, layout: RingLayout, node: dict, workspace: Path) -> None:
-    """An improvement starts from its parent's submission, a draft from the template."""
-    source = None
-    if node["parent"]:
-        source = layout.submission(node["parent"])
-    elif ring["config"]["engineer"]["template"]:
-        source = Path(ring["config"]["engineer"]["template"])
-        if not source.is_dir():
+    """An improvement starts from its parent's submission, a draft from the template, a
+    resume node from the carried work's solution/ (absent when that workspace was empty)."""
+    source = carried.session_start(ring, layout, node)
+    if source is not None and not source.is_dir():
+        if not is_resume(node):
             raise CandidateError(f"engineer.template {source} is not a folder")
+        source = None
     if source is None:
         workspace.mkdir()
     else:
@@ -151,12 +162,31 @@ def _session_env(ring: dict, node: dict, paths: dict, deadline: float) -> dict[s
     }
     if paths.get("socket"):
         env["RINGFLOW_QUERY_SOCKET"] = paths["socket"]
-    if node["parent"]:
+    if paths.get("validate"):
+        env["RINGFLOW_VALIDATE"] = paths["validate"]
+    if paths.get("parent"):
         env["RINGFLOW_PARENT_DIR"] = paths["parent"]
+    if paths.get("resume"):
+        env["RINGFLOW_RESUME_DIR"] = paths["resume"]
     for name in engineer["env_pass"]:
         if name in os.environ:
             env[name] = os.environ[name]
     return env
+
+
+def _validator_copy(ring: dict, box: Path, confined: bool) -> str | None:
+    """The task's public validator for the session (item 5): its `validate` command as the
+    session sees it, or None when the task ships none or it cannot be handed out."""
+    if public_validator.refusal(ring["task"]) is not None:
+        return None
+    folder = box / "validator"
+    engine = ENGINE if confined else BUILTIN_SCRIPT.parent
+    inside = VALIDATOR if confined else folder
+    validate = public_validator.make_copy(
+        ring["task"], folder, python=ring["program"]["executable"],
+        runner=str(engine / public_validator.RUNNER.name), inside=str(inside),
+    )  # fmt: skip
+    return str(inside / validate.name)
 
 
 def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: float, sock):
@@ -164,7 +194,8 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
     config = ring["config"]
     engineer, box_config = config["engineer"], config["sandbox"]
     workspace = box / "workspace"
-    parent = layout.submission(node["parent"]) if node["parent"] else None
+    parent = carried.parent_submission(layout, node)
+    snapshot = carried.resume_snapshot(layout, node)
     views = {view: Path(ring["views"][view]["inputs_snapshot"]) for view in ring["search_views"]}
     if ring["sandbox"]["mode"] == "none":
         inputs = box / "inputs"
@@ -172,9 +203,11 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
         for view, folder in views.items():
             (inputs / view).symlink_to(folder)
         paths = {"workspace": str(workspace), "instructions": str(box / "INSTRUCTIONS.md"),
-                 "inputs": str(inputs), "parent": str(parent), "home": str(box),
+                 "inputs": str(inputs), "parent": parent and str(parent), "home": str(box),
+                 "resume": snapshot and str(snapshot),
                  "library": str(DEMO_LIBRARY), "socket": sock and str(sock),
-                 "query_client": str(BUILTIN_SCRIPT.with_name("query_client.py"))}  # fmt: skip
+                 "query_client": str(BUILTIN_SCRIPT.with_name("query_client.py")),
+                 "validate": _validator_copy(ring, box, confined=False)}  # fmt: skip
         if argv[1:2] == [str(ENGINE / BUILTIN_SCRIPT.name)]:
             argv = [argv[0], str(BUILTIN_SCRIPT)]
         env = _session_env(ring, node, paths, deadline)
@@ -190,12 +223,20 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
     args += ["--ro-bind", str(box / "INSTRUCTIONS.md"), str(INSTRUCTIONS)]
     if parent is not None:
         args += ["--ro-bind", str(parent), str(PARENT)]
+    # The folder that holds the views is made by us, readable: one bwrap makes for a bind's
+    # destination is 0700, root's, and the sandbox uid could not enter it.
+    args += ["--perms", "0755", "--dir", str(INPUTS)]
     for view, folder in views.items():
         args += ["--ro-bind", str(folder), str(INPUTS / view)]
     args += ["--ro-bind", str(BUILTIN_SCRIPT.parent), str(ENGINE)]
     args += ["--ro-bind", str(DEMO_LIBRARY), str(LIBRARY)]
+    if snapshot is not None:
+        args += ["--ro-bind", str(snapshot), str(RESUME)]
     if sock is not None:
         args += ["--bind", str(sock), str(SOCKET)]
+    validate = _validator_copy(ring, box, confined=True)
+    if validate is not None:
+        args += ["--ro-bind", str(box / "validator"), str(VALIDATOR)]
     tail, read_status, write_status = sandbox_tail(
         info, WORKSPACE, uid=box_config["uid"], gid=box_config["gid"],
         max_processes=config["limits"]["max_processes"], max_file_bytes=None,
@@ -207,9 +248,10 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
         loan.lend(workspace)
         cleanups.append(loan.take_back)
     paths = {"workspace": str(WORKSPACE), "instructions": str(INSTRUCTIONS),
-             "inputs": str(INPUTS), "parent": str(PARENT), "home": "/tmp",
+             "inputs": str(INPUTS), "parent": parent and str(PARENT), "home": "/tmp",
+             "resume": snapshot and str(RESUME),
              "library": str(LIBRARY), "socket": sock and str(SOCKET),
-             "query_client": str(ENGINE / "query_client.py")}  # fmt: skip
+             "query_client": str(ENGINE / "query_client.py"), "validate": validate}  # fmt: skip
     return SandboxPlan(mode=info["mode"], argv=args + argv,
                        env=_session_env(ring, node, paths, deadline), cwd="/",
                        network_isolated=not engineer["network"], wrappers=[info["bwrap_path"]],
@@ -224,7 +266,8 @@ def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
     # Native feedback: the session is handed a socket to the scorer side, nothing else.
     server = None
     if config["search"]["feedback"] == "native":
-        server = QueryServer(ring, layout, node["id"], box / "queries")
+        server = QueryServer(ring, layout, node["id"], box / "queries",
+                             quota=carried.queries_left(ring, node))  # fmt: skip
     try:
         plan = _sandbox_plan(ring, layout, node, box, argv, deadline, server and server.path)
     except BaseException:
@@ -233,6 +276,10 @@ def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
         raise
     # A session with no activity of its own for engineer.stall_min is stopped (`stalled`).
     health = {**config["exec_health"], "enforce": True, "hang_min": config["engineer"]["stall_min"]}
+    # Best so far (item 7): the workspace's runnable program, scored for the report only.
+    background = best_so_far.BackgroundEvaluator(
+        ring, layout, node, box / "workspace", lambda: handover_at(ring)
+    ).start()
     try:
         outcome = supervise(
             plan.argv,
@@ -257,6 +304,7 @@ def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
         raise stop_ring(layout.root, f"the sandbox could not run the engineer session of "
                         f"{node['id']}: {exc}", node=node["id"]) from None  # fmt: skip
     finally:
+        background.stop()  # cut at the session's end: it never delays the hand-over
         plan.finish()
         # The client is closed first, then its count settled from the scorer's record.
         queries_used = server.close() if server is not None else 0
@@ -274,19 +322,13 @@ def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
         "reason": outcome.reason,
         "sandbox": {"mode": plan.mode, "network_isolated": plan.network_isolated},
         "queries_used": queries_used,
+        "queries_quota": server.quota if server is not None else None,
     }
 
 
 def _redact(trajectory: Path, names: list[str]) -> None:
-    """Values of passed variables (API keys) never stay in the raw log."""
-    secrets_ = {name: os.environ[name] for name in names if os.environ.get(name)}
-    if not secrets_:
-        return
-    for path in trajectory.glob("*.log"):
-        text = path.read_text(errors="replace")
-        for name, value in secrets_.items():
-            text = text.replace(value, f"[{name} redacted]")
-        atomic_write_text(path, text)
+    """Values of passed variables (API keys) never stay in the raw log (any file of it)."""
+    carried.redact_tree(trajectory, names)
 
 
 def runnable_problem(workspace: Path, max_bytes: int):
@@ -330,7 +372,9 @@ def _settle(ring, layout, node: dict, workspace: Path, record: dict) -> dict:
         }
         owners = _assign_trainers([node], WeightsStore(ring["store"]))
     elif record.get("budget_cut"):
-        node.update(status=CARRIED_OVER, carryover={"kind": "engineer", "reason": problem})
+        carried.keep_workspace(layout, node["id"], workspace)  # the seal takes it
+        reason = problem.replace(f"{workspace}: ", "")  # the sandbox folder is gone
+        node.update(status=CARRIED_OVER, carryover={"kind": carried.KIND, "reason": reason})
     else:
         node.update(status=REJECTED, error=f"the engineer session left no runnable program: "
                     f"{problem}")  # fmt: skip

@@ -1,0 +1,398 @@
+"""Carryover of the `engineer` kind (SPEC 11.1, 11.3, 8): an engineer session cut at the
+hand-over point without a runnable program.
+
+Sealing. The session has ended before its node is settled `carried_over`: the supervisor
+reaped its process tree, its query client was closed and its count settled from the
+scorer's record, and its workspace was kept as the session left it
+(`nodes/<id>/workspace/`). The seal takes that workspace (`solution/`), the engineer's
+`PLAN.json` if it wrote one, the raw log (`trajectory/`, the values of `engineer.env_pass`
+redacted) and HANDOFF.json. A session that left processes behind is never sealed.
+
+Resuming. The work becomes a resume node of the next ring, in its generation 0 (served
+before any new node): a new session whose workspace is the snapshot's `solution/`, with a
+resume block in its instructions and the snapshot read-only at `/ringflow/resume`. Its
+query quota is `queries_per_node` minus what every earlier segment settled (unknown in any
+segment: 0). Its trajectory starts with the earlier segments' logs, one folder per segment
+(`trajectory/segments/<k>-<ring>--<node>/`, oldest first) and `trajectory/transcript.log`,
+every segment's log in order, each under its own marker, this session's last.
+
+A resume node's `parent` is the carried work's real parent, a node of the ring where the
+work began (the first segment's ring).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+from .. import statuses
+from ..jsonio import atomic_write_bytes, atomic_write_json, read_json
+from ..ring.layout import RingLayout
+from .seal import SealRequest
+from .snapshot import file_sha256, walk_entries, why_skipped
+
+KIND = "engineer"
+WORKSPACE_DIR = "workspace"
+PLAN_FILE = "PLAN.json"
+SEGMENTS_DIR = "segments"
+SEGMENT_FILE = "SEGMENT.json"
+TRANSCRIPT = "transcript.log"
+LAST_MESSAGES = 30
+NO_CHANGES = {"added": [], "modified": [], "removed": []}
+METHOD_CHARS = 2000
+SESSION_STATS = ("status", "started_at", "ended_at", "wall_s", "cpu_s", "exit_code", "signal",
+                 "budget_cut", "network")  # fmt: skip
+
+
+def is_resume(node: dict) -> bool:
+    """A resume node (carryover/resume.py), without importing the import."""
+    return (node.get("origin") or {}).get("kind") == "resume"
+
+
+def cut_workspace(layout: RingLayout, node_id: str) -> Path:
+    """Where a carried session's workspace is kept, as the session left it, until sealed."""
+    return layout.node_dir(node_id) / WORKSPACE_DIR
+
+
+def keep_workspace(layout: RingLayout, node_id: str, workspace: Path) -> Path:
+    """Move a cut session's workspace out of its sandbox folder (which is removed)."""
+    dest = cut_workspace(layout, node_id)
+    if dest.exists():
+        shutil.rmtree(dest)
+    os.rename(workspace, dest)
+    return dest
+
+
+def is_carried_engineer(node: dict) -> bool:
+    return (
+        node.get("status") == statuses.CARRIED_OVER
+        and (node.get("carryover") or {}).get("kind") == KIND
+    )
+
+
+# ---- redaction and logs -----------------------------------------------------------------
+
+
+def redact_tree(folder: Path, names: list[str]) -> list[str]:
+    """Replace the values of the named environment variables (API keys) in every regular
+    file under `folder` by `[NAME redacted]`; the files changed."""
+    values = {name: os.environ[name] for name in names if os.environ.get(name)}
+    changed = []
+    if not values or not folder.is_dir():
+        return changed
+    for rel, info in walk_entries(folder):
+        if why_skipped(info, float("inf")) is not None:
+            continue
+        path = folder / rel
+        data = path.read_bytes()
+        redacted = data
+        for name, value in values.items():
+            redacted = redacted.replace(value.encode(), f"[{name} redacted]".encode())
+        if redacted != data:
+            atomic_write_bytes(path, redacted)
+            changed.append(rel)
+    return changed
+
+
+def last_lines(path: Path, count: int = LAST_MESSAGES) -> list[str]:
+    if not path.is_file():
+        return []
+    lines = path.read_text(errors="replace").splitlines()
+    return [line for line in lines if line.strip()][-count:]
+
+
+def changed_files(start: Path | None, workspace: Path) -> dict:
+    """Regular files added, modified and removed in `workspace` since it was `start`."""
+
+    def hashes(root: Path | None) -> dict[str, str]:
+        if root is None or not root.is_dir():
+            return {}
+        out = {}
+        for rel, info in walk_entries(root):
+            if why_skipped(info, float("inf")) is None:
+                out[rel] = file_sha256(root / rel)[0]
+        return out
+
+    before, after = hashes(start), hashes(workspace)
+    return {
+        "added": sorted(set(after) - set(before)),
+        "modified": sorted(p for p in set(after) & set(before) if after[p] != before[p]),
+        "removed": sorted(set(before) - set(after)),
+    }
+
+
+# ---- where a session starts ---------------------------------------------------------------
+
+
+def parent_layout(layout: RingLayout, node: dict) -> RingLayout:
+    """The ring that holds a node's parent: its own, or for a resume node the ring where
+    the carried work began."""
+    if is_resume(node):
+        segments = (node.get("resume_origin") or {}).get("segments") or []
+        if segments and segments[0].get("ring_dir"):
+            return RingLayout(Path(segments[0]["ring_dir"]))
+    return layout
+
+
+def parent_ring_dir(sealing_ring: Path, handoff: dict) -> Path:
+    """The ring that holds the parent a HANDOFF.json names: the ring where the work began
+    (its first segment's), or the sealing ring for work sealed once."""
+    segments = handoff.get("segments") or []
+    if segments and segments[0].get("ring_dir"):
+        return Path(segments[0]["ring_dir"])
+    return Path(sealing_ring)
+
+
+def parent_submission(layout: RingLayout, node: dict) -> Path | None:
+    """The parent's submission (read-only view of the session), None when it has none."""
+    if not node.get("parent"):
+        return None
+    folder = parent_layout(layout, node).submission(node["parent"])
+    return folder if folder.is_dir() else None
+
+
+def resume_snapshot(layout: RingLayout, node: dict) -> Path | None:
+    """The verified copy of the snapshot a resume node continues (None for other nodes)."""
+    if not is_resume(node):
+        return None
+    return layout.root / node["resume_origin"]["snapshot"]
+
+
+def session_start(ring: dict, layout: RingLayout, node: dict) -> Path | None:
+    """What a session's workspace is made from: the snapshot's `solution/` (resume), the
+    parent's submission (improve) or the template (draft); None for an empty workspace."""
+    if is_resume(node):
+        return Path(node["origin"]["path"])
+    if node.get("parent"):
+        return layout.submission(node["parent"])
+    template = ring["config"]["engineer"].get("template")
+    return Path(template) if template else None
+
+
+# ---- query quota across segments ----------------------------------------------------------
+
+
+def earlier_queries(node: dict) -> int | None:
+    """Queries every earlier segment of a resume node settled; None when any is unknown."""
+    total = 0
+    for segment in (node.get("resume_origin") or {}).get("segments") or []:
+        used = (segment.get("quota") or {}).get("used")
+        if not isinstance(used, int) or isinstance(used, bool) or used < 0:
+            return None
+        total += used
+    return total
+
+
+def queries_left(ring: dict, node: dict) -> int:
+    """A node's query quota (SPEC 8): queries_per_node, less every earlier segment's."""
+    per_node = ring["config"]["search"]["queries_per_node"]
+    if not is_resume(node):
+        return per_node
+    earlier = earlier_queries(node)
+    return 0 if earlier is None else max(0, per_node - earlier)
+
+
+def segment_details(handoff: dict, snapshot: Path) -> dict:
+    """A segment's trajectory and quota, as resume_origin.segments[] lists them."""
+    trajectory = snapshot / "trajectory"
+    used = handoff.get("queries_used")
+    return {
+        "trajectory": str(trajectory) if trajectory.is_dir() else None,
+        "quota": {
+            "used": used if handoff.get("queries_settled") else None,
+            "quota": handoff.get("queries_quota"),
+        },
+    }
+
+
+# ---- the seal -----------------------------------------------------------------------------
+
+
+def not_sealable(layout: RingLayout, node_id: str) -> str | None:
+    """Why a carried session cannot be sealed yet (its writers may not have stopped)."""
+    session = layout.session(node_id)
+    if not session.is_file():
+        return "its session has no record (session.json): the session did not end"
+    record = read_json(session)
+    if record.get("reap_left"):
+        return "processes were left after the stop (reap_left)"
+    if record.get("queries_used") is None and record.get("status") != "not_started":
+        return "its query count was never settled"
+    return None
+
+
+def engineer_request(ring: dict, layout: RingLayout, node: dict) -> SealRequest:
+    """The hand-over of a cut engineer session (SPEC 11.2): workspace, plan, raw log."""
+    from ..search.queries import settled_count
+
+    node_id = node["id"]
+    workspace = cut_workspace(layout, node_id)
+    trajectory = layout.trajectory(node_id)
+    redact_tree(trajectory, ring["config"]["engineer"].get("env_pass") or [])
+    session = read_json(layout.session(node_id))
+    method = workspace / "METHOD.md"
+    reason = (node.get("carryover") or {}).get("reason") or "no runnable program"
+    used = settled_count(layout.node_dir(node_id) / "queries.jsonl")
+    sources: list[tuple[str, Path]] = [
+        ("solution", workspace),
+        (PLAN_FILE, workspace / PLAN_FILE),
+        ("trajectory", trajectory),
+    ]
+    handoff = {
+        "kind": KIND,
+        "ring_id": ring["ring_id"],
+        "node": node_id,
+        "name": node.get("name"),
+        "summary": f"engineer session cut at the hand-over point without a runnable program "
+        f"({reason}); the next ring resumes it in a new session from this solution/",
+        "why": reason,
+        "session_reason": session.get("reason"),
+        "deadline": session.get("deadline"),
+        "cut_at": session.get("ended_at"),
+        "changed_files": changed_files(_start_if_present(ring, layout, node), workspace),
+        "run_py": (workspace / "run.py").is_file(),
+        "runs": False,
+        "plan": (workspace / PLAN_FILE).is_file(),
+        "method": method.read_text(errors="replace")[:METHOD_CHARS] if method.is_file() else None,
+        "queries_used": used,
+        "queries_settled": True,
+        "queries_quota": session.get("queries_quota"),
+        "session": {k: session.get(k) for k in SESSION_STATS},
+        "last_messages": last_lines(trajectory / "stdout.log"),
+        "parent": node.get("parent"),
+        "origin": node.get("origin"),
+        "generation": (node.get("origin") or {}).get("generation"),
+        "operator": node.get("operator"),
+        "segments": (node.get("resume_origin") or {}).get("segments") or [],
+        "sealed_at": time.time(),
+    }
+    return SealRequest(node_id=node_id, kind=KIND, sources=sources, handoff=handoff,
+                       settle={"reason": reason})  # fmt: skip
+
+
+def _start_if_present(ring: dict, layout: RingLayout, node: dict) -> Path | None:
+    start = session_start(ring, layout, node)
+    return start if start is not None and start.is_dir() else None
+
+
+# ---- resume nodes -------------------------------------------------------------------------
+
+
+def resume_stub(ring: dict, node_id: str, fields: dict) -> dict:
+    """A resume node of the engineer kind, planned for a session in generation 0."""
+    from ..search.plan import ENGINEERING, operator
+
+    now = time.time()
+    return {
+        "id": node_id,
+        "role": "candidate",
+        "status": ENGINEERING,
+        "operator": operator(ring),
+        "created_at": now,
+        "timestamps": {"planned_at": now},
+        "queries_used": None,
+        **fields,
+    }
+
+
+def _segment_name(number: int, segment: dict) -> str:
+    return f"{number:02d}-{segment['ring']}--{segment['node']}"
+
+
+def _copy_files(source: Path, dest: Path, skip: tuple[str, ...] = ()) -> None:
+    for rel, info in walk_entries(source):
+        if rel.split("/")[0] in skip or why_skipped(info, float("inf")) is not None:
+            continue
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source / rel, dest / rel)
+
+
+def copy_earlier_logs(layout: RingLayout, node: dict, trajectory: Path) -> list[Path]:
+    """Every earlier segment's raw log into `trajectory/segments/`, oldest first, each
+    marked with SEGMENT.json; the folders written."""
+    segments = node["resume_origin"]["segments"]
+    latest = resume_snapshot(layout, node) / "trajectory"
+    folders = []
+    for number, segment in enumerate(segments, start=1):
+        name = _segment_name(number, segment)
+        dest = trajectory / SEGMENTS_DIR / name
+        dest.mkdir(parents=True)
+        if number < len(segments):  # as the latest segment copied it
+            source = latest / SEGMENTS_DIR / name
+            if source.is_dir():
+                _copy_files(source, dest, skip=(SEGMENT_FILE,))
+        elif latest.is_dir():  # the latest segment's own log
+            _copy_files(latest, dest, skip=(SEGMENTS_DIR, TRANSCRIPT))
+        marker = {k: segment.get(k) for k in ("ring", "node", "kind", "seal_sha256",
+                                               "sealed_at", "lock_sha256")}  # fmt: skip
+        atomic_write_json(dest / SEGMENT_FILE, {"segment": number,
+                                                "identity": f"{segment['ring']}#{segment['node']}",
+                                                **marker})  # fmt: skip
+        folders.append(dest)
+    return folders
+
+
+def _marked(title: str, folder: Path) -> str:
+    parts = [f"==== {title} ====\n"]
+    for name in ("stdout.log", "stderr.log"):
+        path = folder / name
+        if path.is_file():
+            parts.append(f"---- {name} ----\n")
+            text = path.read_text(errors="replace")
+            parts.append(text if text.endswith("\n") or not text else text + "\n")
+    return "".join(parts)
+
+
+def write_transcript(ring: dict, node: dict, trajectory: Path) -> Path:
+    """trajectory/transcript.log: every earlier segment's log, oldest first, then this
+    session's, each under its marker."""
+    segments = (node.get("resume_origin") or {}).get("segments") or []
+    total = len(segments) + 1
+    parts = []
+    for number, segment in enumerate(segments, start=1):
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(segment.get("sealed_at") or 0))
+        title = (f"segment {number} of {total}: {segment['ring']}#{segment['node']} "
+                 f"({segment.get('kind')}, sealed {stamp})")  # fmt: skip
+        parts.append(_marked(title, trajectory / SEGMENTS_DIR / _segment_name(number, segment)))
+    parts.append(_marked(f"segment {total} of {total} (this session): "
+                         f"{ring['ring_id']}#{node['id']}", trajectory))  # fmt: skip
+    path = trajectory / TRANSCRIPT
+    atomic_write_bytes(path, "".join(parts).encode())
+    return path
+
+
+def _segment_line(segment: dict, stamp) -> dict:
+    return {"ring": segment["ring"], "node": segment["node"], "kind": segment.get("kind"),
+            "sealed": stamp(segment.get("sealed_at")),
+            "queries": (segment.get("quota") or {}).get("used")}  # fmt: skip
+
+
+def resume_context(layout: RingLayout, node: dict) -> dict | None:
+    """What a resume node's instructions say about the work it continues."""
+    snapshot = resume_snapshot(layout, node)
+    if snapshot is None:
+        return None
+    handoff_path = snapshot / "HANDOFF.json"
+    handoff = read_json(handoff_path) if handoff_path.is_file() else {}
+    segments = node["resume_origin"]["segments"]
+    latest = segments[-1]
+
+    def stamp(value) -> str:
+        if not isinstance(value, int | float):
+            return "unknown"
+        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(value))
+
+    return {
+        "identity": node["resume_origin"]["identity"],
+        "ring": latest["ring"],
+        "node": latest["node"],
+        "cut_at": stamp(handoff.get("cut_at") or latest.get("sealed_at")),
+        "why": handoff.get("why") or "no runnable program",
+        "summary": handoff.get("summary") or "",
+        "changed": {**NO_CHANGES, **(handoff.get("changed_files") or {})},
+        "plan": bool(handoff.get("plan")),
+        "last_messages": handoff.get("last_messages") or [],
+        "segments": [_segment_line(s, stamp) for s in segments],
+    }
