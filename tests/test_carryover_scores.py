@@ -23,7 +23,7 @@ from ringflow.ring.clock import load_ring
 from ringflow.ring.layout import RingLayout
 from ringflow.ring.lock import lock_ring
 from ringflow.search.instructions import context, refuted_directions, render
-from ringflow.search.plan import parent_scores
+from ringflow.search.plan import own_nodes, parent_scores
 from ringflow.selection.promote import node_mean, promote
 from ringflow.timekeeper import Planner
 from ringtools import full_config, locked_ring, make_candidate
@@ -110,6 +110,9 @@ def test_unchanged_spec_imports_comparable_scores_used_for_parents_and_promotion
         assert not (b / "nodes" / node["id"] / "exec").exists()
     events = [json.loads(line) for line in (b / "events.jsonl").read_text().splitlines()]
     assert sum(e["kind"] == "candidate_imported" for e in events) == len(MEANS)
+    # b's candidates folder holds them: they count against search.max_nodes.
+    assert all(node["index"]["candidate"] for node in nodes.values())
+    assert own_nodes(read(b / "nodes" / "index.json")) == len(MEANS)
     # Parents for the search and candidates for promotion, ranked by their imported score.
     index = read(b / "nodes" / "index.json")
     assert sorted(parent_scores(ring_b, layout, index).values()) == sorted(MEANS.values())
@@ -305,3 +308,17 @@ def test_refuted_among_compares_a_node_with_its_parent_under_one_spec_only():
     assert refuted["a#n2"]["parent_identity"] == "a#n1"
     assert (refuted["a#n2"]["score"], refuted["a#n2"]["parent_score"]) == (0.6, 0.8)
     assert set(refuted_among(entries, "minimize")) == {"a#n3"}
+
+
+def test_imported_nodes_a_candidates_folder_does_not_hold_are_not_counted_as_new_work(tmp_path):
+    scored_parent(tmp_path)  # ring a
+    (tmp_path / "empty").mkdir()
+    config = full_config(ring_id="b", continue_from="runs/a", task="", baseline="",
+                         candidates=str(tmp_path / "empty"))  # fmt: skip
+    b = Path(lock_ring(config, tmp_path)["ring_dir"])
+    done = import_carryover(b)
+    import_static(load_ring(b))
+    index = read(b / "nodes" / "index.json")
+    assert len(index["nodes"]) == len(MEANS) and len(done["scored"]) == len(MEANS)
+    assert not any(entry["candidate"] for entry in index["nodes"])
+    assert own_nodes(index) == 0  # the search may still write search.max_nodes nodes

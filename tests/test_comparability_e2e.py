@@ -70,12 +70,13 @@ def ring_a(tmp_path_factory):
 def test_an_unchanged_spec_imports_comparable_scores_and_executes_none_of_them(ring_a):
     work = ring_a
     a = work / "runs" / "a"
-    # An engineer whose change makes its parent worse: one improvement, then the search ends.
+    # An engineer whose change makes its parent worse: one improvement (the four imported
+    # nodes b's candidates folder holds count against max_nodes), then the search ends.
     engineer = {"command": "sed -i 's/\"mean\": [0-9.]*/\"mean\": 0.1/' behaviour.json; "
                            "echo 'a worse idea' > METHOD.md",
                 "builtin_delay_s": 0, "network": False, "env_pass": [], "mounts": [],
                 "stall_min": 30, "template": None}  # fmt: skip
-    search = {"max_nodes": 1, "max_concurrent_nodes": 1, "draft_fraction": 0.0,
+    search = {"max_nodes": 5, "max_concurrent_nodes": 1, "draft_fraction": 0.0,
               "feedback": "blind", "queries_per_node": 0}  # fmt: skip
     config = write_config(work, ring_id="b", continue_from="runs/a", engineer=engineer,
                           search=search)  # fmt: skip

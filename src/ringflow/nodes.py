@@ -142,7 +142,8 @@ def _with_resumed(ring: dict, sources: list):
 def _index_entry(node: dict) -> dict:
     entry = {k: node[k] for k in ("id", "name", "role", "status")}
     if "imported" in node:  # made from the parent's scored work; rescored or not
-        entry.update(imported=True, rescore=bool(node["imported"]["rescore"]))
+        entry.update(imported=True, rescore=bool(node["imported"]["rescore"]),
+                     candidate=bool(node["imported"].get("candidate")))  # fmt: skip
     return entry
 
 
@@ -207,8 +208,11 @@ def import_static(ring: dict) -> dict:
             # The same submission as a scored node of the parent: this candidate is that
             # node, with its scores (comparable or not) and not executed a second time.
             shutil.rmtree(layout.node_dir(node_id))
+            twin = next(n for n in nodes if n["id"] == imported_trees[node["tree_hash"]])
+            twin["imported"]["candidate"] = str(source)  # a static candidate of this ring
+            atomic_write_json(layout.node_json(twin["id"]), twin)
             emit_event(layout.root, "candidate_imported", candidate=str(source),
-                       node=imported_trees[node["tree_hash"]])  # fmt: skip
+                       node=twin["id"])  # fmt: skip
             continue
         number += 1
         atomic_write_json(layout.node_json(node_id), node)

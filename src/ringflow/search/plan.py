@@ -55,8 +55,9 @@ def parent_scores(ring: dict, layout: RingLayout, index: dict) -> dict[str, floa
 
 def own_nodes(index: dict) -> int:
     """Nodes that count against search.max_nodes: this ring's own (static, resumed,
-    engineered), not those imported with their scores from the parent ring."""
-    return sum(not entry.get("imported") for entry in index["nodes"])
+    engineered) and imported ones that a candidate folder of this ring stands for; not the
+    other nodes imported with their scores from the parent ring."""
+    return sum(not e.get("imported") or bool(e.get("candidate")) for e in index["nodes"])
 
 
 def _why_last(ring: dict, index: dict, now: float) -> str | None:
