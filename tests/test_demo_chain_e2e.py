@@ -14,7 +14,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from tests.ringtools import REPO, SNAKEMAKE
 
 
