@@ -67,13 +67,14 @@ def log_for(rule, name):
 # ---- the ring and its nodes -------------------------------------------------------------
 
 REFUSALS_CHECKED = []
+DEFAULTS = workflow.source_path("../config/config.yaml")
 
 
 def check_refusals():
     """Once, when the DAG first reaches this locked ring: refuse it under a changed
     configuration, with edited inputs or continuing another task (ring/hooks.py)."""
     if not REFUSALS_CHECKED and workflow.is_main_process:
-        if refuse_locked(RING.root, config):
+        if refuse_locked(RING.root, config, DEFAULTS):
             REFUSALS_CHECKED.append(True)
 
 

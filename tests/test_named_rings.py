@@ -102,7 +102,9 @@ def test_a_named_ring_runs_after_the_ring_it_continues_and_continues_it(tmp_path
     task = make_task(tmp_path)
     make_candidate(tmp_path / "cands" / "a", mean=0.5)
     make_candidate(tmp_path / "cands" / "b", mean=0.7)
-    rings = {"first": {}, "second": {"continue_from": "first"}}
+    # The second ring inherits what the first changed, though it was read before the first
+    # ring was locked.
+    rings = {"first": {"promote_top_k": 2}, "second": {"continue_from": "first"}}
     chain = merged(FAST, {"task": str(task), "candidates": str(tmp_path / "cands"),
                           "baseline": None, "guard": {"seeds": 2, "bootstrap": 50},
                           "rings": rings})  # fmt: skip
@@ -114,6 +116,7 @@ def test_a_named_ring_runs_after_the_ring_it_continues_and_continues_it(tmp_path
         assert (ring / "stop_manifest.json").is_file(), proc.stdout[-3000:]
     lock = json.loads((second / "RING.json").read_text())
     assert lock["chain"]["continues"] == "first"
+    assert lock["config"]["promote_top_k"] == 2
     # Ring 2 was locked after ring 1 had ended: its clock starts after ring 1's manifest.
     assert (second / "RING.json").stat().st_mtime >= (first / "stop_manifest.json").stat().st_mtime
     assert lock["guard_seeds"] and not set(lock["guard_seeds"]) & set(

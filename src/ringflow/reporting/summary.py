@@ -74,6 +74,53 @@ def progress_lines(progress: dict) -> list[str]:
     ]
 
 
+def origin_label(layout: RingLayout, entry: dict) -> str:
+    """Where a node comes from: baseline, static (a candidate folder), draft/improve (an
+    engineer session, with its generation), resume (carried-over work) or imported."""
+    if entry.get("role") == "baseline":
+        return "baseline"
+    path = layout.node_json(entry["id"])
+    origin = (read_json(path).get("origin") or {}) if path.exists() else {}
+    kind = origin.get("kind") or "static"
+    if kind in ("draft", "improve") and origin.get("generation") is not None:
+        return f"{kind} g{origin['generation']}"
+    return kind
+
+
+def carryover_lines(layout: RingLayout, nodes: list[dict]) -> list[str]:
+    """What crossed the ring boundary: work this ring sealed for the next one, and sealed
+    work it imported and resumed (SPEC 11)."""
+    lines = []
+    imported_path = layout.carryover_imported
+    if imported_path.exists():
+        imported = read_json(imported_path)
+        resumed = []
+        for entry in nodes:
+            path = layout.node_json(entry["id"])
+            origin = (read_json(path).get("origin") or {}) if path.exists() else {}
+            if origin.get("kind") == "resume":
+                resumed.append(f"{entry['id']} ({origin.get('carry_kind')}, "
+                               f"{origin.get('identity')}): {entry['status']}")  # fmt: skip
+        rejected = imported.get("rejected") or []
+        refused = imported.get("refused") or []
+        if imported.get("imported") or rejected or resumed or refused:
+            lines.append(f"carried in: {len(imported.get('imported') or [])} sealed piece(s) of "
+                         f"work verified, {len(rejected)} rejected")  # fmt: skip
+            lines += [f"  resumed {line}" for line in resumed]
+            lines += [f"  rejected {r.get('identity')}: {r.get('reason')}" for r in rejected]
+            lines += [f"  not resumed {r.get('identity')}: {r.get('reason')}" for r in refused]
+    if layout.carryover_seals.exists():
+        seals = read_json(layout.carryover_seals)
+        if seals.get("seals") or seals.get("refused"):
+            lines.append(f"carried out: {len(seals.get('seals') or [])} piece(s) of work sealed "
+                         "for the next ring")  # fmt: skip
+            lines += [f"  {seal['node']} ({seal['kind']}) -> {seal['snapshot']}"
+                      for seal in seals.get("seals") or []]  # fmt: skip
+            lines += [f"  not sealed {item.get('node')}: {item.get('reason')}"
+                      for item in seals.get("refused") or []]  # fmt: skip
+    return ["", *lines] if lines else []
+
+
 def render_summary(ring_dir) -> str:
     ring = load_ring(ring_dir)
     layout = RingLayout(Path(ring["ring_dir"]))
@@ -86,7 +133,7 @@ def render_summary(ring_dir) -> str:
         f"  final    {layout.final_dir}" + ("" if layout.final_dir.exists() else " (not written)"),
         f"  report   {layout.report}",
         "",
-        f"{'node':<22} {'role':<10} {'status':<9} {'runs ok':>8} {'scored':>8} "
+        f"{'node':<22} {'origin':<10} {'status':<12} {'runs ok':>8} {'scored':>8} "
         f"{'seed-0':>8} {'3-seed':>8}",
     ]
     runs = list(executions(layout))
@@ -97,8 +144,8 @@ def render_summary(ring_dir) -> str:
         ok = f"{sum(r['status'] == 'ok' for *_, r in mine)}/{len(mine)}"
         scored = f"{sum(_valid(layout, n, v, var) for n, v, var, _ in mine)}/{len(mine)}"
         lines.append(
-            f"{node['id']:<22} {node['role']:<10} {node['status']:<9} {ok:>8} {scored:>8} "
-            f"{_fmt(s0):>8} {_fmt(three_seed.get(node['id'])):>8}"
+            f"{node['id']:<22} {origin_label(layout, node):<10} {node['status']:<12} "
+            f"{ok:>8} {scored:>8} {_fmt(s0):>8} {_fmt(three_seed.get(node['id'])):>8}"
         )
     modes = Counter(r["weights_mode"] for *_, r in runs)
     statuses = Counter(r["status"] for *_, r in runs)
@@ -107,6 +154,7 @@ def render_summary(ring_dir) -> str:
         "executions: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())),
         "weights:    " + ", ".join(f"{k} {v}" for k, v in sorted(modes.items())),
         *progress_lines(ring_progress(ring, layout)),
+        *carryover_lines(layout, index["nodes"]),
         "",
         *digest_lines(failure_digest(layout.root, index["nodes"])),
     ]

@@ -59,12 +59,17 @@ def prepare_ring_config(ring: NamedRing, schema_path: str, defaults_path: str) -
     return config
 
 
-def refuse_locked(root: Path, config: dict) -> bool:
+def refuse_locked(root: Path, config: dict, defaults_path: str) -> bool:
     """A locked ring under another configuration, or with edited inputs, or continuing
     another task: refused before anything of it runs. False while the ring is not locked
     (the lock itself checks a new ring)."""
     if not (Path(root) / "RING.json").is_file():
         return False
+    config = dict(config)
+    if _parent_locked(config):
+        # A ring of a chain read before its parent was locked took the parent's
+        # configuration at its own lock: compare with that.
+        inherit_config(config, config_defaults(defaults_path))
     check_existing_lock(config)
     refuse_edits(root, config["ring_id"])
     if _parent_locked(config):
