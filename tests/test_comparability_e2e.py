@@ -168,6 +168,9 @@ def test_a_changed_spec_rescores_only_the_top_k_as_this_rings_executions(ring_a)
             for variant in ("s1", "s2"):
                 assert (nodes[name]["id"], view, variant) in runs_of(b2)
     assert read(b2 / "stop_manifest.json")["rescore_obligations"] == []
+    summary = (b2 / "summary.txt").read_text()
+    assert ("scores in: 4 scored node(s) of the parent (another search_hash): 0 comparable, "
+            "2 rescored, 2 history") in summary  # fmt: skip
     assert verify_ring(b2) == []
 
 
@@ -222,6 +225,7 @@ def test_a_rescore_cut_by_the_cutoff_is_re_executed_by_the_next_ring(tmp_path):
     assert nodes_t["sleepy"]["id"] == "n002-sleepy" and nodes_t["fast"]["status"] == "history"
     (owed,) = read(t / "stop_manifest.json")["rescore_obligations"]
     assert owed["identity"] == "s#n002-sleepy" and owed["node"] == "n002-sleepy"
+    assert "rescores owed: 1 cut by the cutoff" in (t / "summary.txt").read_text()
     # Not sealed as carried work: it is an obligation, not a resume.
     assert read(t / "stop_manifest.json")["seals"] == []
     assert verify_ring(t) == []

@@ -21,7 +21,7 @@ from ..ring.layout import RingLayout
 from ..ring.ledger import Ledger
 from ..weights.hashing import solution_tree_hash
 from ..weights.store import WeightsStore
-from .rescoring import choose_rescores, inherited_obligations
+from .rescoring import choose_rescores, inherited_obligations, obligations
 from .scores import (
     HISTORY,
     IMPORTED,
@@ -168,3 +168,23 @@ def settle_imported(node: dict, sender_ids: dict[tuple[str, str], str]) -> None:
         node["status"] = HISTORY
         node["executions"] = {}
     sender_ids[(origin["ring_id"], origin["node"])] = node["id"]
+
+
+def summary_lines(ring_dir: str | Path, imported: dict) -> list[str]:
+    """The one-screen summary's lines on scored work: what came from the parent, whether
+    it was comparable, what was rescored, and the rescores owed to the next ring."""
+    scored = imported.get("scored") or []
+    comparability = imported.get("comparability") or {}
+    lines = []
+    if scored or imported.get("rescore"):
+        spec = "same" if comparability.get("comparable") else "another"
+        lines.append(f"scores in: {len(scored)} scored node(s) of the parent ({spec} "
+                     f"search_hash): {comparability.get('comparable_nodes', 0)} comparable, "
+                     f"{len(imported.get('rescore') or [])} rescored, "
+                     f"{comparability.get('history_nodes', 0)} history")  # fmt: skip
+        lines += [f"  rescored {identity}" for identity in imported.get("rescore") or []]
+    owed = obligations(ring_dir)
+    if owed:
+        lines.append(f"rescores owed: {len(owed)} cut by the cutoff, for the next ring")
+        lines += [f"  {item['node']} ({item['identity']})" for item in owed]
+    return lines

@@ -6,6 +6,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from ..carryover.scored import summary_lines as scored_summary
 from ..jsonio import atomic_write_json, read_json
 from ..ring.clock import load_ring
 from ..ring.layout import RingLayout
@@ -109,6 +110,7 @@ def carryover_lines(layout: RingLayout, nodes: list[dict]) -> list[str]:
             lines += [f"  resumed {line}" for line in resumed]
             lines += [f"  rejected {r.get('identity')}: {r.get('reason')}" for r in rejected]
             lines += [f"  not resumed {r.get('identity')}: {r.get('reason')}" for r in refused]
+        lines += scored_summary(layout.root, imported)  # scored work, comparability (SPEC 12)
     if layout.carryover_seals.exists():
         seals = read_json(layout.carryover_seals)
         if seals.get("seals") or seals.get("refused"):
