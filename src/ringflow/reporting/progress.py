@@ -131,8 +131,10 @@ class Progress:
         if not (self.ring_root / "RING.json").exists():
             return
         if not force and (self.ring_root / "stop_manifest.json").exists():
-            # A finished ring of a chain says nothing more while the next one runs.
+            # A finished ring says nothing more (a chain's next ring is running); its last
+            # line comes with its summary.
             self.stopped.set()
+            return
         snap = snapshot(self.ring_root)
         key = (snap["done"], snap["total"], snap["running"], snap["best"], snap["decided"])
         if force or key != self.last_key or time.monotonic() - self.last_at >= HEARTBEAT_S:
