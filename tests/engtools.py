@@ -64,10 +64,13 @@ def cut_session(ring: Path, node: str, env: dict) -> int:
     return proc.wait(timeout=60)
 
 
-def ring_with_cut_session(work: Path, env: dict, ring_id: str = "a") -> tuple[Path, str]:
-    """A locked ring whose one planned draft was cut without a runnable program."""
+def ring_with_cut_session(work: Path, env: dict, ring_id: str = "a",
+                          script_text: str = ENGINEER_SH) -> tuple[Path, str]:  # fmt: skip
+    """A locked ring whose one planned draft was cut at the hand-over point (by default
+    without a runnable program: the script never writes run.py)."""
     make_candidate(work / "cands" / "a", mean=0.5)
-    ring = locked_ring(work, work / "cands", ring_id, engineer=engineer_config(work / "tools"),
+    ring = locked_ring(work, work / "cands", ring_id,
+                       engineer=engineer_config(work / "tools", script_text),
                        search=search_config())  # fmt: skip
     (node,) = plan_generation(ring, 0)["nodes"]
     assert cut_session(ring, node, env) == 0

@@ -318,6 +318,10 @@ def cmd_seal(args) -> int:
         print(f"sealed {seal['identity']} ({seal['kind']}): {seal['seal_sha256']}")
     for item in done["refused"]:
         print(f"not sealed {item['node']}: {item['reason']}")
+    for seal in done["evidence"]:
+        print(f"sealed {seal['identity']} (evidence only): {seal['seal_sha256']}")
+    for item in done["evidence_refused"]:
+        print(f"evidence not sealed {item['node']}: {item['reason']}")
     return 0
 
 

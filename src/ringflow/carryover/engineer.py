@@ -225,38 +225,52 @@ def not_sealable(layout: RingLayout, node_id: str) -> str | None:
 
 def engineer_request(ring: dict, layout: RingLayout, node: dict) -> SealRequest:
     """The hand-over of a cut engineer session (SPEC 11.2): workspace, plan, raw log."""
-    from ..search.queries import settled_count
-
     node_id = node["id"]
     workspace = cut_workspace(layout, node_id)
-    trajectory = layout.trajectory(node_id)
-    redact_tree(trajectory, ring["config"]["engineer"].get("env_pass") or [])
-    session = read_json(layout.session(node_id))
-    method = workspace / "METHOD.md"
     reason = (node.get("carryover") or {}).get("reason") or "no runnable program"
-    used = settled_count(layout.node_dir(node_id) / "queries.jsonl")
-    sources: list[tuple[str, Path]] = [
-        ("solution", workspace),
-        (PLAN_FILE, workspace / PLAN_FILE),
-        ("trajectory", trajectory),
-    ]
     handoff = {
         "kind": KIND,
-        "ring_id": ring["ring_id"],
-        "node": node_id,
-        "name": node.get("name"),
+        **session_handoff(ring, layout, node, workspace),
         "summary": f"engineer session cut at the hand-over point without a runnable program "
         f"({reason}); the next ring resumes it in a new session from this solution/",
         "why": reason,
+        "run_py": (workspace / "run.py").is_file(),
+        "runs": False,
+    }
+    return SealRequest(node_id=node_id, kind=KIND, sources=session_sources(layout, node_id,
+                       workspace), handoff=handoff, settle={"reason": reason})  # fmt: skip
+
+
+def session_sources(layout: RingLayout, node_id: str, solution: Path) -> list[tuple[str, Path]]:
+    """What a session's seal takes: its solution, its PLAN.json, its raw log."""
+    return [
+        ("solution", solution),
+        (PLAN_FILE, solution / PLAN_FILE),
+        ("trajectory", layout.trajectory(node_id)),
+    ]
+
+
+def session_handoff(ring: dict, layout: RingLayout, node: dict, solution: Path) -> dict:
+    """The hand-over fields of a session cut at the hand-over point (SPEC 11.2), with its
+    solution as the session left it; redacts its raw log first (`engineer.env_pass`)."""
+    from ..search.queries import settled_count
+
+    node_id = node["id"]
+    trajectory = layout.trajectory(node_id)
+    redact_tree(trajectory, ring["config"]["engineer"].get("env_pass") or [])
+    session = read_json(layout.session(node_id))
+    method = solution / "METHOD.md"
+    return {
+        "ring_id": ring["ring_id"],
+        "node": node_id,
+        "name": node.get("name"),
         "session_reason": session.get("reason"),
         "deadline": session.get("deadline"),
         "cut_at": session.get("ended_at"),
-        "changed_files": changed_files(_start_if_present(ring, layout, node), workspace),
-        "run_py": (workspace / "run.py").is_file(),
-        "runs": False,
-        "plan": (workspace / PLAN_FILE).is_file(),
+        "changed_files": changed_files(_start_if_present(ring, layout, node), solution),
+        "plan": (solution / PLAN_FILE).is_file(),
         "method": method.read_text(errors="replace")[:METHOD_CHARS] if method.is_file() else None,
-        "queries_used": used,
+        "queries_used": settled_count(layout.node_dir(node_id) / "queries.jsonl"),
         "queries_settled": True,
         "queries_quota": session.get("queries_quota"),
         "session": {k: session.get(k) for k in SESSION_STATS},
@@ -268,8 +282,6 @@ def engineer_request(ring: dict, layout: RingLayout, node: dict) -> SealRequest:
         "segments": (node.get("resume_origin") or {}).get("segments") or [],
         "sealed_at": time.time(),
     }
-    return SealRequest(node_id=node_id, kind=KIND, sources=sources, handoff=handoff,
-                       settle={"reason": reason})  # fmt: skip
 
 
 def _start_if_present(ring: dict, layout: RingLayout, node: dict) -> Path | None:

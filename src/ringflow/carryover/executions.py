@@ -4,7 +4,9 @@ that the next ring executes the same submission again.
 
 `seal_ring` runs when the search has ended: it seals every such node, and every engineer
 session carried over (the `engineer` kind, carryover/engineer.py), finishing any seal a
-crash interrupted, and writes `carryover/seals.json`, the ring's list of seals.
+crash interrupted, and writes `carryover/seals.json`, the ring's list of seals. It also
+seals the evidence of every engineer session cut at the hand-over point with a runnable
+program (carryover/evidence.py), listed apart (`evidence`): evidence is never carried.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from ..jsonio import atomic_write_json, read_json
 from ..ring.clock import load_ring
 from ..ring.layout import RingLayout
 from ..ring.ledger import emit_event
-from . import engineer
+from . import engineer, evidence
 from .checkpoint import AUTHORITATIVE_VARIANT, CHECKPOINT_DIR, is_carried_cut
-from .seal import SealRequest, seal_node, sealed_records
+from .seal import EVIDENCE, EVIDENCE_SEALED, SealRequest, listed, seal_node, sealed_records
 
 KIND = "execution"
 EXEC_FILES = ("result.json", "stdout.log", "stderr.log")
@@ -85,14 +87,23 @@ def execution_request(ring: dict, layout: RingLayout, node: dict, cut: list[dict
 
 
 def seal_ring(ring_dir: str | Path) -> dict:
-    """Seal every candidate whose authoritative run was cut; write carryover/seals.json."""
+    """Seal every candidate whose authoritative run was cut, and the evidence of every
+    session cut with a runnable program; write carryover/seals.json."""
     ring = load_ring(ring_dir)
     layout = RingLayout(Path(ring["ring_dir"]))
     index = read_json(layout.nodes_index)
     recorded = sealed_records(layout.ledger)
-    seals, refused = [], []
+    recorded_evidence = sealed_records(layout.ledger, EVIDENCE_SEALED)
+    seals, refused, evidence_seals, evidence_refused = [], [], [], []
     for entry in index["nodes"]:
-        if entry["role"] != "candidate" or entry["status"] not in ("ready", statuses.CARRIED_OVER):
+        if entry["role"] != "candidate":
+            continue
+        if evidence.cut_with_program(layout, entry["id"]):
+            record = _seal_evidence(ring, layout, entry["id"], recorded_evidence,
+                                    evidence_refused)  # fmt: skip
+            if record is not None:
+                evidence_seals.append(listed(entry["id"], record, EVIDENCE))
+        if entry["status"] not in ("ready", statuses.CARRIED_OVER):
             continue
         if entry.get("imported"):
             # Imported scored work is not sealed: a cut rescore is an obligation instead.
@@ -103,7 +114,7 @@ def seal_ring(ring_dir: str | Path) -> dict:
             if request is None:
                 continue
             record = seal_node(ring, request)
-            seals.append(_listed(entry["id"], record))
+            seals.append(listed(entry["id"], record))
             continue
         cut, unreaped = cut_runs(ring, layout, entry["id"])
         if unreaped and entry["id"] not in recorded:
@@ -115,28 +126,24 @@ def seal_ring(ring_dir: str | Path) -> dict:
         if not cut and entry["id"] not in recorded:
             continue
         record = seal_node(ring, execution_request(ring, layout, node, cut))
-        seals.append({
-            "node": entry["id"],
-            "identity": record["identity"],
-            "kind": record["carry_kind"],
-            "seal_sha256": record["seal_sha256"],
-            "ledger_seq": record["seq"],
-            "snapshot": f"nodes/{entry['id']}/carryover",
-        })  # fmt: skip
-    listing = {"ring_id": ring["ring_id"], "seals": seals, "refused": refused}
+        seals.append(listed(entry["id"], record))
+    listing = {"ring_id": ring["ring_id"], "seals": seals, "refused": refused,
+               "evidence": evidence_seals, "evidence_refused": evidence_refused}  # fmt: skip
     atomic_write_json(layout.root / "carryover" / "seals.json", listing)
     return listing
 
 
-def _listed(node_id: str, record: dict) -> dict:
-    return {
-        "node": node_id,
-        "identity": record["identity"],
-        "kind": record["carry_kind"],
-        "seal_sha256": record["seal_sha256"],
-        "ledger_seq": record["seq"],
-        "snapshot": f"nodes/{node_id}/carryover",
-    }
+def _seal_evidence(ring, layout, node_id: str, recorded: dict, refused: list) -> dict | None:
+    """Seal (or finish sealing) a session's evidence; None when its writers may not have
+    stopped (refused and listed)."""
+    if node_id not in recorded:
+        why = engineer.not_sealable(layout, node_id)
+        if why is not None:
+            refused.append({"node": node_id, "reason": why})
+            emit_event(layout.root, "evidence_refused", node=node_id, reason=why)
+            return None
+    node = read_json(layout.node_json(node_id))
+    return seal_node(ring, evidence.evidence_request(ring, layout, node))
 
 
 def _engineer_request(ring, layout, node: dict, recorded: dict, refused: list):

@@ -1,7 +1,8 @@
 """Import of sealed work into a ring that continues a chain (SPEC 11.3).
 
 Every seal recorded in the ledger of a ring of the chain (the parent first) whose work has
-not been resumed yet is checked before anything is copied: its ledger line's own hash, the
+not been resumed yet (a `carryover_sealed` line: evidence seals, `evidence_sealed`, are
+never imported) is checked before anything is copied: its ledger line's own hash, the
 sha256 of SEAL.json against that line, the lock it was sealed under, and every file of the
 snapshot against SEAL.json (changed, missing, added, a link instead of a file). The copy
 into `carryover/imported/<ring>--<node>/` is hashed again as it is written and renamed into

@@ -1,6 +1,7 @@
 """`stop_manifest.json` (SPEC 11.2, 13): what a ring hands to the rings that continue it,
-written when it stops. It names the ring's lock, every seal (with its ledger line), the
-work this ring resumed and the carryover it rejected, and it anchors the ledger's head, so
+written when it stops. It names the ring's lock, every seal (with its ledger line), every
+evidence seal apart (`evidence`: never carried), the work this ring resumed and the
+carryover it rejected, and it anchors the ledger's head, so
 `ringflow verify` notices a ledger cut short after the ring stopped.
 """
 
@@ -14,7 +15,7 @@ from ..ring.clock import load_ring
 from ..ring.layout import RingLayout
 from ..ring.ledger import ledger_anchor
 from .rescoring import obligations
-from .seal import lock_sha256, sealed_records
+from .seal import CARRYOVER, EVIDENCE, listed, lock_sha256, sealed_records
 
 MANIFEST = "stop_manifest.json"
 
@@ -27,23 +28,20 @@ def write_stop_manifest(ring_dir: str | Path) -> dict:
     ring = load_ring(ring_dir)
     layout = RingLayout(Path(ring["ring_dir"]))
     imported = _optional(layout.root / "carryover" / "imported.json")
-    seals = [
-        {
-            "node": node,
-            "identity": record["identity"],
-            "kind": record["carry_kind"],
-            "seal_sha256": record["seal_sha256"],
-            "ledger_seq": record["seq"],
-            "snapshot": f"nodes/{node}/carryover",
-        }
-        for node, record in sorted(sealed_records(layout.ledger).items())
-    ]
+    seals, evidence = (
+        [
+            listed(node, record, target)
+            for node, record in sorted(sealed_records(layout.ledger, target.ledger_kind).items())
+        ]
+        for target in (CARRYOVER, EVIDENCE)
+    )
     manifest = {
         "ring_id": ring["ring_id"],
         "lock_sha256": lock_sha256(layout.root),
         "search_hash": ring.get("search_hash"),
         "continue_from": ring.get("continue_from"),
         "seals": seals,
+        "evidence": evidence,
         "resumed": imported.get("queue", []),
         "carryover_rejected": imported.get("rejected", []),
         "resume_refused": imported.get("refused", []),

@@ -21,6 +21,13 @@ node. Nothing is sealed twice.
 The kinds differ only in which files they hand over (`SealRequest.sources`) and what the
 hand-over says: `execution` (SPEC 11.1) gives the submission and the grace checkpoint; the
 engineer kind adds PLAN.json and trajectory/ the same way.
+
+The same transaction writes an evidence seal (SPEC 11.1: an engineer session cut at the
+hand-over point with a runnable program, whose submission is executed as normal): its
+`SealTarget` puts it in `nodes/<id>/evidence/` (staged in `.evidence-<random>/`), records it
+as `evidence_sealed`, and leaves the node's status alone (step 5 does nothing). A node can
+hold both, evidence of its session and a carryover seal of its cut run. Evidence is never
+imported or resumed: the import reads only `carryover_sealed` records.
 """
 
 from __future__ import annotations
@@ -47,6 +54,11 @@ HANDOFF_FILE = "HANDOFF.json"
 SNAPSHOT_DIR = "carryover"
 STAGING_PREFIX = ".carryover-"
 SEALED = "carryover_sealed"
+EVIDENCE_DIR = "evidence"
+EVIDENCE_STAGING_PREFIX = ".evidence-"
+EVIDENCE_SEALED = "evidence_sealed"
+EVIDENCE_KIND = "evidence"
+EVIDENCE_WHY = "cut at the hand-over with a runnable program"
 FORMAT = 1
 
 # Tests stop the sealing process at one step with SIGKILL, as a crash would.
@@ -59,6 +71,26 @@ def _stop_point(step: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+@dataclass(frozen=True)
+class SealTarget:
+    """Where a seal is written, how the ledger records it, and whether it settles the node."""
+
+    folder: str  # under nodes/<id>/
+    staging_prefix: str  # of the staging folder beside it
+    ledger_kind: str
+    settles: bool  # carried_over once recorded; evidence leaves the node as it is
+    why: str | None = None  # recorded with an evidence seal
+
+    def record_fields(self, kind: str) -> dict:
+        return {"carry_kind": kind} if self.settles else {"why": self.why}
+
+
+CARRYOVER = SealTarget(SNAPSHOT_DIR, STAGING_PREFIX, SEALED, settles=True)
+EVIDENCE = SealTarget(EVIDENCE_DIR, EVIDENCE_STAGING_PREFIX, EVIDENCE_SEALED, settles=False,
+                      why=EVIDENCE_WHY)  # fmt: skip
+TARGETS = (CARRYOVER, EVIDENCE)
+
+
 @dataclass
 class SealRequest:
     """What one node hands over: files to snapshot, the hand-over, the node's record."""
@@ -69,6 +101,7 @@ class SealRequest:
     sources: list[tuple[str, Path]]
     handoff: dict
     settle: dict = field(default_factory=dict)
+    target: SealTarget = CARRYOVER
 
 
 def identity(ring_id: str, node_id: str) -> str:
@@ -80,12 +113,25 @@ def lock_sha256(ring_dir: Path) -> str:
     return hashlib.sha256((Path(ring_dir) / "RING.json").read_bytes()).hexdigest()
 
 
-def snapshot_dir(layout: RingLayout, node_id: str) -> Path:
-    return layout.node_dir(node_id) / SNAPSHOT_DIR
+def snapshot_dir(layout: RingLayout, node_id: str, target: SealTarget = CARRYOVER) -> Path:
+    return layout.node_dir(node_id) / target.folder
 
 
-def sealed_records(ledger_path: Path) -> dict[str, dict]:
-    """Per node, the `carryover_sealed` record of a ring's ledger (lines that parse)."""
+def listed(node_id: str, record: dict, target: SealTarget = CARRYOVER) -> dict:
+    """A recorded seal as `carryover/seals.json` and `stop_manifest.json` list it."""
+    return {
+        "node": node_id,
+        "identity": record["identity"],
+        "kind": record["carry_kind"] if target.settles else EVIDENCE_KIND,
+        "seal_sha256": record["seal_sha256"],
+        "ledger_seq": record["seq"],
+        "snapshot": f"nodes/{node_id}/{target.folder}",
+    }
+
+
+def sealed_records(ledger_path: Path, kind: str = SEALED) -> dict[str, dict]:
+    """Per node, the `carryover_sealed` record (or the records of another seal `kind`) of a
+    ring's ledger (lines that parse)."""
     out: dict[str, dict] = {}
     try:
         lines = Path(ledger_path).read_bytes().splitlines()
@@ -96,7 +142,7 @@ def sealed_records(ledger_path: Path) -> dict[str, dict]:
             record = json.loads(line)
         except ValueError:
             continue
-        if isinstance(record, dict) and record.get("kind") == SEALED:
+        if isinstance(record, dict) and record.get("kind") == kind:
             out.setdefault(record.get("node"), record)
     return out
 
@@ -182,20 +228,23 @@ def _make_immutable(folder: Path) -> None:
             os.chmod(Path(dirpath) / name, 0o444)
 
 
-def _record(ring: dict, layout: RingLayout, request_kind: str, node_id: str, seal: dict,
+def _record(ring: dict, layout: RingLayout, request: SealRequest, kind: str, seal: dict,
             seal_sha: str) -> dict:  # fmt: skip
     return Ledger(layout.ledger).append(
-        SEALED,
-        node=node_id,
-        identity=identity(ring["ring_id"], node_id),
-        carry_kind=request_kind,
+        request.target.ledger_kind,
+        node=request.node_id,
+        identity=identity(ring["ring_id"], request.node_id),
+        **request.target.record_fields(kind),
         seal_sha256=seal_sha,
         files=len(seal["files"]),
         skipped=len(seal["skipped"]),
     )
 
 
-def _settle(layout: RingLayout, request: SealRequest, record: dict) -> dict:
+def _settle(layout: RingLayout, request: SealRequest, record: dict) -> dict | None:
+    """Step 5: the node is `carried_over` with its seal; an evidence seal settles nothing."""
+    if not request.target.settles:
+        return None
     path = layout.node_json(request.node_id)
     node = read_json(path)
     block = {
@@ -214,13 +263,15 @@ def _settle(layout: RingLayout, request: SealRequest, record: dict) -> dict:
 
 
 def seal_node(ring: dict, request: SealRequest) -> dict:
-    """Seal one node's work (or finish an interrupted seal); returns its ledger record."""
+    """Seal one node's work (or finish an interrupted seal) into its request's target;
+    returns its ledger record."""
+    target = request.target
     layout = RingLayout(Path(ring["ring_dir"]))
     node_dir = layout.node_dir(request.node_id)
-    final = snapshot_dir(layout, request.node_id)
-    for leftover in node_dir.glob(f"{STAGING_PREFIX}*"):
+    final = snapshot_dir(layout, request.node_id, target)
+    for leftover in node_dir.glob(f"{target.staging_prefix}*"):
         shutil.rmtree(leftover, ignore_errors=True)
-    record = sealed_records(layout.ledger).get(request.node_id)
+    record = sealed_records(layout.ledger, target.ledger_kind).get(request.node_id)
     if record is not None:
         _check_recorded(final, record)
         _settle(layout, request, record)
@@ -229,7 +280,7 @@ def seal_node(ring: dict, request: SealRequest) -> dict:
         record = _recover_unrecorded(ring, layout, request, final)
         if record is not None:
             return record
-    staging = node_dir / f"{STAGING_PREFIX}{secrets.token_hex(6)}"
+    staging = node_dir / f"{target.staging_prefix}{secrets.token_hex(6)}"
     staging.mkdir()
     listing = _stage(ring, request, staging)
     _stop_point("staged")
@@ -240,13 +291,14 @@ def seal_node(ring: dict, request: SealRequest) -> dict:
     os.rename(staging, final)
     fsync_dir(node_dir)
     _stop_point("renamed")
-    record = _record(ring, layout, request.kind, request.node_id,
-                     {**listing}, hashlib.sha256(data).hexdigest())  # fmt: skip
+    record = _record(ring, layout, request, request.kind, listing,
+                     hashlib.sha256(data).hexdigest())  # fmt: skip
     _stop_point("recorded")
     _settle(layout, request, record)
     _stop_point("settled")
-    emit_event(layout.root, SEALED, node=request.node_id, carry_kind=request.kind,
-               seal_sha256=record["seal_sha256"], files=record["files"])  # fmt: skip
+    emit_event(layout.root, target.ledger_kind, node=request.node_id,
+               **target.record_fields(request.kind), seal_sha256=record["seal_sha256"],
+               files=record["files"])  # fmt: skip
     return record
 
 
@@ -276,14 +328,15 @@ def _recover_unrecorded(ring, layout, request, final: Path) -> dict | None:
         except RingflowError as exc:
             problems = [str(exc)]
     if problems or seal is None:
-        emit_event(layout.root, "carryover_seal_discarded", node=request.node_id,
+        emit_event(layout.root, f"{request.target.folder}_seal_discarded", node=request.node_id,
                    problems=problems[:5])  # fmt: skip
         _remove_tree(final)
         return None
     digest, _ = file_sha256(seal_path)
-    record = _record(ring, layout, seal["kind"], request.node_id, seal, digest)
+    record = _record(ring, layout, request, seal["kind"], seal, digest)
     _settle(layout, request, record)
-    emit_event(layout.root, "carryover_seal_recovered", node=request.node_id, seal_sha256=digest)
+    emit_event(layout.root, f"{request.target.folder}_seal_recovered", node=request.node_id,
+               seal_sha256=digest)  # fmt: skip
     return record
 
 
@@ -294,15 +347,16 @@ def _remove_tree(folder: Path) -> None:
 
 
 def seal_check(layout: RingLayout) -> list[str]:
-    """Every seal the ring's ledger records, against its snapshot (for `ringflow verify`)."""
+    """Every seal the ring's ledger records, carryover and evidence, against its snapshot
+    (for `ringflow verify`)."""
     problems = []
-    for node, record in sealed_records(layout.ledger).items():
-        folder = snapshot_dir(layout, node)
-        try:
-            _check_recorded(folder, record)
-            problems += [
-                f"{folder}: {p}" for p in seal_problems(folder, read_json(folder / SEAL_FILE))
-            ]
-        except RingflowError as exc:
-            problems.append(str(exc))
+    for target in TARGETS:
+        for node, record in sealed_records(layout.ledger, target.ledger_kind).items():
+            folder = snapshot_dir(layout, node, target)
+            try:
+                _check_recorded(folder, record)
+                seal = read_json(folder / SEAL_FILE)
+                problems += [f"{folder}: {p}" for p in seal_problems(folder, seal)]
+            except RingflowError as exc:
+                problems.append(str(exc))
     return problems

@@ -120,6 +120,13 @@ def carryover_lines(layout: RingLayout, nodes: list[dict]) -> list[str]:
                       for seal in seals.get("seals") or []]  # fmt: skip
             lines += [f"  not sealed {item.get('node')}: {item.get('reason')}"
                       for item in seals.get("refused") or []]  # fmt: skip
+        if seals.get("evidence") or seals.get("evidence_refused"):
+            lines.append(f"evidence: {len(seals.get('evidence') or [])} session(s) cut at the "
+                         "hand-over with a runnable program, sealed (never carried)")  # fmt: skip
+            lines += [f"  {seal['node']} -> {seal['snapshot']}"
+                      for seal in seals.get("evidence") or []]  # fmt: skip
+            lines += [f"  not sealed {item.get('node')}: {item.get('reason')}"
+                      for item in seals.get("evidence_refused") or []]  # fmt: skip
     return ["", *lines] if lines else []
 
 

@@ -8,7 +8,8 @@ environment and `engineer.mounts`; never labels, the task folder, the ring folde
 store. Its stdout and stderr are its raw log in `nodes/<id>/trajectory/`.
 
 Afterwards: a runnable workspace becomes the node's submission and is executed like any
-node (also when the session was cut at the hand-over point); a session cut without a
+node (also when the session was cut at the hand-over point: its snapshot is then sealed as
+evidence when the search ends, carryover/evidence.py); a session cut without a
 runnable program is `carried_over` (kind `engineer`, its workspace kept for the seal); any
 other session without one is `rejected` with the reason.
 
