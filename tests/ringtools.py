@@ -40,6 +40,23 @@ with os.fdopen(fd, "w") as f:
 os.replace(tmp, a.out)
 """
 
+# A public validator for the scripted task: score.json must hold a number in [0, 1]; it
+# reads a view's public inputs, as a validator may.
+VALIDATOR = """\
+import argparse, json, os, sys
+p = argparse.ArgumentParser()
+p.add_argument("--pred", required=True)
+p.add_argument("--inputs", required=True)
+a = p.parse_args()
+open(os.path.join(a.inputs, "data.txt")).read()
+try:
+    value = json.load(open(os.path.join(a.pred, "score.json")))["value"]
+except Exception as exc:
+    sys.exit(f"no readable score.json: {exc}")
+if not isinstance(value, (int, float)) or not 0 <= value <= 1:
+    sys.exit(f"value {value!r} is not a number in [0, 1]")
+"""
+
 # A candidate whose score per (view, seed) is drawn from a distribution set in
 # behaviour.json; with weights it "trains" a file holding the training seed.
 PROGRAM = """\

@@ -28,7 +28,7 @@ from ringflow.search.best_so_far import (
     ring_progress,
 )
 from ringflow.search.validate_runner import absolute_args
-from ringtools import locked_ring, make_candidate
+from ringtools import VALIDATOR, locked_ring, make_candidate
 
 PROGRAM = """\
 import json, os, sys, time
@@ -220,21 +220,6 @@ def test_the_rings_curve_joins_seed0_runs_and_background_evaluations(tmp_path):
 
 
 # ---- the public validator (item 5) ------------------------------------------------------
-
-VALIDATOR = """\
-import argparse, json, os, sys
-p = argparse.ArgumentParser()
-p.add_argument("--pred", required=True)
-p.add_argument("--inputs", required=True)
-a = p.parse_args()
-open(os.path.join(a.inputs, "data.txt")).read()
-try:
-    value = json.load(open(os.path.join(a.pred, "score.json")))["value"]
-except Exception as exc:
-    sys.exit(f"no readable score.json: {exc}")
-if not isinstance(value, (int, float)) or not 0 <= value <= 1:
-    sys.exit(f"value {value!r} is not a number in [0, 1]")
-"""
 
 
 def _task(tmp_path: Path, validator: str, scorer: str = "python scorer.py") -> dict:

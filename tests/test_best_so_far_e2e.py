@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from ringflow.jsonio import read_json
-from ringtools import make_candidate, make_task, snakemake, write_config
+from ringtools import VALIDATOR, make_candidate, make_task, snakemake, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -36,20 +36,6 @@ try:
 except Exception as exc:
     rec = {"score": None, "valid": False, "reason": f"no usable score.json: {exc}"}
 json.dump(rec, open(a.out, "w"))
-"""
-VALIDATOR = """\
-import argparse, json, os, sys
-p = argparse.ArgumentParser()
-p.add_argument("--pred", required=True)
-p.add_argument("--inputs", required=True)
-a = p.parse_args()
-open(os.path.join(a.inputs, "data.txt")).read()
-try:
-    value = json.load(open(os.path.join(a.pred, "score.json")))["value"]
-except Exception as exc:
-    sys.exit(f"no readable score.json: {exc}")
-if not isinstance(value, (int, float)) or not 0 <= value <= 1:
-    sys.exit(f"value {value!r} is not a number in [0, 1]")
 """
 # Writes a runnable program at once, checks its predictions with the task's validator,
 # keeps working, improves it, keeps working, then leaves what it could see behind.

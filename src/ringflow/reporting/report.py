@@ -477,35 +477,52 @@ def curve(ctx: dict, width: int = 640, height: int = 260) -> dict:
     }
     if not times:
         return data
-    left, right, top, bottom = 60, width - 15, 15, height - 35
-    t_max = max(max(times), 1.0) * 1.05
-    lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
-    pad = (hi - lo) * 0.1 or 0.01
-    lo, hi = lo - pad, hi + pad
-
-    def x(t: float) -> float:
-        return round(left + (right - left) * t / t_max, 1)
-
-    def y(v: float) -> float:
-        return round(bottom - (bottom - top) * (v - lo) / (hi - lo), 1)
-
-    data["points"] = [{**p, "x": x(p["t"]), "y": y(p["score"])} for p in points]
-    data["fails"] = [{**f, "x": x(f["t"]), "y": bottom} for f in fails]
-    if steps:
-        coords = [(x(steps[0]["t"]), y(steps[0]["score"]))]
-        for prev, row in pairwise(steps):
-            coords += [(x(row["t"]), y(prev["score"])), (x(row["t"]), y(row["score"]))]
-        coords.append((right, y(steps[-1]["score"])))
-        data["path"] = " ".join(f"{a},{b}" for a, b in coords)
-    data["xticks"] = [
-        {"x": x(t_max * i / 4), "label": format_duration(t_max * i / 4)} for i in range(5)
-    ]
-    data["yticks"] = [
-        {"y": y(lo + (hi - lo) * i / 4), "label": _num(lo + (hi - lo) * i / 4, 3)} for i in range(5)
-    ]
+    axes = _Axes(width, height, max(times), values)
+    data["points"] = [{**p, "x": axes.x(p["t"]), "y": axes.y(p["score"])} for p in points]
+    data["fails"] = [{**f, "x": axes.x(f["t"]), "y": axes.bottom} for f in fails]
+    data["path"] = axes.step_path(steps)
+    data.update(axes.ticks())
     data["legend"] = [{"view": v, "vclass": f"v{i % 6}"} for i, v in enumerate(views)]
-    data["box"] = {"left": left, "right": right, "top": top, "bottom": bottom}
     return data
+
+
+class _Axes:
+    """Time on x, score on y, for a chart of width x height (inline SVG)."""
+
+    def __init__(self, width: int, height: int, t_max: float, values: list[float]):
+        self.left, self.right, self.top, self.bottom = 60, width - 15, 15, height - 35
+        self.t_max = max(t_max, 1.0) * 1.05
+        lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
+        pad = (hi - lo) * 0.1 or 0.01
+        self.lo, self.hi = lo - pad, hi + pad
+
+    def x(self, t: float) -> float:
+        return round(self.left + (self.right - self.left) * max(t, 0.0) / self.t_max, 1)
+
+    def y(self, v: float) -> float:
+        return round(
+            self.bottom - (self.bottom - self.top) * (v - self.lo) / (self.hi - self.lo), 1
+        )
+
+    def step_path(self, steps: list[dict]) -> str:
+        """The best-so-far line: flat until the next improvement, then up (or down)."""
+        if not steps:
+            return ""
+        coords = [(self.x(steps[0]["t"]), self.y(steps[0]["score"]))]
+        for prev, row in pairwise(steps):
+            coords += [(self.x(row["t"]), self.y(prev["score"])),
+                       (self.x(row["t"]), self.y(row["score"]))]  # fmt: skip
+        coords.append((self.right, self.y(steps[-1]["score"])))
+        return " ".join(f"{a},{b}" for a, b in coords)
+
+    def ticks(self) -> dict:
+        times = [self.t_max * i / 4 for i in range(5)]
+        values = [self.lo + (self.hi - self.lo) * i / 4 for i in range(5)]
+        return {
+            "xticks": [{"x": self.x(t), "label": format_duration(t)} for t in times],
+            "yticks": [{"y": self.y(v), "label": _num(v, 3)} for v in values],
+            "box": {"left": self.left, "right": self.right, "top": self.top, "bottom": self.bottom},
+        }
 
 
 def best_so_far_curve(progress: dict, width: int = 640, height: int = 220) -> dict:
@@ -516,31 +533,10 @@ def best_so_far_curve(progress: dict, width: int = 640, height: int = 220) -> di
             "yticks": [], "empty": not points}  # fmt: skip
     if not points:
         return data
-    left, right, top, bottom = 60, width - 15, 15, height - 35
-    t_max = max(max(p["t"] for p in points), 1.0) * 1.05
-    values = [p["score"] for p in points]
-    pad = (max(values) - min(values)) * 0.1 or 0.01
-    lo, hi = min(values) - pad, max(values) + pad
-
-    def x(t: float) -> float:
-        return round(left + (right - left) * max(t, 0.0) / t_max, 1)
-
-    def y(v: float) -> float:
-        return round(bottom - (bottom - top) * (v - lo) / (hi - lo), 1)
-
-    data["points"] = [{**p, "x": x(p["t"]), "y": y(p["score"])} for p in points]
-    coords = [(x(steps[0]["t"]), y(steps[0]["score"]))]
-    for prev, row in pairwise(steps):
-        coords += [(x(row["t"]), y(prev["score"])), (x(row["t"]), y(row["score"]))]
-    coords.append((right, y(steps[-1]["score"])))
-    data["path"] = " ".join(f"{a},{b}" for a, b in coords)
-    data["xticks"] = [
-        {"x": x(t_max * i / 4), "label": format_duration(t_max * i / 4)} for i in range(5)
-    ]
-    data["yticks"] = [
-        {"y": y(lo + (hi - lo) * i / 4), "label": _num(lo + (hi - lo) * i / 4, 3)} for i in range(5)
-    ]
-    data["box"] = {"left": left, "right": right, "top": top, "bottom": bottom}
+    axes = _Axes(width, height, max(p["t"] for p in points), [p["score"] for p in points])
+    data["points"] = [{**p, "x": axes.x(p["t"]), "y": axes.y(p["score"])} for p in points]
+    data["path"] = axes.step_path(steps)
+    data.update(axes.ticks())
     return data
 
 
