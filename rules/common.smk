@@ -271,6 +271,8 @@ def generation_inputs(wildcards):
 def resumes_engineer_work():
     """Whether this ring resumes engineer work (its resume queue, fixed at import)."""
     nodes_index()
+    if not RING.carryover_imported.exists():
+        return False  # a ring whose nodes were imported without the carryover step
     imported = read_json(RING.carryover_imported)
     kinds = {item["identity"]: item["kind"] for item in imported["imported"]}
     return any(kinds.get(identity) == "engineer" for identity in imported["queue"])
