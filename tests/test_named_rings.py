@@ -85,14 +85,18 @@ def test_an_invocation_runs_the_named_ring_and_the_unfinished_rings_it_continues
 
 
 @pytest.mark.e2e
-def test_the_demo_chain_plans_from_the_repository_root():
+def test_the_demo_chain_plans_from_the_repository_root(tmp_path):
+    # From the repository root (where the profiles are found by name), planned for a fresh
+    # working folder: the checkout's own runs/ may hold a finished demo chain.
+    def plan(profile: str, target: str) -> subprocess.CompletedProcess:
+        argv = [str(SNAKEMAKE), "--profile", profile, "-n", target, "--directory", str(tmp_path)]
+        return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
+
     for profile in ("gpu", "profiles/local"):
-        proc = subprocess.run([str(SNAKEMAKE), "--profile", profile, "-n", "ring1"], cwd=REPO,
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        proc = plan(profile, "ring1")
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "ring1_lock_ring" in proc.stdout and "ring2_" not in proc.stdout
-    proc = subprocess.run([str(SNAKEMAKE), "--profile", "profiles/local", "-n", "ring2"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = plan("profiles/local", "ring2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ring2_import_carryover" in proc.stdout and "ring1_stop_manifest" in proc.stdout
 

@@ -74,9 +74,17 @@ def test_builtin_engineer_runs_generations_until_the_handover_point(tmp_path):
             else:
                 assert record["origin"]["kind"] == "draft" and record["parent"] is None
             assert record["timestamps"]["session_started_at"] >= plan["planned_at"]
-            if record["status"] == "carried_over":
-                # A draft planned just before the hand-over point, cut before it wrote.
-                assert record["origin"]["kind"] == "draft" and record["session"]["budget_cut"]
+            if record["session"]["budget_cut"]:
+                # Planned just before the hand-over point and cut before it wrote: a draft
+                # has nothing to run and is carried over; an improvement holds its parent's
+                # copy, which is executed, its snapshot sealed as evidence.
+                if record["status"] == "carried_over":
+                    assert record["origin"]["kind"] == "draft", record
+                else:
+                    assert record["origin"]["kind"] == "improve", record
+                    assert record["status"] == "ready", record
+                    evidence = ring / "nodes" / node_id / "evidence" / "SEAL.json"
+                    assert evidence.is_file(), record
                 continue
             assert record["status"] == "ready", record
             # A real variant: the built-in engineer changed a hyper-parameter.
