@@ -17,14 +17,20 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 
-SCORER = """\
-import argparse, json, os, tempfile
+# The scorer command line every scripted scorer takes (task.yaml's scorer contract).
+SCORER_ARGS = """\
+import argparse, json, os, random, tempfile
 p = argparse.ArgumentParser()
 for a in ("--pred", "--labels", "--out"):
     p.add_argument(a)
 p.add_argument("--seed", type=int)
 p.add_argument("--bootstrap", type=int, default=0)
 a = p.parse_args()
+"""
+
+SCORER = (
+    SCORER_ARGS
+    + """\
 try:
     value = json.load(open(os.path.join(a.pred, "score.json")))["value"]
     truth = open(os.path.join(a.labels, "truth.txt")).read().strip()
@@ -39,6 +45,7 @@ with os.fdopen(fd, "w") as f:
     json.dump(rec, f)
 os.replace(tmp, a.out)
 """
+)
 
 # A public validator for the scripted task: score.json must hold a number in [0, 1]; it
 # reads a view's public inputs, as a validator may.

@@ -13,20 +13,15 @@ import pytest
 import yaml
 
 from ringflow.jsonio import read_json
-from ringtools import VALIDATOR, make_candidate, make_task, snakemake, write_config
+from ringtools import SCORER_ARGS, VALIDATOR, make_candidate, make_task, snakemake, write_config
 
 pytestmark = pytest.mark.e2e
 
 # Scores the session cannot know: the program's value plus an offset only the labels hold.
 OFFSET = 0.1234
-SCORER = """\
-import argparse, json, os
-p = argparse.ArgumentParser()
-for a in ("--pred", "--labels", "--out"):
-    p.add_argument(a)
-p.add_argument("--seed", type=int)
-p.add_argument("--bootstrap", type=int, default=0)
-a = p.parse_args()
+SCORER = (
+    SCORER_ARGS
+    + """\
 offset = float(open(os.path.join(a.labels, "offset.txt")).read())
 try:
     value = json.load(open(os.path.join(a.pred, "score.json")))["value"]
@@ -37,6 +32,7 @@ except Exception as exc:
     rec = {"score": None, "valid": False, "reason": f"no usable score.json: {exc}"}
 json.dump(rec, open(a.out, "w"))
 """
+)
 # Writes a runnable program at once, checks its predictions with the task's validator,
 # keeps working, improves it, keeps working, then leaves what it could see behind.
 ENGINEER_SH = """\

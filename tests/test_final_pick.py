@@ -22,18 +22,13 @@ from ringflow.selection.final import choose, guarded_before, side_problem
 from ringflow.selection.promote import promote, rank
 from ringflow.selection.seeds import REGISTRY_FILE
 from ringflow.verify import verify_ring
-from ringtools import full_config, make_candidate, make_task, snakemake, write_config
+from ringtools import SCORER_ARGS, full_config, make_candidate, make_task, snakemake, write_config
 
 # ---- a task scored on rows: every program right on each row with its own probability --
 
-ROW_SCORER = """\
-import argparse, json, os, random
-p = argparse.ArgumentParser()
-for a in ("--pred", "--labels", "--out"):
-    p.add_argument(a)
-p.add_argument("--seed", type=int)
-p.add_argument("--bootstrap", type=int, default=0)
-a = p.parse_args()
+ROW_SCORER = (
+    SCORER_ARGS
+    + """\
 truth = dict(line.split(",") for line in open(os.path.join(a.labels, "y.csv")).read().split())
 try:
     pred = dict(line.split(",") for line in open(os.path.join(a.pred, "pred.csv")).read().split())
@@ -50,6 +45,7 @@ if hits is not None:
         rec["bootstrap"] = [accuracy(a.seed + b) for b in range(a.bootstrap)]
 json.dump(rec, open(a.out, "w"))
 """
+)
 
 # Deterministic: right on each row with probability `p`, the draw fixed by the program's
 # own key and the row id (never by --seed).

@@ -314,14 +314,13 @@ def cmd_seal(args) -> int:
     from .carryover.executions import seal_ring
 
     done = seal_ring(args.ring_dir)
-    for seal in done["seals"]:
-        print(f"sealed {seal['identity']} ({seal['kind']}): {seal['seal_sha256']}")
-    for item in done["refused"]:
-        print(f"not sealed {item['node']}: {item['reason']}")
-    for seal in done["evidence"]:
-        print(f"sealed {seal['identity']} (evidence only): {seal['seal_sha256']}")
-    for item in done["evidence_refused"]:
-        print(f"evidence not sealed {item['node']}: {item['reason']}")
+    for sealed, refused, label in (("seals", "refused", ""), ("evidence", "evidence_refused",
+                                   "evidence ")):  # fmt: skip
+        for seal in done[sealed]:
+            kind = "evidence only" if label else seal["kind"]
+            print(f"sealed {seal['identity']} ({kind}): {seal['seal_sha256']}")
+        for item in done[refused]:
+            print(f"{label}not sealed {item['node']}: {item['reason']}")
     return 0
 
 

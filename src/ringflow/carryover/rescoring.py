@@ -13,9 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..jsonio import read_json, read_json_cached
-from ..ring.clock import load_ring
-from ..ring.layout import RingLayout
-from .scores import IMPORTED, outcome
+from .scores import IMPORTED, indexed_nodes, outcome
 
 MANIFEST = "stop_manifest.json"
 
@@ -44,12 +42,9 @@ def is_rescore(node: dict) -> bool:
 def obligations(ring_dir: str | Path) -> list[dict]:
     """This ring's rescores without an outcome on some search view (cut by the cutoff, or
     never run): the next ring re-executes them."""
-    ring = load_ring(ring_dir)
-    layout = RingLayout(Path(ring["ring_dir"]))
-    if not layout.nodes_index.is_file():
-        return []
+    ring, layout, entries = indexed_nodes(ring_dir)
     out = []
-    for entry in read_json(layout.nodes_index)["nodes"]:
+    for entry in entries:
         if not entry.get("rescore") or entry["status"] != "ready":
             continue
         missing = [view for view in ring["search_views"]

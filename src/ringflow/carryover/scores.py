@@ -96,15 +96,20 @@ def _expected_views(ring: dict, node: dict) -> list[str]:
     return list(ring["search_views"])
 
 
+def indexed_nodes(ring_dir: str | Path) -> tuple[dict, RingLayout, list[dict]]:
+    """The ring, its layout and its node index entries (none before its nodes exist)."""
+    ring = load_ring(ring_dir)
+    layout = RingLayout(Path(ring["ring_dir"]))
+    entries = read_json(layout.nodes_index)["nodes"] if layout.nodes_index.is_file() else []
+    return ring, layout, entries
+
+
 def exported(ring_dir: str | Path) -> list[dict]:
     """What a ring hands to a ring continuing it: every candidate node scored on seed 0 on
     each view its score covers, with its score sheet and where it came from."""
-    ring = load_ring(ring_dir)
-    layout = RingLayout(Path(ring["ring_dir"]))
-    if not layout.nodes_index.is_file():
-        return []
+    ring, layout, entries = indexed_nodes(ring_dir)
     out = []
-    for entry in read_json(layout.nodes_index)["nodes"]:
+    for entry in entries:
         if entry["role"] != "candidate" or entry["status"] not in ("ready", HISTORY):
             continue
         node = read_json(layout.node_json(entry["id"]))

@@ -113,21 +113,25 @@ def carryover_lines(layout: RingLayout, nodes: list[dict]) -> list[str]:
         lines += scored_summary(layout.root, imported)  # scored work, comparability (SPEC 12)
     if layout.carryover_seals.exists():
         seals = read_json(layout.carryover_seals)
-        if seals.get("seals") or seals.get("refused"):
-            lines.append(f"carried out: {len(seals.get('seals') or [])} piece(s) of work sealed "
-                         "for the next ring")  # fmt: skip
-            lines += [f"  {seal['node']} ({seal['kind']}) -> {seal['snapshot']}"
-                      for seal in seals.get("seals") or []]  # fmt: skip
-            lines += [f"  not sealed {item.get('node')}: {item.get('reason')}"
-                      for item in seals.get("refused") or []]  # fmt: skip
-        if seals.get("evidence") or seals.get("evidence_refused"):
-            lines.append(f"evidence: {len(seals.get('evidence') or [])} session(s) cut at the "
-                         "hand-over with a runnable program, sealed (never carried)")  # fmt: skip
-            lines += [f"  {seal['node']} -> {seal['snapshot']}"
-                      for seal in seals.get("evidence") or []]  # fmt: skip
-            lines += [f"  not sealed {item.get('node')}: {item.get('reason')}"
-                      for item in seals.get("evidence_refused") or []]  # fmt: skip
+        carried = "piece(s) of work sealed for the next ring"
+        lines += _seal_block(seals.get("seals"), seals.get("refused"), carried, "carried out")
+        lines += _seal_block(seals.get("evidence"), seals.get("evidence_refused"),
+                             "session(s) cut at the hand-over with a runnable program, sealed "
+                             "(never carried)", "evidence")  # fmt: skip
     return ["", *lines] if lines else []
+
+
+def _seal_block(sealed: list | None, refused: list | None, what: str, title: str) -> list[str]:
+    """A heading with the count, one line per seal (its kind where it has one), one per
+    node that was not sealed and why."""
+    if not sealed and not refused:
+        return []
+    lines = [f"{title}: {len(sealed or [])} {what}"]
+    for seal in sealed or []:
+        kind = f" ({seal['kind']})" if seal.get("kind") and title != "evidence" else ""
+        lines.append(f"  {seal['node']}{kind} -> {seal['snapshot']}")
+    lines += [f"  not sealed {item.get('node')}: {item.get('reason')}" for item in refused or []]
+    return lines
 
 
 def render_summary(ring_dir) -> str:
