@@ -69,6 +69,10 @@ def stubborn_candidate(folder: Path, marker: str) -> Path:
     return folder
 
 
+def recorded(ring: Path) -> list[Path]:
+    return list(ring.glob("nodes/*/exec/*/s0/result.json"))
+
+
 def test_killing_snakemake_leaves_no_process_of_the_execution(tmp_path):
     marker = f"ringflow-orphan-{os.getpid()}-{time.time_ns()}"
     task = make_task(tmp_path)
@@ -89,13 +93,17 @@ def test_killing_snakemake_leaves_no_process_of_the_execution(tmp_path):
         assert wait_until(lambda: not marked(marker), grace + 8), (
             f"left alive: {[p.pid for p in marked(marker)]}"
         )
+        # The supervisor records after the tree is gone; it shares the killed driver's
+        # process group, so give it time to write before the cleanup below kills that group.
+        assert wait_until(lambda: recorded(tmp_path / "runs" / "orphan"), 30), (
+            "the supervisor recorded nothing"
+        )
     finally:
         for proc in marked(marker):
             proc.kill()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(driver.pid, signal.SIGKILL)
-    results = list((tmp_path / "runs" / "orphan").glob("nodes/*/exec/*/s0/result.json"))
-    assert results, "the supervisor recorded nothing"
+    results = recorded(tmp_path / "runs" / "orphan")
     for path in results:
         result = json.loads(path.read_text())
         assert result["status"] == "interrupted" and result["budget_cut"] is False
