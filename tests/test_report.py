@@ -1,5 +1,5 @@
 """`ringflow report`: the HTML page of a finished ring (a copy of the demo ring) and of rings
-written by hand (in progress, refused, with carried-over and rejected nodes)."""
+written by hand (in progress, refused, with carried-over, imported and failed nodes)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def write_lines(path: Path, rows: list[dict]) -> None:
 def hand_ring(
     root: Path, *, cutoff: float | None = START + 1800, reserve_min=12.5, estimate_s=420.0
 ) -> Path:
-    """A ring in progress: RING.json, cutoff.json and an index with a rejected node."""
+    """A ring in progress: RING.json, cutoff.json and an index of a baseline and a candidate."""
     ring = root / "ring"
     write(
         ring / "RING.json",
@@ -488,6 +488,23 @@ def test_carried_over_and_resumed_nodes_listed(tmp_path):
     assert rows(section(page, "carried"))[1] == ["n002-cut", "execution", "cut by the cutoff", "no"]
     assert "No carried-over nodes." not in page
     assert "r1#n002-cut" in page
+
+
+def test_only_failed_nodes_are_drawn_as_failures(tmp_path):
+    ring = hand_ring(tmp_path)
+    add_node(ring, "n002-cut", status="carried_over", carryover={"kind": "engineer"})
+    add_node(ring, "n003-old", status="history", origin={"kind": "imported"})
+    add_node(ring, "n004-stuck", status="stalled")
+    section_html = section(render_report(ring), "nodes")
+    drawn = {
+        status: cls for cls, status in re.findall(r'<span class="(\w+)">(\w+)</span>', section_html)
+    }
+    assert drawn == {
+        "ready": "ok",
+        "carried_over": "running",
+        "history": "muted",
+        "stalled": "bad",
+    }
 
 
 def test_malformed_file_is_listed_not_fatal(tmp_path):

@@ -288,6 +288,15 @@ def _node_mean(by_key: dict, node: str, views: list[str], variant: str, directio
     return None if not values or any(v is None for v in values) else fmean(values)
 
 
+# Node statuses that say nothing went wrong; any other (rejected, stalled, ...) is a failure.
+NODE_STATUS_CLASS = {
+    "ready": "ok",
+    "history": "muted",  # imported from an earlier ring whose scores are not comparable
+    "carried_over": "running",  # sealed for the next ring
+    "engineering": "running",
+}
+
+
 def node_rows(ctx: dict) -> list[dict]:
     ring, nodes, by_key = ctx["ring"], ctx["nodes"], ctx["by_key"]
     views, direction = ring["search_views"], ring["task"]["direction"]
@@ -318,6 +327,7 @@ def node_rows(ctx: dict) -> list[dict]:
                 "id": nid,
                 "role": node.get("role", "-"),
                 "status": node.get("status", "-"),
+                "status_class": NODE_STATUS_CLASS.get(node.get("status"), "bad"),
                 "error": node.get("error"),
                 "s0": seeds[0],
                 "three": three,
