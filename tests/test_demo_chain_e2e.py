@@ -14,7 +14,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from tests.ringtools import REPO, SNAKEMAKE
+
+from ringtools import REPO, SNAKEMAKE
 
 
 def _demo_chain(tmp_path: Path) -> Path:

@@ -36,6 +36,25 @@ def test_a_ring_is_locked_once_with_its_clock_and_views(tmp_path, config):
     assert cutoff["cutoff"] == ring["stop_at"] - 60 * config["timeline"]["final_reserve_min"]
 
 
+def test_a_timeline_with_no_time_to_search_is_refused_before_anything_is_locked(tmp_path, config):
+    short = copy.deepcopy(config)
+    short["timeline"].update(duration_min=12, final_reserve_min=20)
+    with pytest.raises(InputError, match=r"final_reserve_min \(20\) is not shorter than "
+                       r"timeline.duration_min \(12\)"):  # fmt: skip
+        lock_ring(short, tmp_path)
+    ring = tmp_path / "runs" / "locked"
+    assert not (ring / "RING.json").exists() and not (ring / "cutoff.json").exists()
+    # An engineer's sessions need time before the hand-over point (cutoff - node tail).
+    tail = copy.deepcopy(config)
+    tail["timeline"].update(duration_min=12, final_reserve_min=4, node_tail_min=8)
+    tail["engineer"]["command"] = "builtin"
+    with pytest.raises(InputError, match=r"node_tail_min \(8\) is not shorter than the "
+                       r"search's 8 min"):  # fmt: skip
+        lock_ring(tail, tmp_path)
+    tail["engineer"]["command"] = None  # no sessions: the node tail is not read
+    assert lock_ring(tail, tmp_path)["initial_cutoff"] > 0
+
+
 def test_another_configuration_is_refused_naming_what_differs(tmp_path, config):
     lock_ring(config, tmp_path)
     changed = copy.deepcopy(config)

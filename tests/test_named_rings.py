@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.ringtools import (
+
+from ringflow.errors import InputError
+from ringflow.ring.named import PLAIN, invocation_rings, named_rings, workflow_rings
+from ringtools import (
     FAST,
     REPO,
     SNAKEMAKE,
@@ -18,9 +21,6 @@ from tests.ringtools import (
     merged,
     snakemake,
 )
-
-from ringflow.errors import InputError
-from ringflow.ring.named import PLAIN, invocation_rings, named_rings, workflow_rings
 
 DEMO_CHAIN = REPO / "config" / "chain.yaml"
 BASE = {"ring_id": "demo", "runs_dir": "runs", "task": "", "continue_from": None}

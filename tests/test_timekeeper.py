@@ -193,7 +193,9 @@ def test_the_ring_lowers_final_top_k_before_its_first_guard_run_when_the_reserve
     tmp_path,
 ):
     # Half of a 3-minute ring is 1.5 min: not enough for three finalists' guards.
-    ring = _searched_ring(tmp_path, timeline={"duration_min": 3, "reserve_pad_min": 0.25})
+    ring = _searched_ring(
+        tmp_path, timeline={"duration_min": 3, "final_reserve_min": 1.5, "reserve_pad_min": 0.25}
+    )
     lock = load_ring(ring)
     order = ["n001-a", "n002-b", "n003-c"]
     k = settle_final_k(ring, order)
@@ -212,7 +214,10 @@ def test_the_ring_lowers_final_top_k_before_its_first_guard_run_when_the_reserve
 
 
 def test_k_is_never_lowered_once_a_guard_run_exists_and_kept_when_it_fits(tmp_path):
-    late = _searched_ring(tmp_path / "late", timeline={"duration_min": 3, "reserve_pad_min": 0.25})
+    late = _searched_ring(
+        tmp_path / "late",
+        timeline={"duration_min": 3, "final_reserve_min": 1.5, "reserve_pad_min": 0.25},
+    )
     seed = load_ring(late)["guard_seeds"][0]
     record(late, "n000-baseline", "proxy", f"g{seed}", 1.0)
     assert settle_final_k(late, ["n001-a", "n002-b", "n003-c"]) == 3

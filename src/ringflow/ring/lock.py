@@ -192,7 +192,34 @@ def lock_ring(config: dict, workdir: Path | None = None, now: float | None = Non
         return _create(config, paths, layout, time.time() if now is None else now)
 
 
+def timeline_problem(config: dict) -> str | None:
+    """Why the ring's timeline leaves no time to search, or None.
+
+    Checked on the ring's whole configuration (a chain ring's inherited keys included) at
+    its lock: a cutoff at or before the start would cut every execution at once."""
+    timeline = config["timeline"]
+    duration, reserve = timeline["duration_min"], timeline["final_reserve_min"]
+    if reserve >= duration:
+        return (
+            f"timeline.final_reserve_min ({reserve:g}) is not shorter than "
+            f"timeline.duration_min ({duration:g}): the search's cutoff (duration - final "
+            "reserve) would come before the ring starts and every execution would be cut at "
+            "once; lengthen duration_min or shorten final_reserve_min"
+        )
+    tail = timeline["node_tail_min"]
+    if config["engineer"]["command"] and tail >= duration - reserve:
+        return (
+            f"timeline.node_tail_min ({tail:g}) is not shorter than the search's "
+            f"{duration - reserve:g} min (duration_min - final_reserve_min): engineer "
+            "sessions would have no time before the hand-over point; shorten node_tail_min "
+            "or lengthen duration_min"
+        )
+    return None
+
+
 def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
+    if problem := timeline_problem(config):
+        raise InputError(f"ring {config['ring_id']}: {problem}")
     task = load_task(paths["task"])
     sandbox_info, program = lock_sandbox(config, layout, program_python(config))
     alias_salt = secrets.token_hex(16)
