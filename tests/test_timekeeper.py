@@ -9,7 +9,7 @@ import pytest
 
 from ringflow.nodes import import_static
 from ringflow.reserve import ASSUMED, MEASURED, CutoffFile
-from ringflow.ring.clock import final_top_k, load_ring, stage_deadline
+from ringflow.ring.clock import FINAL_STAGES, final_top_k, load_ring, stage_deadline
 from ringflow.ring.lock import lock_ring
 from ringflow.timekeeper import (
     Measurements,
@@ -247,6 +247,25 @@ def test_a_tick_plans_stage_deadlines_backwards_and_jobs_follow_them(tmp_path):
     guard = next(row for row in timed["stages"] if row["stage"] == "guard")
     assert guard["actual_s"] == pytest.approx(26.5 - 20)  # the union of the two intervals
     assert guard["reserved_s"] == pytest.approx(timing["reserved"]["stages"]["guard"])
+
+
+def test_a_short_ring_plans_no_stage_deadline_before_its_cutoff(tmp_path):
+    # A 6-minute ring with the default 10-minute pad: the pad is cut to what the reserve
+    # leaves, else promotion and review would end before the search does.
+    timeline = {"duration_min": 6, "final_reserve_min": 2, "reserve_pad_min": 10}
+    ring = _searched_ring(tmp_path, timeline=timeline)
+    lock = load_ring(ring)
+    out = tick(ring)
+    cutoff = CutoffFile(ring / "cutoff.json").cutoff()
+    hard_end = lock["stop_at"] - lock["config"]["timeline"]["stop_margin_s"]
+    deadlines = [out["stages"][stage]["deadline"] for stage in FINAL_STAGES]
+    assert deadlines == sorted(deadlines) and deadlines[-1] == pytest.approx(hard_end)
+    assert out["stages"]["promotion"]["deadline"] - out["stages"]["promotion"]["share_s"] >= (
+        cutoff - 1e-6
+    )
+    assert sum(out["stages"][s]["share_s"] for s in FINAL_STAGES) == pytest.approx(
+        hard_end - cutoff
+    )
 
 
 def _layout(ring: Path):

@@ -585,6 +585,17 @@ def _record_timing(ring, layout, snapshot, shares) -> dict:
 # ---- one tick ----------------------------------------------------------------------------
 
 
+def stage_pad_s(ring: dict, cutoff: float, estimates: dict[str, float]) -> float:
+    """The pad spread over the stages' shares: `reserve_pad_min`, but no more than the
+    time between the cutoff and stop_at - stop_margin_s leaves beyond the estimates. A full
+    pad in a short ring (the reserve is capped at half the wall clock) would plan the first
+    stages' deadlines before the cutoff and cut their executions before they start."""
+    timeline = ring["config"]["timeline"]
+    window = ring["stop_at"] - timeline["stop_margin_s"] - cutoff
+    slack = window - sum(estimates.get(stage, 0.0) for stage in FINAL_STAGES)
+    return min(timeline["reserve_pad_min"] * 60, max(0.0, slack))
+
+
 def tick(ring_dir: str | Path, now: float | None = None) -> dict:
     """Re-estimate once: move the cutoff earlier if the reserve grew, re-plan the stage
     deadlines, record the estimate and the stage timing."""
@@ -612,8 +623,9 @@ def tick(ring_dir: str | Path, now: float | None = None) -> dict:
     )
     stages = None
     if measured:
-        pad_s = timeline["reserve_pad_min"] * 60
         stop_margin_s = timeline["stop_margin_s"]
+        cutoff = min(current, proposed) if moved else current
+        pad_s = stage_pad_s(ring, cutoff, plan["stages"])
         stages = reserve.stage_deadlines(ring["stop_at"], stop_margin_s, plan["stages"], pad_s)
     cutoffs.note_estimate(
         reserve_min=reserve_min,
