@@ -5,7 +5,8 @@ library only). An improvement changes one hyper-parameter of its parent's copy i
 workspace: a module-level numeric constant of run.py (N_TREES = 60), a known keyword
 argument (C=0.5, alpha=1e-3, max_iter=400, ...) or a number in a parameter file
 (*.json other than ARTIFACTS.json and EXECUTION.json), scaled by 0.5, 0.8, 1.25 or 2.
-A draft copies one of the demo candidates first, then changes it the same way.
+A draft copies one of the ring's candidates first (the candidates folder, read-only at
+RINGFLOW_ENGINEER_LIBRARY; the demo's for the demo task), then changes it the same way.
 RINGFLOW_ENGINEER_DELAY_S seconds pass before anything is written (a slow engineer).
 Every choice is seeded by the node id, so a rerun makes the same variant.
 """
@@ -100,10 +101,14 @@ def mutate_source(workspace: Path, rng: random.Random) -> str | None:
     return f"run.py: {name} {old} -> {new}"
 
 
-def draft(workspace: Path, library: Path, rng: random.Random) -> str:
-    choices = sorted(p for p in library.iterdir() if p.is_dir() and p.name != "crasher")
+def draft(workspace: Path, library: Path | None, rng: random.Random) -> str:
+    folders = library.iterdir() if library is not None else ()
+    choices = sorted(p for p in folders if p.is_dir() and p.name != "crasher")
     if not choices:
-        raise SystemExit(f"no demo candidate to start a draft from in {library}")
+        raise SystemExit(
+            "no candidate to start a draft from: the ring has no candidates folder (or it "
+            "is empty); engineer.template gives drafts a start"
+        )
     source = rng.choice(choices)
     for item in source.iterdir():
         dest = workspace / item.name
@@ -123,8 +128,9 @@ def main() -> int:
     time.sleep(delay)
     notes = []
     if not (workspace / "run.py").exists() and not (workspace / "EXECUTION.json").exists():
-        library = Path(os.environ["RINGFLOW_ENGINEER_LIBRARY"])
-        notes.append(f"drafted from the demo candidate {draft(workspace, library, rng)}")
+        library = os.environ.get("RINGFLOW_ENGINEER_LIBRARY")
+        source = draft(workspace, Path(library) if library else None, rng)
+        notes.append(f"drafted from the candidate {source}")
     change = mutate_source(workspace, rng) if rng.random() < 0.5 else None
     change = change or mutate_json(workspace, rng) or mutate_source(workspace, rng)
     notes.append(f"changed {change}" if change else "found no hyper-parameter to change")

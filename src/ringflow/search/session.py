@@ -53,7 +53,6 @@ from .queries import QueryServer
 
 CARRIED_OVER = "carried_over"
 BUILTIN_SCRIPT = Path(__file__).with_name("builtin_engineer.py")
-DEMO_LIBRARY = Path(__file__).resolve().parents[1] / "demo" / "candidates"
 
 WORKSPACE = INSIDE / "workspace"
 PARENT = INSIDE / "parent"
@@ -157,7 +156,6 @@ def _session_env(ring: dict, node: dict, paths: dict, deadline: float) -> dict[s
         "RINGFLOW_PYTHON": python,
         "RINGFLOW_FEEDBACK": ring["config"]["search"]["feedback"],
         "RINGFLOW_ENGINEER_DELAY_S": str(engineer["builtin_delay_s"]),
-        "RINGFLOW_ENGINEER_LIBRARY": paths["library"],
         "RINGFLOW_ENGINEER_SEED": node["id"],
         "RINGFLOW_QUERY_CLIENT": paths["query_client"],
     }
@@ -169,6 +167,8 @@ def _session_env(ring: dict, node: dict, paths: dict, deadline: float) -> dict[s
         env["RINGFLOW_PARENT_DIR"] = paths["parent"]
     if paths.get("resume"):
         env["RINGFLOW_RESUME_DIR"] = paths["resume"]
+    if paths.get("library"):
+        env["RINGFLOW_ENGINEER_LIBRARY"] = paths["library"]
     for name in engineer["env_pass"]:
         if name in os.environ:
             env[name] = os.environ[name]
@@ -190,6 +190,16 @@ def _validator_copy(ring: dict, box: Path, confined: bool) -> str | None:
     return str(inside / validate.name)
 
 
+def draft_library(ring: dict) -> Path | None:
+    """Where the built-in engineer's drafts start from: the ring's own candidates folder
+    (the demo's candidates for the demo task). None when the ring has none, and for any
+    other engineer: the folder may hold more than candidates (a task, its labels)."""
+    if ring["config"]["engineer"]["command"].strip() != "builtin":
+        return None
+    folder = ring.get("candidates_dir")
+    return Path(folder) if folder and Path(folder).is_dir() else None
+
+
 def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: float, sock):
     """bubblewrap around the session (or nothing with sandbox.mode none)."""
     config = ring["config"]
@@ -198,6 +208,7 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
     parent = carried.parent_submission(layout, node)
     snapshot = carried.resume_snapshot(layout, node)
     views = {view: Path(ring["views"][view]["inputs_snapshot"]) for view in ring["search_views"]}
+    library = draft_library(ring)
     if ring["sandbox"]["mode"] == "none":
         inputs = box / "inputs"
         inputs.mkdir()
@@ -206,7 +217,7 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
         paths = {"workspace": str(workspace), "instructions": str(box / "INSTRUCTIONS.md"),
                  "inputs": str(inputs), "parent": parent and str(parent), "home": str(box),
                  "resume": snapshot and str(snapshot),
-                 "library": str(DEMO_LIBRARY), "socket": sock and str(sock),
+                 "library": library and str(library), "socket": sock and str(sock),
                  "query_client": str(BUILTIN_SCRIPT.with_name("query_client.py")),
                  "validate": _validator_copy(ring, box, confined=False)}  # fmt: skip
         if argv[1:2] == [str(ENGINE / BUILTIN_SCRIPT.name)]:
@@ -230,7 +241,8 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
     for view, folder in views.items():
         args += ["--ro-bind", str(folder), str(INPUTS / view)]
     args += ["--ro-bind", str(BUILTIN_SCRIPT.parent), str(ENGINE)]
-    args += ["--ro-bind", str(DEMO_LIBRARY), str(LIBRARY)]
+    if library is not None:
+        args += ["--ro-bind", str(library), str(LIBRARY)]
     if snapshot is not None:
         args += ["--ro-bind", str(snapshot), str(RESUME)]
     if sock is not None:
@@ -251,7 +263,7 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
     paths = {"workspace": str(WORKSPACE), "instructions": str(INSTRUCTIONS),
              "inputs": str(INPUTS), "parent": parent and str(PARENT), "home": "/tmp",
              "resume": snapshot and str(RESUME),
-             "library": str(LIBRARY), "socket": sock and str(SOCKET),
+             "library": library and str(LIBRARY), "socket": sock and str(SOCKET),
              "query_client": str(ENGINE / "query_client.py"), "validate": validate}  # fmt: skip
     return SandboxPlan(mode=info["mode"], argv=args + argv,
                        env=_session_env(ring, node, paths, deadline), cwd="/",
