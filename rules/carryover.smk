@@ -1,59 +1,59 @@
-# Carryover (SPEC 11, 12): a ring that continues a chain first verifies and imports the
-# sealed work of its ancestors (the resume queue its import then turns into nodes) and its
-# parent's scored work (comparable or re-executed); when the search has ended, the work the
-# cutoff cut off is sealed; the stop manifest comes last.
+# Carryover: a ring that continues a chain first verifies and imports the sealed work of
+# its ancestors (the resume queue its import then turns into nodes) and its parent's scored
+# work (comparable or re-executed); when the search has ended, the work the cutoff cut off
+# is sealed; the stop manifest comes last.
 
 
 checkpoint import_carryover:
     input:
-        chain_parent_inputs("stop_manifest", "carryover_seals"),
+        DAG.chain_parent_inputs("stop_manifest", "carryover_seals"),
         lock=ancient(path(RING.ring_json)),
     output:
         imported=path(RING.carryover_imported),
     log:
-        log_for("import_carryover", "carryover"),
+        DAG.log("import_carryover", "carryover"),
     conda:
         "../envs/ringflow.yaml"
     params:
-        ringflow=RINGFLOW,
+        step=STEP,
         ring=RING.root,
     shell:
-        "{params.ringflow} import-carryover {params.ring} > {log} 2>&1"
+        "{params.step} import-carryover {params.ring} --out {output.imported} > {log} 2>&1"
 
 
 # A plain rule: a checkpoint finishing here would make Snakemake re-read the other
-# checkpoints' outputs while final selection may be rewriting them.
+# checkpoints' outputs while final selection may be running.
 rule seal_carryover:
     input:
-        search=path(RING.search),
+        search=ancient(path(RING.search)),
     output:
         seals=path(RING.carryover_seals),
     log:
-        log_for("seal_carryover", "seals"),
+        DAG.log("seal_carryover", "seals"),
     conda:
         "../envs/ringflow.yaml"
     params:
-        ringflow=RINGFLOW,
+        step=STEP,
         ring=RING.root,
     shell:
-        "{params.ringflow} seal {params.ring} > {log} 2>&1"
+        "{params.step} seal {params.ring} --out {output.seals} > {log} 2>&1"
 
 
 rule stop_manifest:
     input:
-        decision=path(RING.decision),
-        repro=path(RING.repro_record),
-        summary=path(RING.summary),
-        report=path(RING.report),
-        seals=path(RING.carryover_seals),
+        decision=ancient(path(RING.decision)),
+        repro=ancient(path(RING.repro_record)),
+        summary=ancient(path(RING.summary)),
+        report=ancient(path(RING.report)),
+        seals=ancient(path(RING.carryover_seals)),
     output:
         manifest=path(RING.stop_manifest),
     log:
-        log_for("stop_manifest", "manifest"),
+        DAG.log("stop_manifest", "manifest"),
     conda:
         "../envs/ringflow.yaml"
     params:
-        ringflow=RINGFLOW,
+        step=STEP,
         ring=RING.root,
     shell:
-        "{params.ringflow} stop-manifest {params.ring} > {log} 2>&1"
+        "{params.step} stop-manifest {params.ring} --out {output.manifest} > {log} 2>&1"

@@ -8,42 +8,42 @@
 
 rule execute:
     input:
-        unpack(execution_inputs),
+        unpack(DAG.execution_inputs),
     output:
         result=path(RING.result("{node}", "{view}", "{variant}")),
         score=path(RING.score("{node}", "{view}", "{variant}")),
     log:
-        log_for("execute", "{node}.{view}.{variant}"),
-    priority: execution_priority
+        DAG.log("execute", "{node}.{view}.{variant}"),
+    priority: DAG.execution_priority
     conda:
         "../envs/ringflow.yaml"
-    threads: execution_threads
+    threads: DAG.execution_threads
     resources:
-        mem_mb=execution_mem_mb,
-        runtime=execution_runtime,
-        gpu=execution_gpus,
+        mem_mb=DAG.execution_mem_mb,
+        runtime=DAG.execution_runtime,
+        gpu=DAG.execution_gpus,
     params:
-        ringflow=RINGFLOW,
+        step=STEP,
         ring=RING.root,
     shell:
-        "{params.ringflow} execute {params.ring} {wildcards.node} {wildcards.view} {wildcards.variant}"
-        " --gpus {resources.gpu} > {log} 2>&1"
+        "{params.step} execute {params.ring} {wildcards.node} {wildcards.view} {wildcards.variant}"
+        " --gpus {resources.gpu} --result {output.result} --score {output.score} > {log} 2>&1"
 
 
 rule weights_key:
     input:
-        unpack(key_target_inputs),
+        unpack(DAG.key_target_inputs),
     output:
         target=path(RING.key_target("{key}")),
     log:
-        log_for("weights_key", "{key}"),
+        DAG.log("weights_key", "{key}"),
     # A key target takes no time and unblocks its replays: before any execution, so that
     # the executions' own priorities (resumed work first) decide what runs.
     priority: 2000
     conda:
         "../envs/ringflow.yaml"
     params:
-        ringflow=RINGFLOW,
+        step=STEP,
         ring=RING.root,
     shell:
-        "{params.ringflow} key-target {params.ring} {wildcards.key} > {log} 2>&1"
+        "{params.step} key-target {params.ring} {wildcards.key} --out {output.target} > {log} 2>&1"

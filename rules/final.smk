@@ -7,79 +7,79 @@
 
 checkpoint seat_baseline:
     input:
-        search=path(RING.search),
+        search=ancient(path(RING.search)),
     output:
         seated=path(RING.seated),
     log:
-        log_for("seat_baseline", "baseline"),
+        DAG.log("seat_baseline", "baseline"),
     conda:
         "../envs/ringflow.yaml"
     params:
-        ringflow=RINGFLOW,
+        step=STEP,
         ring=RING.root,
     shell:
-        "{params.ringflow} seat-baseline {params.ring} > {log} 2>&1"
+        "{params.step} seat-baseline {params.ring} --out {output.seated} > {log} 2>&1"
 
 
 checkpoint review:
     input:
-        review_inputs,
+        DAG.review_inputs,
     output:
         review=path(RING.review("{node}")),
     log:
-        log_for("review", "{node}"),
+        DAG.log("review", "{node}"),
     conda:
         "../envs/ringflow.yaml"
     params:
-        ringflow=RINGFLOW,
+        step=STEP,
         ring=RING.root,
     shell:
-        "{params.ringflow} review {params.ring} {wildcards.node} > {log} 2>&1"
+        "{params.step} review {params.ring} {wildcards.node} --out {output.review} > {log} 2>&1"
 
 
 checkpoint verdict:
     input:
-        verdict_inputs,
+        DAG.verdict_inputs,
     output:
         verdict=path(RING.verdict("{rank}")),
     log:
-        log_for("verdict", "{rank}"),
+        DAG.log("verdict", "{rank}"),
     conda:
         "../envs/ringflow.yaml"
     params:
-        ringflow=RINGFLOW,
+        step=STEP,
         ring=RING.root,
     shell:
-        "{params.ringflow} verdict {params.ring} {wildcards.rank} > {log} 2>&1"
+        "{params.step} verdict {params.ring} {wildcards.rank} --out {output.verdict} > {log} 2>&1"
 
 
 checkpoint decide:
     input:
-        decision_inputs,
+        DAG.decision_inputs,
     output:
         decision=path(RING.decision),
     log:
-        log_for("decide", "decision"),
+        DAG.log("decide", "decision"),
     conda:
         "../envs/ringflow.yaml"
     params:
-        ringflow=RINGFLOW,
+        step=STEP,
         ring=RING.root,
     shell:
-        "{params.ringflow} decide {params.ring} > {log} 2>&1"
+        "{params.step} decide {params.ring} --out {output.decision} > {log} 2>&1"
 
 
 rule reproduce:
     input:
-        repro_inputs,
+        DAG.repro_inputs,
     output:
         repro=path(RING.repro_record),
     log:
-        log_for("reproduce", "repro"),
+        DAG.log("reproduce", "repro"),
     conda:
         "../envs/ringflow.yaml"
     params:
-        ringflow=RINGFLOW,
+        step=STEP,
         ring=RING.root,
     shell:
-        "{params.ringflow} repro {params.ring} > {log} 2>&1"
+        "{params.step} repro {params.ring} --out {output.repro} > {log} 2>&1"

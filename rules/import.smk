@@ -4,11 +4,11 @@
 
 rule lock_ring:
     input:
-        chain_parent_inputs("stop_manifest"),
+        DAG.chain_parent_inputs("stop_manifest"),
     output:
         lock=path(RING.ring_json),
     log:
-        log_for("lock_ring", "ring"),
+        DAG.log("lock_ring", "ring"),
     conda:
         "../envs/ringflow.yaml"
     params:
@@ -22,13 +22,13 @@ checkpoint import_nodes:
         lock=ancient(path(RING.ring_json)),
         carryover=ancient(path(RING.carryover_imported)),
     output:
-        index=path(RING.nodes_index),
+        nodes=path(RING.nodes_static),
     log:
-        log_for("import_nodes", "nodes"),
+        DAG.log("import_nodes", "nodes"),
     conda:
         "../envs/ringflow.yaml"
     params:
-        ringflow=RINGFLOW,
+        step=STEP,
         ring=RING.root,
     shell:
-        "{params.ringflow} import-nodes {params.ring} > {log} 2>&1"
+        "{params.step} import-nodes {params.ring} --out {output.nodes} > {log} 2>&1"

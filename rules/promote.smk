@@ -4,32 +4,32 @@
 
 checkpoint promote:
     input:
-        search=path(RING.search),
+        search=ancient(path(RING.search)),
     output:
         promotion=path(RING.promotion),
     log:
-        log_for("promote", "promote"),
+        DAG.log("promote", "promote"),
     conda:
         "../envs/ringflow.yaml"
     params:
-        ringflow=RINGFLOW,
+        step=STEP,
         ring=RING.root,
     shell:
-        "{params.ringflow} promote {params.ring} > {log} 2>&1"
+        "{params.step} promote {params.ring} --out {output.promotion} > {log} 2>&1"
 
 
 checkpoint rank:
     input:
-        promotion=path(RING.promotion),
-        scores=promoted_inputs,
+        promotion=ancient(path(RING.promotion)),
+        scores=DAG.promoted_inputs,
     output:
         ranking=path(RING.ranking),
     log:
-        log_for("rank", "rank"),
+        DAG.log("rank", "rank"),
     conda:
         "../envs/ringflow.yaml"
     params:
-        ringflow=RINGFLOW,
+        step=STEP,
         ring=RING.root,
     shell:
-        "{params.ringflow} rank {params.ring} > {log} 2>&1"
+        "{params.step} rank {params.ring} --out {output.ranking} > {log} 2>&1"

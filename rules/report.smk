@@ -3,33 +3,33 @@
 
 rule summary:
     input:
-        decision=path(RING.decision),
-        repro=path(RING.repro_record),
+        decision=ancient(path(RING.decision)),
+        repro=ancient(path(RING.repro_record)),
     output:
         summary=path(RING.summary),
     log:
-        log_for("summary", "summary"),
+        DAG.log("summary", "summary"),
     conda:
         "../envs/ringflow.yaml"
     params:
-        ringflow=RINGFLOW,
+        step=STEP,
         ring=RING.root,
     shell:
-        "{params.ringflow} summary {params.ring} --write {output.summary} > {log} 2>&1"
+        "{params.step} summary {params.ring} --out {output.summary} > {log} 2>&1"
 
 
 rule report:
     input:
-        decision=path(RING.decision),
-        repro=path(RING.repro_record),
+        decision=ancient(path(RING.decision)),
+        repro=ancient(path(RING.repro_record)),
     output:
         report=path(RING.report),
     log:
-        log_for("report", "report"),
+        DAG.log("report", "report"),
     conda:
         "../envs/ringflow.yaml"
     params:
-        ringflow=RINGFLOW,
+        step=STEP,
         ring=RING.root,
     shell:
-        "{params.ringflow} report {params.ring} --out {output.report} > {log} 2>&1"
+        "{params.step} report {params.ring} --out {output.report} > {log} 2>&1"

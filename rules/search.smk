@@ -4,89 +4,92 @@
 
 rule search:
     input:
-        search_inputs,
+        DAG.search_inputs,
     output:
         search=path(RING.search),
     log:
-        log_for("search", "search"),
+        DAG.log("search", "search"),
     conda:
         "../envs/ringflow.yaml"
     params:
-        ringflow=RINGFLOW,
+        step=STEP,
         ring=RING.root,
     shell:
-        "{params.ringflow} search-summary {params.ring} > {log} 2>&1"
+        "{params.step} search-summary {params.ring} --out {output.search} > {log} 2>&1"
 
 
-# The search loop (SPEC 8, 9): generation g is a checkpoint that plans new nodes once
-# generation g-1's are settled and scored; the last generation is the one planned after
-# the hand-over point, at max_nodes, or with no engineer. Each planned node gets one
-# engineer session; all sessions of a generation run at once. Settling a generation is a
-# checkpoint too: only once its sessions have ended is it known which nodes are executed
-# (the others are carried over or rejected).
+# The search loop: generation g is a checkpoint that plans new nodes once generation g-1's
+# are settled and scored; the last generation is the one planned after the hand-over
+# point, at max_nodes, or with no engineer. Each planned node gets one engineer session;
+# all sessions of a generation run at once. Settling a generation is a checkpoint too: only
+# once its sessions have ended is it known which nodes are executed (the others are
+# carried over or rejected).
 
 
 checkpoint search_generation:
     input:
-        generation_inputs,
+        DAG.generation_inputs,
     output:
         generation=path(RING.generation("{g}")),
     log:
-        log_for("search_generation", "gen-{g}"),
-    priority: session_priority
+        DAG.log("search_generation", "gen-{g}"),
+    priority: DAG.session_priority
     conda:
         "../envs/ringflow.yaml"
     params:
-        ringflow=RINGFLOW,
+        step=STEP,
         ring=RING.root,
     shell:
-        "{params.ringflow} plan-generation {params.ring} {wildcards.g} > {log} 2>&1"
+        "{params.step} plan-generation {params.ring} {wildcards.g}"
+        " --out {output.generation} > {log} 2>&1"
 
 
 rule engineer:
     input:
-        engineer_inputs,
+        DAG.engineer_inputs,
     output:
         session=path(RING.session("{node}")),
     log:
-        log_for("engineer", "{node}"),
-    priority: session_priority
+        DAG.log("engineer", "{node}"),
+    priority: DAG.session_priority
     conda:
         "../envs/ringflow.yaml"
     params:
-        ringflow=RINGFLOW,
+        step=STEP,
         ring=RING.root,
     shell:
-        "{params.ringflow} engineer {params.ring} {wildcards.node} > {log} 2>&1"
+        "{params.step} engineer {params.ring} {wildcards.node}"
+        " --out {output.session} > {log} 2>&1"
 
 
 checkpoint settle_generation:
     input:
-        settle_inputs,
+        DAG.settle_inputs,
     output:
         settled=path(RING.settled("{g}")),
     log:
-        log_for("settle_generation", "gen-{g}"),
+        DAG.log("settle_generation", "gen-{g}"),
     conda:
         "../envs/ringflow.yaml"
     params:
-        ringflow=RINGFLOW,
+        step=STEP,
         ring=RING.root,
     shell:
-        "{params.ringflow} settle-generation {params.ring} {wildcards.g} > {log} 2>&1"
+        "{params.step} settle-generation {params.ring} {wildcards.g}"
+        " --out {output.settled} > {log} 2>&1"
 
 
 rule search_loop:
     input:
-        search_loop_inputs,
+        DAG.search_loop_inputs,
     output:
         loop=path(RING.search_loop),
     log:
-        log_for("search_loop", "loop"),
+        DAG.log("search_loop", "loop"),
     conda:
         "../envs/ringflow.yaml"
     params:
-        ringflow=RINGFLOW,
+        step=STEP,
         ring=RING.root,
     shell:
-        "{params.ringflow} search-loop {params.ring} > {log} 2>&1"
+        "{params.step} search-loop {params.ring} --out {output.loop} > {log} 2>&1"

@@ -39,7 +39,7 @@ def slow_candidate(folder: Path) -> Path:
 
 def run_execution(ring: Path, node: str, view: str = "proxy", variant: str = "s0"):
     return subprocess.Popen(
-        [sys.executable, "-m", "ringflow", "execute", str(ring), node, view, variant],
+        [sys.executable, "-m", "ringflow", "step", "execute", str(ring), node, view, variant],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

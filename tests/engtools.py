@@ -50,7 +50,7 @@ def search_config(**overrides) -> dict:
 
 def cut_session(ring: Path, node: str, env: dict) -> int:
     """Run the node's session; once it is thinking, bring the hand-over point to now."""
-    proc = subprocess.Popen([sys.executable, "-m", "ringflow", "engineer", str(ring), node],
+    proc = subprocess.Popen([sys.executable, "-m", "ringflow", "step", "engineer", str(ring), node],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
     log = ring / "nodes" / node / "trajectory" / "stdout.log"
     wait_for(log)

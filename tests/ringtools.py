@@ -241,6 +241,34 @@ def dedent(text: str) -> str:
 
 
 _demo_ring: Path | None = None
+_demo_chain: Path | None = None
+
+
+def chain_argv(work: Path, *targets: str) -> list[str]:
+    """The demo chain's command (no configuration file: config/chain.yaml), in `work`."""
+    return [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(work),
+            "--profile", str(REPO / "profiles" / "local"), "--cores", "2", *targets]  # fmt: skip
+
+
+def finished_demo_chain() -> Path:
+    """The folder where the demo chain (`make demo`) has run: RINGFLOW_DEMO_CHAIN_DIR when
+    set (CI runs `make demo` as an ordinary user first), else run once per test session."""
+    global _demo_chain
+    if _demo_chain is None:
+        given = os.environ.get("RINGFLOW_DEMO_CHAIN_DIR")
+        if given:
+            _demo_chain = Path(given)
+        else:
+            import tempfile
+
+            work = Path(
+                tempfile.mkdtemp(prefix="ringflow-chain-", dir=os.environ.get("RINGFLOW_TEST_TMP"))
+            )
+            proc = subprocess.run(chain_argv(work, "ring2"), capture_output=True, text=True,
+                                  timeout=1500)  # fmt: skip
+            assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+            _demo_chain = work
+    return _demo_chain
 
 
 def finished_demo_ring() -> Path:

@@ -95,7 +95,7 @@ def test_a_session_that_left_processes_is_never_sealed(tmp_path, secret_env):
 @pytest.mark.parametrize("step", STEPS)
 def test_an_engineer_seal_killed_at_any_step_is_whole_or_absent(tmp_path, secret_env, step):
     ring, node_id = ring_with_cut_session(tmp_path, secret_env)
-    seal = [sys.executable, "-m", "ringflow", "seal", str(ring)]
+    seal = [sys.executable, "-m", "ringflow", "step", "seal", str(ring)]
     killed = subprocess.run(seal, env={**secret_env, STOP_ENV: step}, capture_output=True)
     assert killed.returncode == -9, killed.stderr
     snapshot = ring / "nodes" / node_id / "carryover"

@@ -167,7 +167,7 @@ def test_an_evidence_seal_killed_at_any_step_is_whole_or_absent(cut_with_program
     ring, node_id = cut_with_program
     node_json = ring / "nodes" / node_id / "node.json"
     before = node_json.read_bytes()
-    seal = [sys.executable, "-m", "ringflow", "seal", str(ring)]
+    seal = [sys.executable, "-m", "ringflow", "step", "seal", str(ring)]
     killed = subprocess.run(seal, env={**secret_env, STOP_ENV: step}, capture_output=True)
     assert killed.returncode == -9, killed.stderr
     evidence = ring / "nodes" / node_id / "evidence"

@@ -104,7 +104,7 @@ def test_a_run_that_finished_or_crashed_is_not_sealed(tmp_path):
 @pytest.mark.parametrize("step", STEPS)
 def test_a_seal_killed_at_any_step_is_whole_or_absent_and_a_rerun_finishes_it(tmp_path, step):
     ring = ring_with_cut(tmp_path)
-    seal = [sys.executable, "-m", "ringflow", "seal", str(ring)]
+    seal = [sys.executable, "-m", "ringflow", "step", "seal", str(ring)]
     killed = subprocess.run(seal, env={**os.environ, STOP_ENV: step}, capture_output=True)
     assert killed.returncode == -9, killed.stderr
 
@@ -134,7 +134,7 @@ def test_a_carried_over_node_is_not_executed_again_in_its_ring(tmp_path):
     ring = ring_with_cut(tmp_path)
     seal_ring(ring)
     run = subprocess.run(
-        [sys.executable, "-m", "ringflow", "execute", str(ring), "n001-slow", "x3", "s0"],
+        [sys.executable, "-m", "ringflow", "step", "execute", str(ring), "n001-slow", "x3", "s0"],
         capture_output=True, text=True,
     )  # fmt: skip
     assert run.returncode == 2

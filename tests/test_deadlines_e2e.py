@@ -119,7 +119,7 @@ def test_an_earlier_cutoff_shortens_a_running_execution_and_a_lock_wait(tmp_path
     ring = locked_ring(tmp_path, cands, "cut")
     index = json.loads((ring / "nodes" / "index.json").read_text())
     nodes = [n["id"] for n in index["nodes"]]
-    run = [sys.executable, "-m", "ringflow", "execute", str(ring)]
+    run = [sys.executable, "-m", "ringflow", "step", "execute", str(ring)]
     first = subprocess.Popen([*run, nodes[0], "proxy", "s0"])
     exec_a = ring / "nodes" / nodes[0] / "exec" / "proxy" / "s0"
     assert wait_until(lambda: (exec_a / "health" / "health_latest.json").exists(), 30)
@@ -221,7 +221,7 @@ def test_a_sandboxed_program_writes_its_checkpoint_within_the_grace(tmp_path):
     (cands / "saver").mkdir(parents=True)
     (cands / "saver" / "run.py").write_text(CHECKPOINTER)
     ring = locked_ring(tmp_path, cands, "grace")
-    run = [sys.executable, "-m", "ringflow", "execute", str(ring), "n001-saver", "proxy", "s0"]
+    run = [sys.executable, "-m", "ringflow", "step", "execute", str(ring), "n001-saver", "proxy", "s0"]
     proc = subprocess.Popen(run)
     exec_dir = ring / "nodes" / "n001-saver" / "exec" / "proxy" / "s0"
     # The program writes into its box's output; it lands in exec_dir/output when it ends.

@@ -9,25 +9,11 @@ run (CI does, as an ordinary user), the test checks that chain instead of runnin
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from ringtools import REPO, SNAKEMAKE
-
-
-def _demo_chain(tmp_path: Path) -> Path:
-    given = os.environ.get("RINGFLOW_DEMO_CHAIN_DIR")
-    if given:
-        return Path(given)
-    # No configuration file: the demo chain is what the workflow defines.
-    argv = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-            "--profile", str(REPO / "profiles" / "local"), "--cores", "2", "ring2"]  # fmt: skip
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    return tmp_path
+from ringtools import finished_demo_chain
 
 
 def _nodes(ring: Path) -> list[dict]:
@@ -35,8 +21,8 @@ def _nodes(ring: Path) -> list[dict]:
 
 
 @pytest.mark.e2e
-def test_the_demo_chain_carries_work_over_and_resumes_it(tmp_path):
-    work = _demo_chain(tmp_path)
+def test_the_demo_chain_carries_work_over_and_resumes_it():
+    work = finished_demo_chain()
     first, second = work / "runs" / "demo", work / "runs" / "demo-2"
     for ring in (first, second):
         assert (ring / "stop_manifest.json").is_file()

@@ -111,7 +111,7 @@ def test_a_cutoff_moved_earlier_stops_a_running_scorer_as_a_budget_cut(tmp_path)
     (tmp_path / "task" / "scorer.py").write_text(SLOW_SCORER)
     # Edits under a locked ring are refused by the workflow; this test drives one job.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ringflow", "execute", str(ring), "n001-a", "proxy", "s0"],
+        [sys.executable, "-m", "ringflow", "step", "execute", str(ring), "n001-a", "proxy", "s0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     folder = ring / "nodes" / "n001-a" / "exec" / "proxy" / "s0"

@@ -19,7 +19,7 @@ def test_two_executions_of_one_key_started_together_train_exactly_once(tmp_path)
     for name in ("twin-a", "twin-b"):
         make_candidate(cands / name, mean=0.5, weights=True, sleep=1)
     ring = locked_ring(tmp_path, cands, "twins")
-    run = [sys.executable, "-m", "ringflow", "execute", str(ring)]
+    run = [sys.executable, "-m", "ringflow", "step", "execute", str(ring)]
     procs = [subprocess.Popen([*run, node, "proxy", "s0"], stdout=subprocess.DEVNULL)
              for node in ("n001-twin-a", "n002-twin-b")]  # fmt: skip
     assert [p.wait(timeout=60) for p in procs] == [0, 0]
@@ -35,7 +35,7 @@ def test_an_execution_of_a_rejected_node_is_refused_with_its_error(tmp_path):
     cands = tmp_path / "cands"
     (cands / "empty").mkdir(parents=True)
     ring = locked_ring(tmp_path, cands, "rejected")
-    argv = [sys.executable, "-m", "ringflow", "execute", str(ring), "n001-empty", "proxy", "s0"]
+    argv = [sys.executable, "-m", "ringflow", "step", "execute", str(ring), "n001-empty", "proxy", "s0"]
     done = subprocess.run(argv, capture_output=True, text=True)
     assert done.returncode == 2
     assert "rejected at import" in done.stderr and "missing program" in done.stderr
@@ -51,7 +51,7 @@ def test_a_fixed_file_beside_the_per_view_weights_does_not_stop_training(tmp_pat
         {"path": "weights/vocab.txt", "per_view": False},
     ]))  # fmt: skip
     ring = locked_ring(tmp_path, cands, "fixed")
-    run = [sys.executable, "-m", "ringflow", "execute", str(ring), "n001-vocab", "proxy"]
+    run = [sys.executable, "-m", "ringflow", "step", "execute", str(ring), "n001-vocab", "proxy"]
     for variant, mode in (("s0", "train"), ("s1", "replay")):
         subprocess.run([*run, variant], check=True, capture_output=True)
         result_path = ring / "nodes" / "n001-vocab" / "exec" / "proxy" / variant / "result.json"

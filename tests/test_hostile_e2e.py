@@ -133,7 +133,7 @@ def arena(tmp_path_factory, module_listener):
 
 
 def execute(arena, name, view="proxy", variant="s0", background=False):
-    argv = [sys.executable, "-m", "ringflow", "execute", str(arena["ring"]),
+    argv = [sys.executable, "-m", "ringflow", "step", "execute", str(arena["ring"]),
             arena["nodes"][name], view, variant]  # fmt: skip
     if background:
         return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -62,7 +62,7 @@ def test_an_interpreter_gone_after_the_lock_stops_the_ring_without_blaming_a_can
         assert result["status"] != "crash", result
     # Every later job refuses at once, naming the first reason.
     again = subprocess.run(
-        [sys.executable, "-m", "ringflow", "execute", str(ring), "n001-a", "proxy", "s0"],
+        [sys.executable, "-m", "ringflow", "step", "execute", str(ring), "n001-a", "proxy", "s0"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert again.returncode != 0 and "the ring stopped earlier" in again.stderr
@@ -75,7 +75,7 @@ def test_a_view_changed_under_the_locked_ring_stops_it_before_the_program_runs(t
     data = tmp_path / "task" / "views" / "proxy" / "inputs" / "data.txt"
     data.write_text("other data\n")  # same size or not: its ctime tells
     done = subprocess.run(
-        [sys.executable, "-m", "ringflow", "execute", str(ring), "n001-a", "proxy", "s0"],
+        [sys.executable, "-m", "ringflow", "step", "execute", str(ring), "n001-a", "proxy", "s0"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode != 0

@@ -49,7 +49,7 @@ def trainer(cands: Path, name: str, **behaviour) -> Path:
 
 
 def execute(ring: Path, node: str, view: str, variant: str, timeout: float = 120) -> dict:
-    argv = [sys.executable, "-m", "ringflow", "execute", str(ring), node, view, variant]
+    argv = [sys.executable, "-m", "ringflow", "step", "execute", str(ring), node, view, variant]
     subprocess.run(argv, check=True, capture_output=True, timeout=timeout)
     return json.loads((ring / "nodes" / node / "exec" / view / variant / "result.json").read_text())
 

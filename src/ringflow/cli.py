@@ -15,10 +15,27 @@ def _ring(args) -> Path:
     return Path(args.ring_dir)
 
 
+def _layout(args):
+    from .ring.layout import RingLayout
+
+    return RingLayout(Path(args.ring_dir))
+
+
+def _declared(args, expected: Path, option: str = "out") -> None:
+    """A step writes the file its rule declares (given with --out), the layout's path for
+    that record; any other path is a rule that drifted from the layout."""
+    given = getattr(args, option, None)
+    if given is not None and Path(given).resolve() != Path(expected).resolve():
+        raise RingflowError(
+            f"the rule declares {given} as this step's output, but the step writes {expected}"
+        )
+
+
 def cmd_import_nodes(args) -> int:
     from .nodes import import_static
     from .ring.clock import load_ring
 
+    _declared(args, _layout(args).nodes_static)
     index = import_static(load_ring(args.ring_dir))
     for node in index["nodes"]:
         print(f"{node['id']:<24} {node['role']:<10} {node['status']}")
@@ -30,6 +47,9 @@ def cmd_execute(args) -> int:
     from .interrupts import EXIT_INTERRUPTED, stopped_by_signal
     from .scoring import score_execution
 
+    layout = _layout(args)
+    _declared(args, layout.result(args.node, args.view, args.variant), "result")
+    _declared(args, layout.score(args.node, args.view, args.variant), "score")
     result = run_execution(args.ring_dir, args.node, args.view, args.variant, gpus=args.gpus)
     print(json.dumps({k: result[k] for k in ("status", "budget_cut", "weights_mode", "reason")}))
     score = score_execution(args.ring_dir, args.node, args.view, args.variant)
@@ -51,6 +71,7 @@ def cmd_score(args) -> int:
 def cmd_key_target(args) -> int:
     from .weights.keytarget import write_key_target
 
+    _declared(args, _layout(args).key_target(args.key))
     print(json.dumps(write_key_target(args.ring_dir, args.key)))
     return 0
 
@@ -58,6 +79,7 @@ def cmd_key_target(args) -> int:
 def cmd_search_summary(args) -> int:
     from .reporting.summary import write_search_summary
 
+    _declared(args, _layout(args).search)
     write_search_summary(args.ring_dir)
     return 0
 
@@ -65,6 +87,7 @@ def cmd_search_summary(args) -> int:
 def cmd_plan_generation(args) -> int:
     from .search.plan import plan_generation
 
+    _declared(args, _layout(args).generation(args.generation))
     plan = plan_generation(args.ring_dir, args.generation)
     print(json.dumps({k: plan[k] for k in ("generation", "last", "reason", "nodes")}))
     return 0
@@ -73,6 +96,7 @@ def cmd_plan_generation(args) -> int:
 def cmd_settle_generation(args) -> int:
     from .search.plan import settle_generation
 
+    _declared(args, _layout(args).settled(args.generation))
     print(json.dumps(settle_generation(args.ring_dir, args.generation)))
     return 0
 
@@ -80,6 +104,7 @@ def cmd_settle_generation(args) -> int:
 def cmd_search_loop(args) -> int:
     from .search.plan import write_loop_summary
 
+    _declared(args, _layout(args).search_loop)
     write_loop_summary(args.ring_dir)
     return 0
 
@@ -87,6 +112,7 @@ def cmd_search_loop(args) -> int:
 def cmd_engineer(args) -> int:
     from .search.session import run_session
 
+    _declared(args, _layout(args).session(args.node))
     record = run_session(args.ring_dir, args.node)
     print(json.dumps({k: record.get(k) for k in ("node", "status", "node_status", "reason")}))
     return 0
@@ -101,6 +127,7 @@ def cmd_query_score(args) -> int:
 def cmd_promote(args) -> int:
     from .selection.promote import promote
 
+    _declared(args, _layout(args).promotion)
     print(json.dumps(promote(args.ring_dir)["promoted"]))
     return 0
 
@@ -108,6 +135,7 @@ def cmd_promote(args) -> int:
 def cmd_rank(args) -> int:
     from .selection.promote import rank
 
+    _declared(args, _layout(args).ranking)
     print(json.dumps(rank(args.ring_dir)["finalists"]))
     return 0
 
@@ -115,6 +143,7 @@ def cmd_rank(args) -> int:
 def cmd_seat_baseline(args) -> int:
     from .selection.final import seat_baseline
 
+    _declared(args, _layout(args).seated)
     print(json.dumps(seat_baseline(args.ring_dir)))
     return 0
 
@@ -122,6 +151,7 @@ def cmd_seat_baseline(args) -> int:
 def cmd_review(args) -> int:
     from .selection.final import review
 
+    _declared(args, _layout(args).review(args.node))
     print(json.dumps(review(args.ring_dir, args.node)))
     return 0
 
@@ -129,6 +159,7 @@ def cmd_review(args) -> int:
 def cmd_verdict(args) -> int:
     from .selection.final import verdict
 
+    _declared(args, _layout(args).verdict(args.rank))
     print(json.dumps(verdict(args.ring_dir, args.rank)))
     return 0
 
@@ -136,6 +167,7 @@ def cmd_verdict(args) -> int:
 def cmd_decide(args) -> int:
     from .selection.final import decide
 
+    _declared(args, _layout(args).decision)
     record = decide(args.ring_dir)
     print(json.dumps({k: record.get(k) for k in ("decision", "chosen", "reason")}))
     return 0
@@ -144,6 +176,7 @@ def cmd_decide(args) -> int:
 def cmd_repro(args) -> int:
     from .selection.final import repro
 
+    _declared(args, _layout(args).repro_record)
     print(json.dumps(repro(args.ring_dir)))
     return 0
 
@@ -169,6 +202,25 @@ def cmd_summary(args) -> int:
     if args.write:
         atomic_write_text(args.write, text)
     print(text)
+    return 0
+
+
+def cmd_step_summary(args) -> int:
+    from .jsonio import atomic_write_text
+    from .reporting.summary import render_summary
+
+    layout = _layout(args)
+    _declared(args, layout.summary)
+    atomic_write_text(layout.summary, render_summary(args.ring_dir))
+    return 0
+
+
+def cmd_step_report(args) -> int:
+    from .reporting.report import write_report
+
+    layout = _layout(args)
+    _declared(args, layout.report)
+    print(f"report written to {write_report(args.ring_dir, layout.report)}")
     return 0
 
 
@@ -303,6 +355,7 @@ def cmd_check(args) -> int:
 def cmd_import_carryover(args) -> int:
     from .carryover.importing import import_carryover
 
+    _declared(args, _layout(args).carryover_imported)
     done = import_carryover(args.ring_dir)
     for item in done["rejected"]:
         print(f"carryover_rejected {item['identity']}: {item['reason']}")
@@ -313,6 +366,7 @@ def cmd_import_carryover(args) -> int:
 def cmd_seal(args) -> int:
     from .carryover.executions import seal_ring
 
+    _declared(args, _layout(args).carryover_seals)
     done = seal_ring(args.ring_dir)
     for sealed, refused, label in (("seals", "refused", ""), ("evidence", "evidence_refused",
                                    "evidence ")):  # fmt: skip
@@ -327,6 +381,7 @@ def cmd_seal(args) -> int:
 def cmd_stop_manifest(args) -> int:
     from .carryover.manifest import write_stop_manifest
 
+    _declared(args, _layout(args).stop_manifest)
     manifest = write_stop_manifest(args.ring_dir)
     print(json.dumps({k: manifest[k] for k in ("ring_id", "ledger_head")}))
     return 0
@@ -353,19 +408,11 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     execution = ([("node",), {}], [("view",), {}], [("variant",), {}])
-    add("plan-generation", cmd_plan_generation, "plan one generation of the search (internal)",
-        (("generation",), {"type": int}))  # fmt: skip
-    add("engineer", cmd_engineer, "run one node's engineer session and settle the node (internal)",
-        (("node",), {}))  # fmt: skip
     query = sub.add_parser("query-score", help="score predictions through an engineer "
                            "session's socket (native feedback; exit 3 when refused)")  # fmt: skip
     query.add_argument("pred_dir", help="folder of predictions, as a program writes them")
     query.add_argument("--socket", help="the session's socket (default $RINGFLOW_QUERY_SOCKET)")
     query.set_defaults(func=cmd_query_score)
-    add("settle-generation", cmd_settle_generation,
-        "record how a generation's sessions ended (internal)",
-        (("generation",), {"type": int}))  # fmt: skip
-    add("search-loop", cmd_search_loop, "record the search loop's generations (internal)")
     add("status", cmd_status, "live table of nodes, in-flight executions, cutoff and reserve")
     add(
         "report",
@@ -432,23 +479,52 @@ def build_parser() -> argparse.ArgumentParser:
         "re-estimate the final reserve once (may move the cutoff) and print its breakdown",
         (("--json",), {"action": "store_true", "help": "print the estimate as JSON"}),
     )
-    add("import-nodes", cmd_import_nodes, "(rule) create the ring's nodes")
-    add("import-carryover", cmd_import_carryover, "(rule) verify and import sealed work")
-    add("seal", cmd_seal, "(rule) seal the work the cutoff cut off")
-    add("stop-manifest", cmd_stop_manifest, "(rule) write stop_manifest.json")
-    gpus = (("--gpus",), {"type": int, "default": 0, "help": "GPUs to give the program"})
-    add("execute", cmd_execute, "(rule) run one execution, then score it", *execution, gpus)
-    add("score", cmd_score, "score one finished execution again", *execution)
-    add("key-target", cmd_key_target, "(rule) write a weights key's target", (("key",), {}))
-    add("search-summary", cmd_search_summary, "(rule) record the end of the search")
-    add("promote", cmd_promote, "(rule) promote the top nodes by seed-0 score")
-    add("rank", cmd_rank, "(rule) rank promoted nodes by the 3-seed mean")
-    add("seat-baseline", cmd_seat_baseline, "(rule) write the baseline to final/ first")
-    add("review", cmd_review, "(rule) review a finalist", (("node",), {}))
-    add("verdict", cmd_verdict, "(rule) guard a finalist", (("rank",), {"type": int}))
-    add("decide", cmd_decide, "(rule) make the final decision")
-    add("repro", cmd_repro, "(rule) the reproduction check")
+    add("score", cmd_score, "score one finished execution again",
+        *([(name,), {}] for name in ("node", "view", "variant")))  # fmt: skip
+    add_steps(sub.add_parser("step", help="the steps the workflow's rules run (not typed by "
+                             "users)").add_subparsers(dest="step", required=True))  # fmt: skip
     return parser
+
+
+def add_steps(sub) -> None:
+    """`ringflow step NAME RING_DIR …`: what the rules run. `--out` is the file the rule
+    declares; a step refuses to write any other (the layout names every path once)."""
+
+    def add(name, func, help_text, *extra, outputs=("out",)):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("ring_dir", help="the ring folder, e.g. runs/demo")
+        for args, kwargs in extra:
+            p.add_argument(*args, **kwargs)
+        for output in outputs:
+            p.add_argument(f"--{output}", help="the file the rule declares")
+        p.set_defaults(func=func)
+
+    execution = ([("node",), {}], [("view",), {}], [("variant",), {}])
+    gpus = (("--gpus",), {"type": int, "default": 0, "help": "GPUs to give the program"})
+    generation = (("generation",), {"type": int})
+    add("import-nodes", cmd_import_nodes, "create the ring's nodes")
+    add("import-carryover", cmd_import_carryover, "verify and import sealed work")
+    add("plan-generation", cmd_plan_generation, "plan one generation of the search", generation)
+    add("engineer", cmd_engineer, "run one node's engineer session and settle the node",
+        (("node",), {}))  # fmt: skip
+    add("settle-generation", cmd_settle_generation, "record how a generation's sessions ended",
+        generation)  # fmt: skip
+    add("search-loop", cmd_search_loop, "record the search loop's generations")
+    add("execute", cmd_execute, "run one execution, then score it", *execution, gpus,
+        outputs=("result", "score"))  # fmt: skip
+    add("key-target", cmd_key_target, "write a weights key's target", (("key",), {}))
+    add("search-summary", cmd_search_summary, "record the end of the search")
+    add("seal", cmd_seal, "seal the work the cutoff cut off")
+    add("promote", cmd_promote, "promote the top nodes by seed-0 score")
+    add("rank", cmd_rank, "rank promoted nodes by the 3-seed mean")
+    add("seat-baseline", cmd_seat_baseline, "write the baseline to final/ first")
+    add("review", cmd_review, "review a finalist", (("node",), {}))
+    add("verdict", cmd_verdict, "guard a finalist", (("rank",), {"type": int}))
+    add("decide", cmd_decide, "make the final decision")
+    add("repro", cmd_repro, "the reproduction check")
+    add("summary", cmd_step_summary, "write the ring's summary.txt")
+    add("report", cmd_step_report, "write the ring's report.html")
+    add("stop-manifest", cmd_stop_manifest, "write stop_manifest.json")
 
 
 def main(argv: list[str] | None = None) -> int:

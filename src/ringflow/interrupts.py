@@ -24,9 +24,9 @@ EXIT_INTERRUPTED = 3
 
 
 def is_supervisor(cmdline: list[str]) -> bool:
-    """`python -m ringflow execute RING NODE VIEW VARIANT`, the execute rule's command."""
-    wanted = ["-m", "ringflow", "execute"]
-    return any(cmdline[i : i + 3] == wanted for i in range(len(cmdline) - 2))
+    """`python -m ringflow step execute RING NODE VIEW VARIANT`, the execute rule's command."""
+    wanted = ["-m", "ringflow", "step", "execute"]
+    return any(cmdline[i : i + 4] == wanted for i in range(len(cmdline) - 3))
 
 
 def supervisors(pid: int | None = None) -> list[psutil.Process]:

@@ -151,7 +151,10 @@ def import_static(ring: dict) -> dict:
     """Create the ring's nodes from the baseline and the candidates folder (once)."""
     layout = RingLayout(Path(ring["ring_dir"]))
     if layout.nodes_index.exists():
-        return read_json(layout.nodes_index)
+        index = read_json(layout.nodes_index)
+        if not layout.nodes_static.exists():  # cut between the two writes below
+            atomic_write_json(layout.nodes_static, index)
+        return read_json(layout.nodes_static)
     store = WeightsStore(ring["store"])
     max_bytes = int(ring["config"]["max_weights_gb"] * 1024**3)
     sources: list[tuple[str, Path]] = []
@@ -233,4 +236,7 @@ def import_static(ring: dict) -> dict:
     }
     record_sources(ring, nodes)
     atomic_write_json(layout.nodes_index, index)
+    # The import checkpoint's output, never rewritten: the search adds engineered nodes
+    # to the living index, and the workflow reads the imported nodes from this one.
+    atomic_write_json(layout.nodes_static, index)
     return index

@@ -29,6 +29,7 @@ from .reserve import ASSUMED, MEASURED, Batch, Job, Price
 from .ring.clock import FINAL_STAGES, stage_of, view_limits
 from .ring.layout import RingLayout
 from .ring.ledger import Ledger, emit_event
+from .selection.order import ends_selection, usable_baseline
 from .selection.promote import candidate_ids, node_mean, rank_key
 
 TICK_S = 60.0
@@ -213,17 +214,6 @@ class Measurements:
 # ---- what is left, as it will run --------------------------------------------------------
 
 
-def usable_baseline(index: dict) -> str | None:
-    ready = {n["id"] for n in index["nodes"] if n["status"] == "ready"}
-    return index["baseline"] if index["baseline"] in ready else None
-
-
-def _ends_selection(verdict: dict) -> bool:
-    guard = verdict.get("guard") or {}
-    incomplete = verdict.get("eligible") and not guard.get("complete")
-    return bool(verdict.get("replace") or incomplete)
-
-
 class Planner:
     """The executions final selection still has, batched as the workflow schedules them."""
 
@@ -365,7 +355,7 @@ class Planner:
                 verdict = read_json(verdict_path)
                 if verdict.get("replace"):
                     return [node]
-                if _ends_selection(verdict):
+                if ends_selection(verdict):
                     return []
                 continue
             review_path = self.layout.review(node)
@@ -565,6 +555,8 @@ def record_timing(
     (the plan of that moment) as what was reserved; until a stage's first execution
     starts, its latest share is kept as what was reserved when it started."""
     with FileLock(str(layout.final_timing) + ".lock", timeout=reserve.LOCK_TIMEOUT_S):
+        if layout.stop_manifest.exists():
+            return read_json(layout.final_timing) if layout.final_timing.exists() else {}
         return _record_timing(ring, layout, snapshot, shares)
 
 
@@ -600,6 +592,9 @@ def tick(ring_dir: str | Path, now: float | None = None) -> dict:
     """Re-estimate once: move the cutoff earlier if the reserve grew, re-plan the stage
     deadlines, record the estimate and the stage timing."""
     layout = RingLayout(Path(ring_dir))
+    if layout.stop_manifest.exists():
+        # A finished ring is immutable: nothing is left to estimate or move.
+        return {"moved": False, "reason": "the ring has ended"}
     ring = read_json(layout.ring_json)
     if not layout.nodes_index.exists():
         return {"moved": False, "reason": "no nodes yet"}

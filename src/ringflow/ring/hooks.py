@@ -22,6 +22,7 @@ from ..reporting.progress import ring_end, ring_start
 from ..sandbox.slots import gpu_slots
 from .chain import inherit_config, refuse_task_switch
 from .edits import refuse_edits
+from .layout import RingLayout
 from .lock import check_existing_lock
 from .named import NamedRing
 from .stop import stopped_reason
@@ -81,6 +82,8 @@ def start_rings(rings: list[NamedRing], configs: dict[str, dict], workflow) -> N
     """onstart: each ring's timekeeper, Ctrl-C relay and progress lines."""
     slots = gpu_slots(workflow.global_resources)
     for ring in rings:
+        if RingLayout(ring.root).stop_manifest.exists():
+            continue  # a finished ring is immutable: nothing of it runs again
         config = configs[ring.name]
         per_execution = config["gpus_per_execution"] or 1
         timekeeper.record_slots(ring.root, workflow, slots or None, per_execution)

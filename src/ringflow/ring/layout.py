@@ -35,7 +35,13 @@ class RingLayout:
 
     @property
     def nodes_index(self) -> Path:
+        """Every node of the ring as the search grows it (a living record)."""
         return self.root / "nodes" / "index.json"
+
+    @property
+    def nodes_static(self) -> Path:
+        """The nodes the import made, frozen: the import checkpoint's output."""
+        return self.root / "nodes" / "static.json"
 
     def view_manifest(self, view: str) -> Path:
         return self.root / "views" / f"{view}.json"

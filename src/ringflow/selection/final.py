@@ -23,6 +23,7 @@ from ..weights.store import WeightsStore
 from . import guardstats
 from .deploy import complete_solution
 from .gap import selection_gap
+from .order import choose, ends_selection, usable_baseline
 from .promote import node_mean
 from .seeds import chain_rings
 
@@ -47,12 +48,6 @@ def _ctx(ring_dir):
     ring = load_ring(ring_dir)
     layout = RingLayout(Path(ring["ring_dir"]))
     return ring, layout, read_json(layout.nodes_index)
-
-
-def usable_baseline(index: dict) -> str | None:
-    base = index["baseline"]
-    ready = {n["id"] for n in index["nodes"] if n["status"] == "ready"}
-    return base if base in ready else None
 
 
 def guard_refused(ring: dict, index: dict) -> bool:
@@ -401,34 +396,6 @@ def _weights_fingerprint(ring, node_id: str) -> dict:
     }
 
 
-def choose(ring: dict, seated: dict, ranking: dict, verdicts: list[dict]):
-    """(chosen node or None, reason, the verdict that chose it or None)."""
-    base = seated["baseline"]
-    top = ranking["finalists"][0] if ranking["finalists"] else None
-    if base is None:
-        return top, "no baseline and guard disabled: the top finalist by 3-seed mean", None
-    if not ring["config"]["guard"]["enabled"]:
-        if top is None:
-            return base, "guard disabled and no finalist: baseline kept", None
-        return top, "guard disabled: the top finalist by 3-seed mean (no protection)", None
-    for item in verdicts:
-        if item["replace"]:
-            return item["node"], item["reason"], item
-    if not verdicts:
-        return base, "baseline kept: no finalist", None
-    return (
-        base,
-        "baseline kept: " + "; ".join(f"{v['node']}: {v['reason']}" for v in verdicts),
-        None,
-    )
-
-
-def ends_selection(verdict: dict) -> bool:
-    """A replacement ends final selection, and so does an incomplete guard: the baseline
-    stays, and no other finalist is tried in its place to save time (SPEC 10)."""
-    return verdict["replace"] or (verdict["eligible"] and not verdict["guard"]["complete"])
-
-
 def verdicts_in_order(ring: dict, layout: RingLayout) -> list[dict]:
     """The finalists' verdicts in rank order, up to the first that ends selection."""
     verdicts = []
@@ -616,7 +583,8 @@ def after_decision_final_runs(decision: dict) -> list[str]:
 
 def complete_story(ring_dir) -> dict | None:
     """After the decision: add the other guarded finalists' final-view scores to FINAL.json
-    and recompute the selection gap; the decision itself never changes."""
+    and recompute the selection gap. The decision record (the decide checkpoint's output)
+    is never rewritten: FINAL.json holds the whole story."""
     ring, layout, _ = _ctx(ring_dir)
     if not layout.decision.exists():
         return None
@@ -628,7 +596,6 @@ def complete_story(ring_dir) -> dict | None:
     record["selection_gap"] = story_gap(
         ring, record["chosen"], record["finalists"], record.get("baseline_scores")
     )
-    atomic_write_json(layout.decision, record)
     if (layout.final_dir / "FINAL.json").exists():
         atomic_write_json(layout.final_dir / "FINAL.json", record)
     return record

@@ -1,0 +1,44 @@
+"""The order of final selection, once: which baseline can be seated, which verdict ends
+selection and what is chosen. Pure functions of the selection records, shared by the
+workflow (what to schedule next), the decision step and the timekeeper (what is left).
+"""
+
+from __future__ import annotations
+
+
+def usable_baseline(index: dict) -> str | None:
+    """The baseline node, if it is ready (a rejected baseline cannot be seated)."""
+    base = index.get("baseline")
+    ready = {n["id"] for n in index["nodes"] if n["status"] == "ready"}
+    return base if base in ready else None
+
+
+def ends_selection(verdict: dict) -> bool:
+    """A replacement ends final selection, and so does an incomplete guard: the baseline
+    stays, and no other finalist is tried in its place to save time
+    (docs/architecture.md#final-selection)."""
+    guard = verdict.get("guard") or {}
+    incomplete = bool(verdict.get("eligible")) and not guard.get("complete")
+    return bool(verdict.get("replace")) or incomplete
+
+
+def choose(ring: dict, seated: dict, ranking: dict, verdicts: list[dict]):
+    """(chosen node or None, reason, the verdict that chose it or None)."""
+    base = seated["baseline"]
+    top = ranking["finalists"][0] if ranking["finalists"] else None
+    if base is None:
+        return top, "no baseline and guard disabled: the top finalist by 3-seed mean", None
+    if not ring["config"]["guard"]["enabled"]:
+        if top is None:
+            return base, "guard disabled and no finalist: baseline kept", None
+        return top, "guard disabled: the top finalist by 3-seed mean (no protection)", None
+    for item in verdicts:
+        if item["replace"]:
+            return item["node"], item["reason"], item
+    if not verdicts:
+        return base, "baseline kept: no finalist", None
+    return (
+        base,
+        "baseline kept: " + "; ".join(f"{v['node']}: {v['reason']}" for v in verdicts),
+        None,
+    )

@@ -1,0 +1,389 @@
+"""The DAG of one ring: what each stage of rules/*.smk waits for, as tested Python.
+
+Two rules keep a finished ring finished and a killed ring exact:
+
+- **Inputs are about existence, never age.** Every input is `ancient`: a record is frozen
+  once written, so only a missing output runs a job again (a deleted result is executed
+  again, and nothing downstream of it is redone). Input lists are functions of records that
+  were complete before the job ran (checkpoint outputs), never of what came later.
+- **Checkpoints are reached in ring order.** Snakemake learns that a completed checkpoint
+  is complete only for the checkpoints of jobs already in its DAG, one level a round: a
+  rule that reached `rank` before `promote` was known complete would be scheduled without
+  the promotion runs it needs (a killed ring resumed that way decided on missing scores).
+  So every input function walks the checkpoints from the first in the order a ring reaches
+  them (`CHECKPOINT_OUTPUTS`), up to the one it needs, and each round completes one more.
+
+The rules call the methods of `RingDag`; `FolderCheckpoints` runs the same methods over a
+ring folder, as the tests do (docs/architecture.md#the-workflow).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from snakemake.io import ancient
+
+from ..carryover.rescoring import rescore_rank
+from ..carryover.scores import imported_score
+from ..jsonio import read_json_cached as read_json
+from ..ring.clock import view_limits
+from ..ring.layout import RingLayout
+from ..selection.final import (
+    after_decision_final_runs,
+    guard_views,
+    guarded_before,
+    trained_finalists,
+)
+from ..selection.order import choose, ends_selection, usable_baseline
+from .checkpoints import Checkpoints
+
+
+def _paths(paths) -> list[str]:
+    return [ancient(str(p)) for p in paths]
+
+
+class RingDag:
+    """The input functions, priorities and resources of one ring's rules."""
+
+    def __init__(
+        self,
+        layout: RingLayout,
+        config: dict,
+        checkpoints: Checkpoints,
+        chain_parent: str | None = None,
+        gpu_slots: int = 0,
+        refuse: Callable[[], bool] | None = None,
+    ) -> None:
+        self.ring = layout
+        self.config = config
+        self.checkpoints = checkpoints
+        self.chain_parent = chain_parent
+        self.gpu_slots = gpu_slots
+        self._refuse = refuse
+        self._refused_checked = False
+
+    # ---- paths the rules declare ------------------------------------------------------
+
+    def log(self, rule: str, name: str) -> str:
+        return str(self.ring.root / "logs" / rule / f"{name}.log")
+
+    def chain_parent_inputs(self, *names: str) -> list[str]:
+        """Files of the ring of the chain this one waits for (none for other rings); ancient,
+        so that the finished parent never makes this ring's lock or import run again."""
+        if self.chain_parent is None:
+            return []
+        parent = RingLayout(Path(self.chain_parent))
+        return _paths(getattr(parent, name) for name in names)
+
+    # ---- the checkpoints, in ring order -----------------------------------------------
+
+    def _checked(self) -> None:
+        """Once, when the DAG first reaches this ring: its refusals (a locked ring under
+        another configuration, edited inputs, another task)."""
+        if not self._refused_checked and self._refuse is not None:
+            # False while the ring is not locked yet: the lock itself checks a new ring.
+            self._refused_checked = bool(self._refuse())
+
+    def imported(self) -> dict:
+        """The nodes the import made (frozen), after the lock and the carryover import."""
+        self._checked()
+        self.checkpoints.output("import_carryover")
+        return read_json(self.checkpoints.output("import_nodes"))
+
+    def lock(self) -> dict:
+        self.imported()
+        return read_json(self.ring.ring_json)
+
+    def generations(self, upto: int | None = None) -> list[dict]:
+        """Each generation's plan with its settlement (None for the last), walked in order:
+        plan g, settle g, plan g+1. With `upto`, generations 0..upto-1 only."""
+        self.imported()
+        walked, g = [], 0
+        while upto is None or g < upto:
+            plan = read_json(self.checkpoints.output("search_generation", g=g))
+            if plan["last"]:
+                walked.append({"plan": plan, "ready": []})
+                break
+            settled = read_json(self.checkpoints.output("settle_generation", g=g))
+            ready = [node for node, status in settled["nodes"].items() if status == "ready"]
+            walked.append({"plan": plan, "ready": ready})
+            g += 1
+        return walked
+
+    def seated(self) -> dict:
+        """The baseline in final/ (seated as soon as the search has ended, beside
+        promotion, so that final/ holds it before any finalist is reviewed)."""
+        self.imported()
+        return read_json(self.checkpoints.output("seat_baseline"))
+
+    def promotion(self) -> dict:
+        self.seated()
+        return read_json(self.checkpoints.output("promote"))
+
+    def ranking(self) -> dict:
+        self.promotion()
+        return read_json(self.checkpoints.output("rank"))
+
+    def finalists(self) -> list[str]:
+        return self.ranking()["finalists"]
+
+    def review(self, node: str) -> dict:
+        return read_json(self.checkpoints.output("review", node=node))
+
+    def verdicts(self, upto: int | None = None) -> list[dict]:
+        """Verdicts in rank order (each finalist's review before its verdict) until one ends
+        selection; with `upto`, the verdicts before that rank, and its review."""
+        if not self.guard_on():
+            return []
+        finalists = self.finalists()
+        verdicts = []
+        last = len(finalists) if upto is None else min(upto, len(finalists))
+        for rank in range(1, last + 1):
+            self.review(finalists[rank - 1])
+            if upto is not None and rank == upto:
+                break
+            verdicts.append(read_json(self.checkpoints.output("verdict", rank=rank)))
+            if ends_selection(verdicts[-1]):
+                break
+        return verdicts
+
+    def decision(self) -> dict:
+        self.verdicts()
+        return read_json(self.checkpoints.output("decide"))
+
+    # ---- the ring's nodes -------------------------------------------------------------
+
+    def node(self, node: str) -> dict:
+        self.imported()
+        return read_json(self.ring.node_json(node))
+
+    def ready_static(self, role: str | None = None) -> list[str]:
+        """Ready nodes the import made and this ring searches (imported scored nodes are
+        not: see rescore_nodes)."""
+        return [
+            n["id"]
+            for n in self.imported()["nodes"]
+            if n["status"] == "ready"
+            and (role is None or n["role"] == role)
+            and not n.get("imported")
+        ]
+
+    def rescore_nodes(self) -> list[str]:
+        """Imported nodes this ring re-executes on seed 0 (their scores are not comparable)."""
+        return [
+            n["id"] for n in self.imported()["nodes"] if n["status"] == "ready" and n.get("rescore")
+        ]
+
+    def baseline(self) -> str | None:
+        return usable_baseline(self.imported())
+
+    def guard_on(self) -> bool:
+        return bool(self.lock()["config"]["guard"]["enabled"]) and self.baseline() is not None
+
+    def score_files(self, nodes, variants, views=None) -> list[str]:
+        views = views or self.lock()["search_views"]
+        return _paths(
+            self.ring.score(node, view, variant)
+            for node in nodes
+            for view in views
+            for variant in variants
+        )
+
+    def _key_owner(self, key: str) -> dict:
+        """A key's trainer: fixed at import for the imported nodes' keys, when its session
+        settles for an engineered node's (the living index only ever adds keys)."""
+        owners = self.imported()["keys"]
+        if key not in owners:
+            owners = read_json(self.ring.nodes_index)["keys"]
+        return owners[key]
+
+    # ---- executions -------------------------------------------------------------------
+
+    def execution_inputs(self, wildcards) -> dict:
+        """A replayer takes its key's target as input, so weight reuse is target existence.
+        A trainer re-run (its result deleted) re-creates the target without re-running the
+        key's replays."""
+        node = self.node(wildcards.node)
+        spec = node["executions"][wildcards.view][wildcards.variant]
+        key = spec.get("key")
+        if not key:
+            return {}
+        owner = self._key_owner(key)
+        me = [wildcards.node, wildcards.view, wildcards.variant]
+        if owner["in_store"] or owner["trainer"] != me:
+            return {"key": ancient(str(self.ring.key_target(key)))}
+        return {}
+
+    def key_target_inputs(self, wildcards) -> dict:
+        owner = self._key_owner(wildcards.key)
+        if owner["in_store"]:
+            return {}
+        return {"trainer": ancient(str(self.ring.result(*owner["trainer"])))}
+
+    def resume_rank(self, node: str) -> int | None:
+        """A resume node's place in the resume queue (oldest seal first), None otherwise."""
+        origin = self.node(node).get("origin") or {}
+        if origin.get("kind") != "resume":
+            return None
+        queue = read_json(self.ring.carryover_imported)["queue"]
+        return queue.index(origin["identity"]) if origin["identity"] in queue else len(queue)
+
+    def execution_priority(self, wildcards) -> int:
+        """Resumed work first, then rescores, then seed 0 on the first search view, so every
+        node gets a first score early."""
+        resume = self.resume_rank(wildcards.node)
+        if resume is not None:
+            return 1000 - resume
+        rescore = rescore_rank(self.ring.root, self.node(wildcards.node))
+        if rescore is not None and wildcards.variant == "s0":
+            return 500 - rescore
+        if wildcards.variant == "s0" and wildcards.view == self.lock()["search_views"][0]:
+            return 100
+        return 50 if wildcards.variant == "s0" else 10
+
+    def execution_limits(self, wildcards) -> dict:
+        return view_limits(self.lock(), wildcards.view)
+
+    def execution_threads(self, wildcards) -> int:
+        return self.execution_limits(wildcards)["threads"]
+
+    def execution_gpus(self, wildcards) -> int:
+        """GPUs per execution where the profile declares GPU slots (profiles/gpu)."""
+        return self.config["gpus_per_execution"] if self.gpu_slots else 0
+
+    def execution_mem_mb(self, wildcards) -> int:
+        """What the execution may use, plus room for the supervisor."""
+        return int(self.execution_limits(wildcards)["memory_gb"] * 1024) + 512
+
+    def execution_runtime(self, wildcards) -> int:
+        """Minutes a scheduler must allow: the view's time limit, the grace, and scoring."""
+        config = self.lock()["config"]
+        minutes = (
+            self.execution_limits(wildcards)["time_limit_min"]
+            + config["exec_health"]["term_grace_s"] / 60
+            + config["scorer_timeout_min"]
+        )
+        return int(minutes) + 1
+
+    # ---- search -----------------------------------------------------------------------
+
+    def search_inputs(self, wildcards) -> list[str]:
+        """The search ends once the static candidates have seed 0 and the --ablate control,
+        the baseline and the rescores seed 0, and the search loop has ended."""
+        baseline = [b for b in [self.baseline()] if b]
+        static = self.score_files(self.ready_static("candidate"), ["s0", "s0-ablate"])
+        static += self.score_files(baseline + self.rescore_nodes(), ["s0"])
+        return [*static, ancient(str(self.ring.search_loop))]
+
+    def resumes_engineer_work(self) -> bool:
+        """Whether this ring resumes engineer work (its resume queue, fixed at import)."""
+        self.imported()
+        if not self.ring.carryover_imported.exists():
+            return False  # nodes imported without the carryover step
+        imported = read_json(self.ring.carryover_imported)
+        kinds = {item["identity"]: item["kind"] for item in imported["imported"]}
+        return any(kinds.get(identity) == "engineer" for identity in imported["queue"])
+
+    def generation_inputs(self, wildcards) -> list[str]:
+        """Generation g starts once g-1's nodes are settled and scored (seed 0); the first
+        once the static candidates are, so that parents are drawn among scored nodes.
+        Resumed engineer work is generation 0 and starts at once; generation 1 then waits
+        for the static candidates too."""
+        g = int(wildcards.g)
+        walked = self.generations(upto=g)
+        first = 1 if self.resumes_engineer_work() else 0
+        searched = self.ready_static("candidate") + self.rescore_nodes()
+        inputs = self.score_files(searched, ["s0"]) if g == first else []
+        if g > 0:
+            inputs += _paths([self.ring.settled(g - 1)])
+            inputs += self.score_files(walked[g - 1]["ready"], ["s0"])
+        return inputs
+
+    def session_priority(self, wildcards) -> int:
+        """Resumed engineer work before new work: its generation and its sessions."""
+        if hasattr(wildcards, "g"):  # the generation rule, else a session (by node)
+            return 1500 if wildcards.g == "0" and self.resumes_engineer_work() else 0
+        return 1500 if self.resume_rank(wildcards.node) is not None else 0
+
+    def settle_inputs(self, wildcards) -> list[str]:
+        """Every session of generation g (all of them start at once)."""
+        g = int(wildcards.g)
+        self.generations(upto=g)
+        plan = read_json(self.checkpoints.output("search_generation", g=g))
+        return _paths(self.ring.session(node) for node in plan["nodes"])
+
+    def engineer_inputs(self, wildcards) -> list[str]:
+        node = read_json(self.ring.node_json(wildcards.node))
+        return _paths([self.ring.generation(node["origin"]["generation"])])
+
+    def search_loop_inputs(self, wildcards) -> list[str]:
+        walked = self.generations()
+        inputs = _paths([self.ring.generation(walked[-1]["plan"]["generation"])])
+        for step in walked[:-1]:
+            inputs += _paths([self.ring.settled(step["plan"]["generation"])])
+            inputs += self.score_files(step["ready"], ["s0", "s0-ablate"])
+        return inputs
+
+    # ---- promotion and final selection ------------------------------------------------
+
+    def promoted_inputs(self, wildcards) -> list[str]:
+        """Seeds 1 and 2 of every promoted node on the search views; a comparable imported
+        promotion score stands in for this ring's run."""
+        promoted = self.promotion()["promoted"]
+        lock = self.lock()
+        return _paths(
+            self.ring.score(node, view, variant)
+            for node in promoted
+            for view in lock["search_views"]
+            for variant in ["s1", "s2"]
+            if not imported_score(self.ring, node, view, variant, lock["search_hash"])
+        )
+
+    def review_inputs(self, wildcards) -> list[str]:
+        """The view-blind check: seed 0 on the first search view and two disguised copies."""
+        view = self.lock()["search_views"][0]
+        variants = ["s0", "blind-s0", "blind2-s0"]
+        return _paths([self.ring.seated]) + self.score_files([wildcards.node], variants, [view])
+
+    def guard_variants(self) -> list[str]:
+        return [f"g{seed}" for seed in self.lock()["guard_seeds"]]
+
+    def verdict_inputs(self, wildcards) -> list[str]:
+        rank = int(wildcards.rank)
+        self.verdicts(upto=rank)
+        node = self.finalists()[rank - 1]
+        review = self.review(node)
+        inputs = _paths([self.ring.review(node)])
+        lock = self.lock()
+        if review["passed"] and guarded_before(lock, node) is None:
+            sides = [node, self.baseline()]
+            inputs += self.score_files(sides, self.guard_variants(), guard_views(lock))
+        return inputs
+
+    def decision_inputs(self, wildcards) -> list[str]:
+        seated = self.seated()
+        if seated["refused"]:
+            return _paths([self.ring.seated])
+        verdicts = self.verdicts()
+        ranking = self.ranking()
+        chosen, _, _ = choose(self.lock(), seated, ranking, verdicts)
+        sides = sorted({node for node in (chosen, seated["baseline"]) if node})
+        inputs = _paths([self.ring.seated, self.ring.ranking])
+        inputs += _paths(self.ring.verdict(rank) for rank in range(1, len(verdicts) + 1))
+        return inputs + self.score_files(sides, ["s0"], [self.lock()["final_view"]])
+
+    def repro_inputs(self, wildcards) -> list[str]:
+        """After the decision, never before it, and nothing after a refusal: the trained
+        finalists' cold retrain and the other guarded finalists' final-view runs."""
+        decision = self.decision()
+        if decision["decision"] in ("refused", "none"):
+            return _paths([self.ring.decision, self.ring.promotion])
+        lock = self.lock()
+        nodes = trained_finalists(self.ring.root, self.finalists())
+        others = after_decision_final_runs(decision)
+        return (
+            _paths([self.ring.decision])
+            + self.score_files(nodes, ["s0", "fresh-s0"], [lock["search_views"][0]])
+            + self.score_files(others, ["s0"], [lock["final_view"]])
+        )

@@ -1,0 +1,43 @@
+"""What a driver does to a ring it resumes before the DAG reads the ring's records.
+
+An execution stopped by a signal or by losing its driver (a kill, a reboot) has a
+result.json saying `interrupted`: a record of what happened, not a result. Snakemake sees
+only that the file exists, so the record is set aside here and the execution runs again,
+exactly as if it had not started (docs/operations.md#recovery). An execution the ring's clock
+cut (`budget_cut`) keeps its record: it is carried over, not retried.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..interrupts import stopped_by_signal
+from ..ring.layout import RingLayout
+from ..ring.ledger import emit_event
+
+
+def _interrupted(result_path: Path) -> bool:
+    try:
+        return stopped_by_signal(json.loads(result_path.read_text()))
+    except (OSError, ValueError):
+        return False  # a torn record is Snakemake's incomplete output: it re-runs anyway
+
+
+def rerun_interrupted(root: Path) -> list[str]:
+    """Remove the result and score of every execution stopped by a signal, so that the
+    resumed ring runs it again; returns node/view/variant of each."""
+    layout = RingLayout(Path(root))
+    if layout.stop_manifest.exists():
+        return []  # a finished ring is immutable
+    again = []
+    for result in sorted(layout.root.glob("nodes/*/exec/*/*/result.json")):
+        if not _interrupted(result):
+            continue
+        node, view, variant = result.parts[-5], result.parts[-3], result.parts[-2]
+        for path in (layout.score(node, view, variant), result):
+            path.unlink(missing_ok=True)
+        again.append(f"{node}/{view}/{variant}")
+    if again:
+        emit_event(layout.root, "interrupted_rerun", executions=again)
+    return again

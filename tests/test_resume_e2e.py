@@ -1,0 +1,111 @@
+"""A ring killed at every stage and resumed with `--unlock` and the same command reaches the
+decision an uninterrupted ring reaches, with the same executions, none twice, none missing.
+
+Both rings run the same deterministic programs on their own store (so their guard seeds
+are the same). The killed ring is killed (SIGKILL to Snakemake's whole process group) in
+the search, in promotion, in the guard and after the decision, then resumed each time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from ringtools import (
+    make_candidate,
+    make_task,
+    results,
+    snakemake,
+    snakemake_argv,
+    write_config,
+)
+
+pytestmark = pytest.mark.e2e
+
+# Where each kill lands: the first file that shows the ring is in that stage.
+STAGES = [
+    ("search", "nodes/n002-good/exec/proxy/s0/score.json"),
+    ("promotion", "selection/promotion.json"),
+    ("guard", "selection/review-n002-good.json"),
+    ("after the decision", "selection/decision.json"),
+]
+
+
+def _workdir(root: Path) -> tuple[Path, Path]:
+    root.mkdir(parents=True)
+    task = make_task(root, roles={"search": ["proxy", "x3"], "guard": ["guard"],
+                                  "final": "final"})  # fmt: skip
+    cands = root / "cands"
+    make_candidate(root / "baseline", mean=0.50, sd=0.02, sleep=1)
+    make_candidate(cands / "good", mean=0.70, sd=0.02, sleep=1, weights=True)
+    make_candidate(cands / "fair", mean=0.55, sd=0.02, sleep=1)
+    make_candidate(cands / "poor", mean=0.30, sd=0.02, sleep=1)
+    config = write_config(root, ring_id="r", task=str(task), candidates=str(cands),
+                          baseline=str(root / "baseline"), store=str(root / "store"),
+                          terminal={"progress_s": 0})  # fmt: skip
+    return root, config
+
+
+def _kill_when(workdir: Path, config: Path, marker: Path, timeout_s: float = 600) -> bool:
+    """Start the ring; once `marker` exists, wait a moment (work in flight) and kill the
+    whole process group. False if the ring ended before the marker appeared."""
+    proc = subprocess.Popen(snakemake_argv(workdir, config), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + timeout_s
+    while not marker.exists():
+        if proc.poll() is not None:
+            return False
+        assert time.monotonic() < deadline, f"{marker} never appeared"
+        time.sleep(0.1)
+    time.sleep(1.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    return True
+
+
+def _outcome(ring: Path) -> dict:
+    decision = json.loads((ring / "selection" / "decision.json").read_text())
+    runs = results(ring)
+    scores = {}
+    for node, view, variant in runs:
+        path = ring / "nodes" / node / "exec" / view / variant / "score.json"
+        scores[(node, view, variant)] = json.loads(path.read_text()).get("score")
+    return {
+        "decision": (decision["decision"], decision.get("chosen")),
+        "executions": sorted(runs),
+        "statuses": {k: r["status"] for k, r in runs.items()},
+        "scores": scores,
+    }
+
+
+def test_a_ring_killed_at_every_stage_reaches_the_uninterrupted_decision(tmp_path):
+    reference, ref_config = _workdir(tmp_path / "reference")
+    snakemake(reference, ref_config)
+    expected = _outcome(reference / "runs" / "r")
+    assert expected["decision"] == ("candidate", "n002-good"), expected["decision"]
+
+    killed, config = _workdir(tmp_path / "killed")
+    ring = killed / "runs" / "r"
+    landed = []
+    for stage, marker in STAGES:
+        if _kill_when(killed, config, ring / marker):
+            landed.append(stage)
+        snakemake(killed, config, "--unlock")
+    assert landed == [stage for stage, _ in STAGES]
+    snakemake(killed, config)
+
+    got = _outcome(ring)
+    assert got["decision"] == expected["decision"]
+    assert got["executions"] == expected["executions"]
+    assert "interrupted" not in got["statuses"].values()
+    assert got["scores"] == expected["scores"]
+    # Each guard and promotion run is recorded once in the ledger (none ran twice to the end).
+    ledger = [json.loads(line) for line in (ring / "ledger.jsonl").read_text().splitlines()]
+    decided = [e for e in ledger if e["kind"] == "final_decided"]
+    assert len(decided) == 1
