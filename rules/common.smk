@@ -108,7 +108,8 @@ def ready_nodes(role=None):
 
 
 def rescore_nodes():
-    """Imported nodes this ring re-executes on seed 0 (SPEC 12: not comparable)."""
+    """Imported nodes this ring re-executes on seed 0 (docs/operations.md#chains: not
+    comparable)."""
     return [
         n["id"]
         for n in nodes_index()["nodes"]
@@ -161,8 +162,8 @@ def key_target_inputs(wildcards):
 
 
 def execution_priority(wildcards):
-    """Resumed work first (SPEC 11.3), then seed 0 on the first search view, so every node
-    gets a first score early."""
+    """Resumed work first (docs/operations.md#carryover), then seed 0 on the first search view, so
+    every node gets a first score early."""
     lock = ring_lock()
     if resume_rank(wildcards.node) is not None:
         return 1000 - resume_rank(wildcards.node)
@@ -279,7 +280,8 @@ def resumes_engineer_work():
 
 
 def session_priority(wildcards):
-    """Resumed engineer work before new work (SPEC 11.3): its generation and sessions."""
+    """Resumed engineer work before new work (docs/operations.md#carryover): its generation and
+    sessions."""
     if "g" in wildcards.keys():
         return 1500 if wildcards.g == "0" and resumes_engineer_work() else 0
     return 1500 if resume_rank(wildcards.node) is not None else 0
@@ -314,7 +316,8 @@ def promoted_inputs(wildcards):
         for node in promoted
         for view in lock["search_views"]
         for variant in ["s1", "s2"]
-        # A comparable imported promotion score stands in for this ring's run (SPEC 12).
+        # A comparable imported promotion score stands in for this ring's run
+        # (docs/operations.md#chains).
         if not imported_score(RING, node, view, variant, lock["search_hash"])
     ]
 

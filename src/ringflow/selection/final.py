@@ -1,4 +1,5 @@
-"""Final selection (SPEC 10): baseline first, review, guard on fresh seeds, the final pick."""
+"""Final selection (docs/operations.md#final-selection): baseline first, review, guard on fresh
+seeds, the final pick."""
 
 from __future__ import annotations
 
@@ -176,7 +177,8 @@ def _output_until(proc: subprocess.Popen, deadline) -> str | None:
 
 
 def _review_command(ring, layout, node_id: str) -> dict:
-    """Run the review command; it stops at the review stage's live deadline (SPEC 7.4)."""
+    """Run the review command; it stops at the review stage's live deadline
+    (docs/operations.md#the-clock)."""
     command = ring["config"]["review"]
     argv = [*shlex.split(command), str(layout.node_dir(node_id))]
     started = time.time()
@@ -425,7 +427,8 @@ def choose(ring: dict, seated: dict, ranking: dict, verdicts: list[dict]):
 
 def ends_selection(verdict: dict) -> bool:
     """A replacement ends final selection, and so does an incomplete guard: the baseline
-    stays, and no other finalist is tried in its place to save time (SPEC 10)."""
+    stays, and no other finalist is tried in its place to save time
+    (docs/operations.md#final-selection)."""
     return verdict["replace"] or (verdict["eligible"] and not verdict["guard"]["complete"])
 
 
