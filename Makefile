@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SNAKEMAKE := $(VENV)/bin/snakemake
 
-.PHONY: setup demo test test-fast test-e2e lint format bench
+.PHONY: setup demo test test-fast test-e2e lint format bench docs
 
 setup: $(STAMP)
 
@@ -34,6 +34,10 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(VENV)/bin/ruff format src tests bench scripts
 	$(VENV)/bin/snakefmt Snakefile rules
+
+# The configuration reference, docs/configuration.md, from config/config.schema.yaml.
+docs: $(STAMP)
+	$(PY) -m ringflow.docs_config
 
 bench: $(STAMP)
 	for b in bench/bench_*.py; do $(PY) $$b || exit 1; done

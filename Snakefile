@@ -1,5 +1,5 @@
-# ringflow: time-boxed rings of an ML search (see README.md and SPEC). The Snakefile is a
-# table of contents: every ring is the module rules/ring.smk with its own configuration;
+# ringflow: time-boxed rings of an ML search (see README.md and docs/architecture.md). The Snakefile
+# is a table of contents: every ring is the module rules/ring.smk with its own configuration;
 # each stage of a ring lives in its own rule file.
 
 from snakemake.utils import min_version

@@ -6,7 +6,7 @@ planned as a whole with a dry run (`snakemake -n`): every node's seed-0 and abla
 executions on both views, the first search generation's checkpoint and the rest of the
 ring. The dry run's wall time is what each new Snakemake start (and, roughly, each DAG
 update after a checkpoint) costs at that size. No target is set; the figures go to the
-README's benchmark table.
+benchmark table in docs/benchmarks.md.
 
     python bench/bench_search_planning.py [--nodes 200 2000] [--keep]
 """

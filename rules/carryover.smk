@@ -1,7 +1,7 @@
-# Carryover: a ring that continues a chain first verifies and imports the sealed work of
-# its ancestors (the resume queue its import then turns into nodes) and its parent's scored
-# work (comparable or re-executed); when the search has ended, the work the cutoff cut off
-# is sealed; the stop manifest comes last.
+# Carryover (docs/operations.md#carryover): a ring that continues a chain first verifies and imports
+# the sealed work of its ancestors (the resume queue its import then turns into nodes) and its
+# parent's scored work (comparable or re-executed); when the search has ended, the work the
+# cutoff cut off is sealed; the stop manifest comes last.
 
 
 checkpoint import_carryover:

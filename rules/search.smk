@@ -18,12 +18,12 @@ rule search:
         "{params.step} search-summary {params.ring} --out {output.search} > {log} 2>&1"
 
 
-# The search loop: generation g is a checkpoint that plans new nodes once generation g-1's
-# are settled and scored; the last generation is the one planned after the hand-over
-# point, at max_nodes, or with no engineer. Each planned node gets one engineer session;
-# all sessions of a generation run at once. Settling a generation is a checkpoint too: only
-# once its sessions have ended is it known which nodes are executed (the others are
-# carried over or rejected).
+# The search loop (docs/contracts.md#engineer): generation g is a checkpoint that plans new nodes
+# once generation g-1's are settled and scored; the last generation is the one planned after
+# the hand-over point, at max_nodes, or with no engineer. Each planned node gets one
+# engineer session; all sessions of a generation run at once. Settling a generation is a
+# checkpoint too: only once its sessions have ended is it known which nodes are executed
+# (the others are carried over or rejected).
 
 
 checkpoint search_generation:

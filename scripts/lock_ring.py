@@ -1,4 +1,5 @@
-"""Lock the ring: RING.json, the view manifests and the live cutoff (SPEC 9, 13)."""
+"""Lock the ring: RING.json, the view manifests and the live cutoff
+(docs/ring-folder.md#the-lock-and-the-clock)."""
 
 import sys
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""The candidate contract (SPEC 3): each bad input gets its own clear error."""
+"""The candidate contract (docs/contracts.md#candidate): each bad input gets its own clear error."""
 
 from __future__ import annotations
 

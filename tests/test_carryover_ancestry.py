@@ -1,5 +1,5 @@
-"""Ancestor integrity, recursive (SPEC 12): a ring refuses to continue a chain in which any
-ring is missing, has lost its lock, is tainted, or has a ledger that does not verify."""
+"""Ancestor integrity, recursive (docs/operations.md#chains): a ring refuses to continue a chain in
+which any ring is missing, has lost its lock, is tainted, or has a ledger that does not verify."""
 
 from __future__ import annotations
 

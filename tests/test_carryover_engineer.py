@@ -1,4 +1,4 @@
-"""The engineer kind of carryover (SPEC 11.1-11.3, 8): an engineer session cut at the
+"""The engineer kind of carryover (docs/operations.md#carryover): an engineer session cut at the
 hand-over point without a runnable program is sealed with its workspace, plan and raw log;
 a seal killed at any step is whole or absent; a resume node's query quota spans its
 segments."""

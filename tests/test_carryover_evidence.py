@@ -1,5 +1,5 @@
-"""Evidence seals (SPEC 11.1): an engineer session cut at the hand-over point with a runnable
-program is executed as any node, and its snapshot is sealed only as evidence, in
+"""Evidence seals (docs/operations.md#carryover): an engineer session cut at the hand-over point
+with a runnable program is executed as any node, and its snapshot is sealed only as evidence, in
 `nodes/<id>/evidence/`, by the same transaction as a carryover seal; it never settles the
 node, coexists with a carryover seal of the node's cut run, is never imported, and
 `ringflow verify` checks it. The last test runs such a ring end to end."""

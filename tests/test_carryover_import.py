@@ -1,5 +1,5 @@
-"""Import of sealed work into a continuing ring (SPEC 11.3): every file checked against
-SEAL.json and the seal against the ledger before anything is copied."""
+"""Import of sealed work into a continuing ring (docs/operations.md#carryover): every file checked
+against SEAL.json and the seal against the ledger before anything is copied."""
 
 from __future__ import annotations
 

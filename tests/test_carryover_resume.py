@@ -1,5 +1,5 @@
-"""Resume (SPEC 11.3): verified work becomes a new node of the continuing ring, served
-first, oldest first, at most max_resume_per_ring, and never resumed twice."""
+"""Resume (docs/operations.md#carryover): verified work becomes a new node of the continuing ring,
+served first, oldest first, at most max_resume_per_ring, and never resumed twice."""
 
 from __future__ import annotations
 

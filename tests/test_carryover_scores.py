@@ -1,6 +1,6 @@
 """What a continuing ring imports of its parent's scored work, and when those scores are
-comparable (SPEC 12): scored nodes, promotion scores, refuted directions, rescoring
-obligations; never a guard- or final-view score.
+comparable (docs/operations.md#chains): scored nodes, promotion scores, refuted directions,
+rescoring obligations; never a guard- or final-view score.
 
 The parent's executions here are score records as a ring writes them (result.json and
 score.json); the rings that run them for real are in test_comparability_e2e.py.

@@ -1,4 +1,5 @@
-"""Sealing work cut by the cutoff (SPEC 11.2): one transaction, a complete seal or none."""
+"""Sealing work cut by the cutoff (docs/operations.md#carryover): one transaction, a complete seal
+or none."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Chained rings and comparability (SPEC 12), run for real.
+"""Chained rings and comparability (docs/operations.md#chains), run for real.
 
 Ring a scores four candidates and promotes two. Ring b continues it with the same
 evaluation spec: the scores are comparable, nothing of a's is executed again, its

@@ -1,4 +1,5 @@
-"""The task's scorer and validator: sandboxed, and their failures told apart (SPEC 4, 8)."""
+"""The task's scorer and validator: sandboxed, and their failures told apart
+(docs/contracts.md#the-evaluators-sandbox)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A real PyTorch training on a real GPU, inside the sandbox (SPEC 7.6).
+"""A real PyTorch training on a real GPU, inside the sandbox (docs/operations.md#gpus-and-slurm).
 
 Runs where NVML sees a GPU and the candidates' environment (program.python) has torch;
 elsewhere it is skipped, saying which of the two is missing.

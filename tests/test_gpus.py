@@ -1,4 +1,5 @@
-"""GPUs for executions (SPEC 7.6): slots, device nodes, UUIDs, all on a fake NVML here.
+"""GPUs for executions (docs/operations.md#gpus-and-slurm): slots, device nodes, UUIDs, all on a
+fake NVML here.
 
 The fake `pynvml` in tests/fake_nvml stands in for the library where no GPU exists; the
 `gpu`-marked tests in test_supervisor_gpu.py run the real one where a GPU is present.

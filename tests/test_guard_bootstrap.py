@@ -1,5 +1,5 @@
-"""The guard's paired bootstrap (SPEC 10), and the whole selection simulated over thousands
-of rings in which every candidate is truly as good as the baseline."""
+"""The guard's paired bootstrap (docs/operations.md#final-selection), and the whole selection
+simulated over thousands of rings in which every candidate is truly as good as the baseline."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hostile candidates against the real sandbox and evaluator (SPEC 4, 7.6, 8).
+"""Hostile candidates against the real sandbox and evaluator (docs/operations.md#threat-model).
 
 Each candidate tries what a program must never manage: read the ring, another node,
 another ring, the labels, the store, a home folder, an undeclared data folder or the

@@ -1,4 +1,5 @@
-"""A failure of the machinery is loud, never a candidate's failure (SPEC 4, 7.6)."""
+"""A failure of the machinery is loud, never a candidate's failure
+(docs/operations.md#recovery-after-a-stop)."""
 
 from __future__ import annotations
 

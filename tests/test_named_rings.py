@@ -1,5 +1,5 @@
-"""Named rings (SPEC 15): a chain file names rings, each a Snakemake target; a ring that
-continues another of the chain waits for it, as files."""
+"""Named rings (docs/operations.md#chains): a chain file names rings, each a Snakemake target; a
+ring that continues another of the chain waits for it, as files."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The users' commands: profiles by name from the repository root, and rings in private
-folders (SPEC 15, 7.6)."""
+folders (docs/operations.md#gpus-and-slurm)."""
 
 from __future__ import annotations
 

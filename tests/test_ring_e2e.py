@@ -34,7 +34,7 @@ def ring1(tmp_path_factory):
     make_candidate(cands / "steady", mean=0.9, sd=0.01, weights=True)
     make_candidate(cands / "seedy", mean=0.8, sd=0.01, weights=True, seed_affects_training=True)
     make_candidate(cands / "light", mean=0.7, sd=0.01)
-    # Bad inputs of SPEC 3, each with its own error.
+    # Bad inputs of the candidate contract (docs/contracts.md#candidate), each with its own error.
     (cands / "no-program").mkdir()
     (cands / "no-program" / "notes.txt").write_text("nothing to run\n")
     make_candidate(cands / "bad-json", mean=0.9)

@@ -1,4 +1,4 @@
-"""The sandbox, tried with real processes (SPEC 3 and 7.6).
+"""The sandbox, tried with real processes (docs/contracts.md#sandbox).
 
 Each test builds a ring-like tree under pytest's private (0700) tmp_path, plans a run,
 starts the planned argv with subprocess and lets a tiny program attempt the forbidden

@@ -1,4 +1,5 @@
-"""Per-execution limits the supervisor enforces (SPEC 7.6): logs, output, processes, memory."""
+"""Per-execution limits the supervisor enforces (docs/operations.md#health-supervision): logs,
+output, processes, memory."""
 
 from __future__ import annotations
 

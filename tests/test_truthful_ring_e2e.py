@@ -1,7 +1,7 @@
-"""One ring as a new user runs it (issue 10): the terminal shows ringflow's progress and the
-summary with its failure digest, not Snakemake's job log; `final/` is deployable and
-`ringflow export` writes the same; a finished ring says so; an edit under the locked ring is
-refused when it runs again; a configuration typo names the key without the schema."""
+"""One ring as a new user runs it (docs/operations.md#while-a-ring-runs): the terminal shows
+ringflow's progress and the summary with its failure digest, not Snakemake's job log; `final/` is
+deployable and `ringflow export` writes the same; a finished ring says so; an edit under the locked
+ring is refused when it runs again; a configuration typo names the key without the schema."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Limits per view (SPEC 7.6): `limits` for every view, `limits_per_view` over it for named
-views; the lock records them, the scheduler asks for them, the supervisor enforces them."""
+"""Limits per view (docs/operations.md#health-supervision): `limits` for every view,
+`limits_per_view` over it for named views; the lock records them, the scheduler asks for them, the
+supervisor enforces them."""
 
 from __future__ import annotations
 

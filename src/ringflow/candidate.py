@@ -1,4 +1,5 @@
-"""The candidate contract (SPEC 3): what a `solution/` folder must hold, checked up front."""
+"""The candidate contract (docs/contracts.md#candidate): what a `solution/` folder must hold,
+checked up front."""
 
 from __future__ import annotations
 
@@ -41,8 +42,9 @@ class Solution:
 
 
 def train_seed_args(solution: dict, spec: dict) -> list[str]:
-    """`--train-seed N` for a program whose EXECUTION.json asks for it (SPEC 3); else none:
-    programs with strict argument parsing keep working, and all get RINGFLOW_TRAIN_SEED."""
+    """`--train-seed N` for a program whose EXECUTION.json asks for it
+    (docs/contracts.md#candidate); else none: programs with strict argument parsing keep working,
+    and all get RINGFLOW_TRAIN_SEED."""
     if not solution.get("train_seed_arg") or "train_seed" not in spec:
         return []
     return ["--train-seed", str(spec["train_seed"])]
@@ -141,7 +143,7 @@ def load_solution(solution_dir: str | Path, max_weights_bytes: int) -> Solution:
                 f"{root}: weights file {path} is {present.stat().st_size} bytes, "
                 f"over the limit of {max_weights_bytes} bytes"
             )
-        # A declared file absent at submission becomes per-view (SPEC 3).
+        # A declared file absent at submission becomes per-view (docs/contracts.md#candidate).
         if entry.get("per_view", False) or not present.exists():
             per_view.append(path)
         else:

@@ -55,7 +55,8 @@ def cmd_execute(args) -> int:
     score = score_execution(args.ring_dir, args.node, args.view, args.variant)
     print(json.dumps({k: score.get(k) for k in ("score", "valid", "reason")}))
     if stopped_by_signal(result):
-        # A failed job: Snakemake drops its outputs, so the ring runs it again (SPEC 9).
+        # A failed job: Snakemake drops its outputs, so the ring runs it again
+        # (docs/operations.md#recovery-after-a-stop).
         print(f"ringflow: execution interrupted: {result['reason']}", file=sys.stderr)
         return EXIT_INTERRUPTED
     return 0

@@ -10,7 +10,7 @@ class InputError(RingflowError):
 
 
 class CandidateError(InputError):
-    """A candidate's `solution/` breaks the contract of SPEC section 3."""
+    """A candidate's `solution/` breaks the contract in docs/contracts.md#candidate."""
 
 
 class StoreError(RingflowError):
@@ -35,11 +35,13 @@ class AcceptanceError(StoreError):
 
 
 class SandboxError(RingflowError):
-    """The program cannot be run confined as required (SPEC 7.6): says what and where."""
+    """The program cannot be run confined as required (docs/contracts.md#sandbox): says what and
+    where."""
 
 
 class MachineryError(RingflowError):
-    """ringflow or the machine failed, not the candidate: the ring stops (SPEC 7.6).
+    """ringflow or the machine failed, not the candidate: the ring stops
+    (docs/operations.md#recovery-after-a-stop).
 
     Such a failure is never recorded as a candidate's `crash`: the job fails loudly, the
     ring records why in STOPPED.json, and the workflow exits non-zero.

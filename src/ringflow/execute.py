@@ -1,4 +1,5 @@
-"""One execution of a node's program on one view under one seed and variant (SPEC 3, 6, 7).
+"""One execution of a node's program on one view under one seed and variant
+(docs/contracts.md#candidate).
 
 Order of work: refuse a changed environment, prepare a private working copy, settle the
 weights mode under the key lock (replay, or train while holding it), run the program in the
@@ -202,7 +203,8 @@ def _make_box(ex: Execution) -> Path:
 
 
 def _check_view(ex: Execution, inputs: Path, when: str) -> None:
-    """The data a program reads is the data hashed at lock time (SPEC 4), or the ring stops."""
+    """The data a program reads is the data hashed at lock time (docs/contracts.md#sandbox), or the
+    ring stops."""
     if ex.blind:
         return  # a disguised copy is ringflow's own, made from the checked snapshot
     manifest = ex.ring["views"][ex.view]
@@ -229,7 +231,8 @@ def _run_in_box(ex: Execution, result: dict, inputs: Path) -> dict:
             result.update(budget_cut=True, reason=f"gave up waiting for the weights lock: {exc}")
             return _finish(ex, result)
         except ReplayCheckFailed as exc:
-            # Never a silent retrain: the run stops here and says which file (SPEC 6).
+            # Never a silent retrain: the run stops here and says which file
+            # (docs/contracts.md#weights).
             result.update(weights_mode=statuses.REPLAY, reason=f"replay check failed: {exc}")
             emit_event(ex.layout.root, "replay_check_failed", node=node_id, view=view,
                        variant=variant, file=exc.path, reason=exc.reason)  # fmt: skip
@@ -250,7 +253,8 @@ def _run_in_box(ex: Execution, result: dict, inputs: Path) -> dict:
             result.update(budget_cut=True, reason=f"gave up waiting for a GPU: {exc}")
             return _finish(ex, result)
         except SandboxError as exc:
-            # The machine's failure, never the candidate's (SPEC 7.6).
+            # The machine's failure, never the candidate's
+            # (docs/operations.md#recovery-after-a-stop).
             raise stop_ring(ex.layout.root, f"the sandbox could not run {node_id} {view}/"
                             f"{variant}: {exc}", node=node_id) from None  # fmt: skip
         finally:
@@ -258,7 +262,8 @@ def _run_in_box(ex: Execution, result: dict, inputs: Path) -> dict:
             store.release_links(ex.work)
         _check_view(ex, inputs, "after the run")
         os.replace(ex.box_output, reset_dir(ex.dir / "output"))
-        # A seed-0 run cut by the cutoff keeps its grace checkpoint for the seal (SPEC 11).
+        # A seed-0 run cut by the cutoff keeps its grace checkpoint for the seal
+        # (docs/operations.md#carryover).
         weights = weights_dirs(ex.node["solution"]["per_view_paths"])
         keep_grace_checkpoint(ex.ring, view, variant, result, ex.work, weights, ex.dir)
         registered = False
@@ -296,7 +301,7 @@ def _program_env(ex: Execution) -> dict[str, str]:
     """The program's environment, from an allow-list: nothing of ringflow's own passes.
 
     PATH names the program's environment and the system folders; every path the program
-    is given is one it sees (SPEC 7.6)."""
+    is given is one it sees (docs/contracts.md#sandbox)."""
     program = ex.ring["program"]
     env = {
         "PATH": f"{Path(program['executable']).parent}:/usr/local/bin:/usr/bin:/bin",
@@ -426,7 +431,8 @@ def _sandbox_info(ex: Execution) -> dict:
 def _register(ex: Execution, store: WeightsStore, result: dict) -> bool:
     """Register a training run's weights; True when the key is registered afterwards."""
     if result["reap_left"]:
-        # A tree that could not be fully stopped may still be writing (SPEC 7.4).
+        # A tree that could not be fully stopped may still be writing
+        # (docs/operations.md#health-supervision).
         result["reason"] = "weights not registered: processes were left after the stop"
         return False
     node, key = ex.node, ex.spec["key"]

@@ -1,4 +1,5 @@
-"""Interrupting a ring (SPEC 9): SIGINT or SIGTERM to Snakemake stops its executions now.
+"""Interrupting a ring (docs/operations.md#recovery-after-a-stop): SIGINT or SIGTERM to Snakemake
+stops its executions now.
 
 Snakemake's local executor answers SIGINT by waiting for every running job to finish, and
 its jobs may run for hours. The Snakemake process that drives a ring therefore relays the

@@ -1,4 +1,5 @@
-"""Nodes of a ring: static candidates imported once, with their weights keys fixed (SPEC 6)."""
+"""Nodes of a ring: static candidates imported once, with their weights keys fixed
+(docs/contracts.md#weights)."""
 
 from __future__ import annotations
 
@@ -37,8 +38,8 @@ def node_slug(name: str) -> str:
 
 
 def planned_variants(ring: dict) -> dict[str, list[str]]:
-    """Every execution a node may get, per view (run on demand; SPEC 5). Guard seeds run
-    on the guard views only; on the search views when the task has none."""
+    """Every execution a node may get, per view (run on demand; docs/contracts.md#seeds). Guard
+    seeds run on the guard views only; on the search views when the task has none."""
     guard = [f"g{s}" for s in ring["guard_seeds"]]
     guard_views = ring.get("guard_views") or []
     search = ["s0", "s0-ablate", "s1", "s2", *([] if guard_views else guard)]
@@ -128,7 +129,7 @@ def _assign_trainers(nodes: list[dict], store: WeightsStore) -> dict:
 
 def _with_resumed(ring: dict, sources: list):
     """The sources, with the resume queue's work where ("resume", None) stands, followed by
-    the scored work imported from the parent ring (SPEC 12)."""
+    the scored work imported from the parent ring (docs/operations.md#chains)."""
     for role, source in sources:
         if role != "resume":
             yield role, source
@@ -175,7 +176,8 @@ def import_static(ring: dict) -> dict:
     imported_trees: dict[str, str] = {}
     sender_ids: dict[tuple[str, str], str] = {}
     for role, source in _with_resumed(ring, sources):
-        resumed = isinstance(source, dict)  # carried work resumed in this ring (SPEC 11.3)
+        # Carried work resumed in this ring (docs/operations.md#carryover).
+        resumed = isinstance(source, dict)
         name = source["name"] if resumed else source.name
         node_id = f"n{number:03d}-{node_slug(name)}"
         folder = Path(source["origin"]["path"]) if resumed else source

@@ -1,4 +1,5 @@
-"""Final reserve, measured (SPEC 9): price what final selection still needs, move the cutoff.
+"""Final reserve, measured (docs/operations.md#the-clock): price what final selection still needs,
+move the cutoff.
 
 Every minute (and at every step of final selection) the ring lists the executions final
 selection still has, as they will run: batches of jobs that run side by side on the
@@ -218,7 +219,8 @@ def fit_final_k(
     """The largest k <= configured_k whose estimate plus the pad fits in the capped reserve.
 
     k never goes below 1: one finalist is tried even when it does not fit (an incomplete
-    guard then keeps the baseline, as SPEC 10 says). Returns (k, the priced table).
+    guard then keeps the baseline, as docs/operations.md#final-selection says). Returns (k, the
+    priced table).
     """
     if isinstance(configured_k, bool) or not isinstance(configured_k, int) or configured_k < 1:
         raise ValueError(f"final_top_k must be an integer >= 1, got {configured_k!r}")
@@ -252,9 +254,9 @@ def next_cutoff(current_cutoff: float, stop_at: float, start: float, reserve_min
     """The cutoff after applying a reserve: stop_at - reserve, but only ever earlier.
 
     The candidate is clamped to the ring's midpoint, start + (stop_at - start) / 2: the
-    reserve is capped at half the wall clock (SPEC 9), and enforcing the cap here as well
-    means no reserve, however computed, can put the cutoff before the midpoint, let alone
-    before the start. A cutoff already earlier than the candidate (for example a configured
+    reserve is capped at half the wall clock (docs/operations.md#the-clock), and enforcing the cap
+    here as well means no reserve, however computed, can put the cutoff before the midpoint, let
+    alone before the start. A cutoff already earlier than the candidate (for example a configured
     final_reserve_min above half the wall clock) is kept as it is.
     """
     if not stop_at > start:

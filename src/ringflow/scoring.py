@@ -1,4 +1,5 @@
-"""The isolated evaluator (SPEC 4, 8): validate, then score on hidden labels.
+"""The isolated evaluator (docs/contracts.md#the-evaluators-sandbox): validate, then score on hidden
+labels.
 
 It runs outside the sandbox, after the program's whole tree is gone, so the program never
 holds the labels; its waits give up at the execution's (moving) deadline.
@@ -168,7 +169,8 @@ def _evaluate(
             if ended == "timeout":
                 return _evaluator_failed("validator", f"no verdict within {limit_s:.0f} s")
             if ended != "done":
-                # Invalid output has no score, with the validator's reason (SPEC 8).
+                # Invalid output has no score, with the validator's reason
+                # (docs/contracts.md#validator).
                 return {"valid": False, "reason": f"invalid: {_last_line(err, ended)}"}
 
         def call_scorer(call_seed: int, extra: list[str]):
@@ -213,8 +215,8 @@ def _scorer_record(ended: str, err: str, raw_path: Path, limit_s: float) -> dict
 
 
 def _bootstrap(task: dict, count: int, call_scorer, limit_s: float) -> dict:
-    """A guard execution's `count` bootstrap scores (SPEC 10), added to its score record;
-    a scorer that cannot give them fails like any scorer failure."""
+    """A guard execution's `count` bootstrap scores (docs/operations.md#final-selection), added to
+    its score record; a scorer that cannot give them fails like any scorer failure."""
     scores: list[float] = []
     calls = bootstrap_calls(task, count)
     for seed, extra in calls:
@@ -322,7 +324,7 @@ def read_score(layout: RingLayout, node: str, view: str, variant: str) -> dict |
 def usable(score: dict | None, direction: str) -> float | None:
     """The number a ranking uses, or None when the execution has no usable score.
 
-    Invalid output has no score in either direction (SPEC 4, 8): it ranks below every
+    Invalid output has no score in either direction (docs/contracts.md#scorer): it ranks below every
     scored node, and never counts as a number. `direction` is kept for callers' symmetry.
     """
     if score is None or not score.get("scored") or not score.get("valid"):

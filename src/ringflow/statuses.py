@@ -1,4 +1,5 @@
-"""The one vocabulary of statuses and weights modes (SPEC 7.5) used by every module."""
+"""The one vocabulary of statuses and weights modes (docs/ring-folder.md#executions) used by every
+module."""
 
 OK = "ok"
 CRASH = "crash"

@@ -1,4 +1,5 @@
-"""A task folder (SPEC 4): task.yaml, views/<view>/inputs/ and views/<view>/labels/."""
+"""A task folder (docs/contracts.md#task): task.yaml, views/<view>/inputs/ and
+views/<view>/labels/."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The measured final reserve, kept up to date while a ring runs (SPEC 9).
+"""The measured final reserve, kept up to date while a ring runs (docs/operations.md#the-clock).
 
 The ring lists what final selection still has to run, as it will run (`Planner`), prices
 every execution from what was measured so far (`Measurements`), and from that estimate
@@ -240,7 +240,7 @@ class Planner:
     def pending(self, node: str, view: str, variant: str) -> bool:
         if self.layout.score(node, view, variant).exists():
             return False
-        # A comparable imported promotion score stands in for the run (SPEC 12).
+        # A comparable imported promotion score stands in for the run (docs/operations.md#chains).
         return variant not in ("s1", "s2") or not imported_score(
             self.layout, node, view, variant, self.ring["search_hash"]
         )

@@ -1,4 +1,5 @@
-"""An execution's own working copy of a solution: hardlinks to read-only files (SPEC 3)."""
+"""An execution's own working copy of a solution: hardlinks to read-only files
+(docs/contracts.md#candidate)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Carryover (SPEC 11): work cut off at a ring's end, sealed, verified and resumed once.
+"""Carryover (docs/operations.md#carryover): work cut off at a ring's end, sealed, verified and
+resumed once.
 
 `snapshot` hashes and copies file trees; `seal` is the sealing transaction; `checkpoint`
 keeps what a cut execution left during its grace; `executions` and `engineer` are the two

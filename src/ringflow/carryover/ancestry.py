@@ -1,4 +1,5 @@
-"""Ancestor integrity (SPEC 12), checked recursively before a ring continues a chain.
+"""Ancestor integrity (docs/operations.md#chains), checked recursively before a ring continues a
+chain.
 
 Every ring from the parent back to the first must still be there (its folder and its lock),
 must not be marked tainted (`TAINTED`, written by `ringflow taint RING --why ...`), and its
@@ -94,7 +95,8 @@ def chain_problems(previous: Path) -> list[str]:
 
 
 def check_ancestry(previous: Path | None) -> None:
-    """Refuse to continue from a chain with any problem (SPEC 12), listing them."""
+    """Refuse to continue from a chain with any problem (docs/operations.md#chains), listing
+    them."""
     if previous is None:
         return
     problems = chain_problems(previous)

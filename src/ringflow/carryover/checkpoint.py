@@ -1,4 +1,5 @@
-"""What an authoritative execution cut by the cutoff leaves for its seal (SPEC 11.1).
+"""What an authoritative execution cut by the cutoff leaves for its seal
+(docs/operations.md#carryover).
 
 The working copy of a run is removed when it ends; a training run cut at the cutoff may
 have written a last checkpoint into its weights folder during the grace. That folder is

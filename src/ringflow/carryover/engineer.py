@@ -1,4 +1,4 @@
-"""Carryover of the `engineer` kind (SPEC 11.1, 11.3, 8): an engineer session cut at the
+"""Carryover of the `engineer` kind (docs/operations.md#carryover): an engineer session cut at the
 hand-over point without a runnable program.
 
 Sealing. The session has ended before its node is settled `carried_over`: the supervisor
@@ -186,7 +186,8 @@ def earlier_queries(node: dict) -> int | None:
 
 
 def queries_left(ring: dict, node: dict) -> int:
-    """A node's query quota (SPEC 8): queries_per_node, less every earlier segment's."""
+    """A node's query quota (docs/contracts.md#engineer): queries_per_node, less every earlier
+    segment's."""
     per_node = ring["config"]["search"]["queries_per_node"]
     if not is_resume(node):
         return per_node
@@ -224,7 +225,8 @@ def not_sealable(layout: RingLayout, node_id: str) -> str | None:
 
 
 def engineer_request(ring: dict, layout: RingLayout, node: dict) -> SealRequest:
-    """The hand-over of a cut engineer session (SPEC 11.2): workspace, plan, raw log."""
+    """The hand-over of a cut engineer session (docs/operations.md#carryover): workspace, plan, raw
+    log."""
     node_id = node["id"]
     workspace = cut_workspace(layout, node_id)
     reason = (node.get("carryover") or {}).get("reason") or "no runnable program"
@@ -251,8 +253,8 @@ def session_sources(layout: RingLayout, node_id: str, solution: Path) -> list[tu
 
 
 def session_handoff(ring: dict, layout: RingLayout, node: dict, solution: Path) -> dict:
-    """The hand-over fields of a session cut at the hand-over point (SPEC 11.2), with its
-    solution as the session left it; redacts its raw log first (`engineer.env_pass`)."""
+    """The hand-over fields of a session cut at the hand-over point (docs/operations.md#carryover),
+    with its solution as the session left it; redacts its raw log first (`engineer.env_pass`)."""
     from ..search.queries import settled_count
 
     node_id = node["id"]

@@ -1,6 +1,6 @@
-"""Evidence of an engineer session cut at the hand-over point with a runnable program (SPEC
-11.1): its submission is executed at once, as any node's; its snapshot is sealed only as
-evidence, in `nodes/<id>/evidence/` (the seal transaction's `EVIDENCE` target).
+"""Evidence of an engineer session cut at the hand-over point with a runnable program
+(docs/operations.md#carryover): its submission is executed at once, as any node's; its snapshot is
+sealed only as evidence, in `nodes/<id>/evidence/` (the seal transaction's `EVIDENCE` target).
 
 The snapshot holds the submission as it was handed over (`solution/`), the engineer's
 PLAN.json if it wrote one, the raw log (`trajectory/`, the values of `engineer.env_pass`

@@ -1,5 +1,5 @@
-"""Carryover of the `execution` kind (SPEC 11.1): a candidate whose seed-0 run on a search
-view was cut by the cutoff is sealed, with its submission and what the cut runs left, so
+"""Carryover of the `execution` kind (docs/operations.md#carryover): a candidate whose seed-0 run on
+a search view was cut by the cutoff is sealed, with its submission and what the cut runs left, so
 that the next ring executes the same submission again.
 
 `seal_ring` runs when the search has ended: it seals every such node, and every engineer
@@ -118,7 +118,8 @@ def seal_ring(ring_dir: str | Path) -> dict:
             continue
         cut, unreaped = cut_runs(ring, layout, entry["id"])
         if unreaped and entry["id"] not in recorded:
-            # Processes may still be writing its files (SPEC 7.4): never sealed.
+            # Processes may still be writing its files (docs/operations.md#health-supervision):
+            # never sealed.
             refused.append({"node": entry["id"], "reason": "processes were left after the "
                             "stop (reap_left)", "runs": unreaped})  # fmt: skip
             emit_event(layout.root, "carryover_refused", node=entry["id"], reason="reap_left")

@@ -1,4 +1,4 @@
-"""Import of sealed work into a ring that continues a chain (SPEC 11.3).
+"""Import of sealed work into a ring that continues a chain (docs/operations.md#carryover).
 
 Every seal recorded in the ledger of a ring of the chain (the parent first) whose work has
 not been resumed yet (a `carryover_sealed` line: evidence seals, `evidence_sealed`, are
@@ -114,7 +114,8 @@ def _segment(ancestor: dict, record: dict, seal: dict, snapshot: Path, copy: Pat
 
 
 def _failed_parent_review(ring_dir: Path, parent: object) -> str | None:
-    """Why work whose parent failed its review in the sealing ring is refused (SPEC 11.3)."""
+    """Why work whose parent failed its review in the sealing ring is refused
+    (docs/operations.md#carryover)."""
     if not isinstance(parent, str) or not parent:
         return None
     review = ring_dir / "selection" / f"review-{parent}.json"
@@ -147,7 +148,8 @@ def import_carryover(ring_dir: str | Path) -> dict:
         previous = (layout.root / ring["continue_from"]).resolve()
         _import_chain(ring, layout, chain_rings(previous), out)
         # Scored nodes, promotion scores, refuted directions, rescoring obligations and the
-        # store index: from the parent, which has imported its own parent's (SPEC 12).
+        # store index: from the parent, which has imported its own parent's
+        # (docs/operations.md#chains).
         import_scored(ring, layout, previous, out)
     atomic_write_json(layout.root / IMPORTED, out)
     return out

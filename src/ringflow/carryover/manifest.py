@@ -1,5 +1,5 @@
-"""`stop_manifest.json` (SPEC 11.2, 13): what a ring hands to the rings that continue it,
-written when it stops. It names the ring's lock, every seal (with its ledger line), every
+"""`stop_manifest.json` (docs/operations.md#carryover): what a ring hands to the rings that continue
+it, written when it stops. It names the ring's lock, every seal (with its ledger line), every
 evidence seal apart (`evidence`: never carried), the work this ring resumed and the
 carryover it rejected, and it anchors the ledger's head, so
 `ringflow verify` notices a ledger cut short after the ring stopped.
@@ -45,7 +45,7 @@ def write_stop_manifest(ring_dir: str | Path) -> dict:
         "resumed": imported.get("queue", []),
         "carryover_rejected": imported.get("rejected", []),
         "resume_refused": imported.get("refused", []),
-        # Rescores the cutoff cut: the next ring re-executes them (SPEC 12).
+        # Rescores the cutoff cut: the next ring re-executes them (docs/operations.md#chains).
         "rescore_obligations": obligations(layout.root),
         "stopped_at": time.time(),
         # Taken last: every line above is already in the ledger.

@@ -1,5 +1,5 @@
 """`ringflow package RING_DIR [--out DEST]`: a ring's chosen result with its lineage
-(SPEC 11.3, 12).
+(docs/operations.md#carryover).
 
 The package holds the ring's `final/` folder as final selection wrote it (the deployable
 `solution/` with its MANIFEST.json, FINAL.json), the sealed snapshot of every earlier

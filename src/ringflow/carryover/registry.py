@@ -1,4 +1,5 @@
-"""Which carried work has been resumed, and by which ring (SPEC 11.3), kept in the store.
+"""Which carried work has been resumed, and by which ring (docs/operations.md#carryover), kept in
+the store.
 
 Work is identified by the `ring#node` of whoever sealed it (and that ring's lock hash, so
 two chains that share a store and a ring name stay apart). A claim is taken under the

@@ -1,4 +1,5 @@
-"""Rescoring (SPEC 12): imported scores made under another evaluation spec are history.
+"""Rescoring (docs/operations.md#chains): imported scores made under another evaluation spec are
+history.
 
 When the parent ring's `search_hash` differs from this ring's, the top
 `continue_rescore_top_k` imported nodes by their old seed-0 score are re-executed here

@@ -1,4 +1,4 @@
-"""Resume nodes (SPEC 11.3): the verified queue becomes new nodes of this ring.
+"""Resume nodes (docs/operations.md#carryover): the verified queue becomes new nodes of this ring.
 
 Each is made from the imported snapshot's `solution/` (execution kind: the same submission,
 executed again; engineer kind: a new engineer session in generation 0, before any new

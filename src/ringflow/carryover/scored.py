@@ -1,5 +1,5 @@
-"""The import checkpoint's second half (SPEC 12): the parent ring's scored nodes, promotion
-scores, refuted directions and rescoring obligations, and its store index.
+"""The import checkpoint's second half (docs/operations.md#chains): the parent ring's scored nodes,
+promotion scores, refuted directions and rescoring obligations, and its store index.
 
 `import_scored` writes what it takes into `carryover/imported.json` (`scored`,
 `comparability`, `rescore`, `obligations_inherited`, `store`); the node import then makes

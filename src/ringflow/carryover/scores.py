@@ -1,4 +1,4 @@
-"""Scored work a continuing ring imports from its parent (SPEC 12).
+"""Scored work a continuing ring imports from its parent (docs/operations.md#chains).
 
 A ring hands on every candidate node it knows a seed-0 score for on each view the score
 covers: its own nodes scored here, and the nodes it imported itself (so the import is

@@ -1,5 +1,5 @@
-"""The seal transaction (SPEC 11.2): a complete, verifiable snapshot of unfinished work, or
-none.
+"""The seal transaction (docs/operations.md#carryover): a complete, verifiable snapshot of
+unfinished work, or none.
 
 Steps, in order, each durable before the next:
 
@@ -19,11 +19,11 @@ SEAL.json and recorded (or, damaged, removed and sealed afresh), a recorded seal
 node. Nothing is sealed twice.
 
 The kinds differ only in which files they hand over (`SealRequest.sources`) and what the
-hand-over says: `execution` (SPEC 11.1) gives the submission and the grace checkpoint; the
-engineer kind adds PLAN.json and trajectory/ the same way.
+hand-over says: `execution` (docs/operations.md#carryover) gives the submission and the grace
+checkpoint; the engineer kind adds PLAN.json and trajectory/ the same way.
 
-The same transaction writes an evidence seal (SPEC 11.1: an engineer session cut at the
-hand-over point with a runnable program, whose submission is executed as normal): its
+The same transaction writes an evidence seal (docs/operations.md#carryover: an engineer session cut
+at the hand-over point with a runnable program, whose submission is executed as normal): its
 `SealTarget` puts it in `nodes/<id>/evidence/` (staged in `.evidence-<random>/`), records it
 as `evidence_sealed`, and leaves the node's status alone (step 5 does nothing). A node can
 hold both, evidence of its session and a carryover seal of its cut run. Evidence is never
@@ -105,7 +105,7 @@ class SealRequest:
 
 
 def identity(ring_id: str, node_id: str) -> str:
-    """Work identity (SPEC 11.3): the ring and node of whoever sealed it."""
+    """Work identity (docs/operations.md#carryover): the ring and node of whoever sealed it."""
     return f"{ring_id}#{node_id}"
 
 

@@ -1,8 +1,8 @@
 """The built-in demo task: handwritten digits from scikit-learn's bundled `load_digits`.
 
 Nothing is downloaded. `materialise_task` turns the bundled data into a task folder
-(SPEC section 4) with four views (search: proxy, x3; guard: guard; final: final), and
-the package ships candidate solutions and a baseline (SPEC section 3) that run against
+(docs/contracts.md#task) with four views (search: proxy, x3; guard: guard; final: final), and
+the package ships candidate solutions and a baseline (docs/contracts.md#candidate) that run against
 it in a few seconds each on one thread.
 
 How rows are split (1797 digits, each row has an opaque `id`, its position in a fixed

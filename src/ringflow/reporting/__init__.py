@@ -1,1 +1,2 @@
-"""What the user reads: the summary, `ringflow status` and the HTML report (SPEC 14)."""
+"""What the user reads: the summary, `ringflow status` and the HTML report
+(docs/operations.md#while-a-ring-runs)."""

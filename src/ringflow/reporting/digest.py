@@ -1,6 +1,6 @@
 """The failure digest: for each node that was rejected, crashed, was invalid or was not
-scored, the first line of why (SPEC 14). Summary, status and report all show it, so a
-failure is never only inside a score.json or a stderr.log.
+scored, the first line of why (docs/operations.md#while-a-ring-runs). Summary, status and report all
+show it, so a failure is never only inside a score.json or a stderr.log.
 """
 
 from __future__ import annotations

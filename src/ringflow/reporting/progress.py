@@ -1,4 +1,5 @@
-"""What the terminal shows while a ring runs (SPEC 14): ringflow's progress, then the summary.
+"""What the terminal shows while a ring runs (docs/operations.md#while-a-ring-runs): ringflow's
+progress, then the summary.
 
 Snakemake's own log (every job, every rule) still goes to its log file under
 `.snakemake/log/`; on the terminal only its warnings and errors remain, beside one

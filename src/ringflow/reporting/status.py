@@ -1,4 +1,4 @@
-"""`ringflow status`: a live text view of a ring (SPEC 14).
+"""`ringflow status`: a live text view of a ring (docs/operations.md#while-a-ring-runs).
 
 Nodes with their seed-0 means and execution counts, the executions in flight with their
 latest health figures, the time left to the live cutoff and to stop_at, the current final

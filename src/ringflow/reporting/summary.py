@@ -90,7 +90,7 @@ def origin_label(layout: RingLayout, entry: dict) -> str:
 
 def carryover_lines(layout: RingLayout, nodes: list[dict]) -> list[str]:
     """What crossed the ring boundary: work this ring sealed for the next one, and sealed
-    work it imported and resumed (SPEC 11)."""
+    work it imported and resumed (docs/operations.md#carryover)."""
     lines = []
     imported_path = layout.carryover_imported
     if imported_path.exists():
@@ -110,7 +110,8 @@ def carryover_lines(layout: RingLayout, nodes: list[dict]) -> list[str]:
             lines += [f"  resumed {line}" for line in resumed]
             lines += [f"  rejected {r.get('identity')}: {r.get('reason')}" for r in rejected]
             lines += [f"  not resumed {r.get('identity')}: {r.get('reason')}" for r in refused]
-        lines += scored_summary(layout.root, imported)  # scored work, comparability (SPEC 12)
+        # Scored work and comparability (docs/operations.md#chains).
+        lines += scored_summary(layout.root, imported)
     if layout.carryover_seals.exists():
         seals = read_json(layout.carryover_seals)
         carried = "piece(s) of work sealed for the next ring"

@@ -1,4 +1,4 @@
-"""Continuing a chain (SPEC 12, 15): a ring that continues another inherits its task,
+"""Continuing a chain (docs/operations.md#chains): a ring that continues another inherits its task,
 candidates, baseline and configuration; another task or direction is refused.
 
 A key left at its default (`config/config.yaml`) takes the parent ring's value; a key given

@@ -84,7 +84,8 @@ def deadline_for(ring: dict, view: str, variant: str):
 
 
 def settle_deadline(ring: dict) -> float:
-    """Search work in flight at the cutoff may still be scored until this moment (SPEC 9)."""
+    """Search work in flight at the cutoff may still be scored until this moment
+    (docs/operations.md#the-clock)."""
     timeline = ring["config"]["timeline"]
     return bounded_settle(
         current_cutoff(ring),
@@ -105,8 +106,8 @@ def scoring_deadline_for(ring: dict, view: str, variant: str):
 
 
 def view_limits(ring: dict, view: str) -> dict:
-    """One view's limits (SPEC 7.6): as locked in RING.json, `limits` with that view's
-    `limits_per_view` entry laid over it."""
+    """One view's limits (docs/operations.md#health-supervision): as locked in RING.json, `limits`
+    with that view's `limits_per_view` entry laid over it."""
     locked = ring.get("views", {}).get(view, {}).get("limits")
     if locked is not None:
         return dict(locked)

@@ -1,4 +1,5 @@
-"""A locked ring notices edits (SPEC 12, 13): what it was given is fingerprinted at import.
+"""A locked ring notices edits (docs/operations.md#chains): what it was given is fingerprinted at
+import.
 
 `sources.json` records, when the nodes are imported, the hash of every candidate and
 baseline folder as given, the candidates folder's entries, the task's own files (task.yaml,

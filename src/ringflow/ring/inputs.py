@@ -3,10 +3,10 @@
 The snapshot lives at `runs/<ring>/inputs/<alias>/`, where the alias is the random name
 programs are given for the view (real and disguised copies alike), so neither the path
 nor the mount table tells a program which view, or which kind of run, it is in
-(SPEC 7.6). Files are hard links where the filesystem allows (copies otherwise), and
-each file's (size, mtime_ns, ctime_ns, inode) is recorded: an in-place change of the
+(docs/contracts.md#sandbox). Files are hard links where the filesystem allows (copies otherwise),
+and each file's (size, mtime_ns, ctime_ns, inode) is recorded: an in-place change of the
 task's file shows in its ctime, so `check_inputs` before and after every execution
-proves that the data a program read is the data that was hashed (SPEC 4).
+proves that the data a program read is the data that was hashed (docs/contracts.md#sandbox).
 """
 
 from __future__ import annotations

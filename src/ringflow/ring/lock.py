@@ -135,7 +135,7 @@ def lock_sandbox(config: dict, layout: RingLayout, python: Path) -> tuple[dict, 
 
 def check_ancestors(previous: Path | None) -> None:
     """Refuse to continue from a chain whose rings are missing, tainted or whose ledgers do
-    not verify, checked back to the first ring (SPEC 12)."""
+    not verify, checked back to the first ring (docs/operations.md#chains)."""
     from ..carryover.ancestry import check_ancestry
 
     check_ancestry(previous)
@@ -257,8 +257,8 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
     environment, environment_stamp = keys.environment_for(config, memo)
     memo.save()
     for view in views:
-        # The thread count is part of the environment key (SPEC 7.6): a view run with
-        # other threads keys its weights with its own environment.
+        # The thread count is part of the environment key (docs/contracts.md#weights): a view run
+        # with other threads keys its weights with its own environment.
         threads = views[view]["limits"]["threads"]
         view_env = (
             environment if threads == limits["threads"] else {**environment, "threads": threads}
@@ -276,8 +276,8 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
         "limits": limits,
         "view_limits": {v: views[v]["limits"] for v in search_views},
         "scorer_version": scorer_version(task),
-        # The candidates' environment as each search view runs it (SPEC 12): new library
-        # versions change scores, so they change the search hash too.
+        # The candidates' environment as each search view runs it (docs/operations.md#chains): new
+        # library versions change scores, so they change the search hash too.
         "env_keys": {v: views[v]["env_key"] for v in search_views},
     }
     check_ancestors(paths["previous"])
@@ -303,7 +303,8 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
         "store": str(store),
         "views": views,
         "search_views": search_views,
-        # Views only the guard scores; empty: the guard re-uses search rows (SPEC 4, 10).
+        # Views only the guard scores; empty: the guard re-uses search rows
+        # (docs/contracts.md#view-roles).
         "guard_views": guard_views,
         "final_view": final_view,
         "evaluation": evaluation,

@@ -1,4 +1,5 @@
-"""Named rings (SPEC 15): a chain file names rings, and each name is a Snakemake target.
+"""Named rings (docs/operations.md#chains): a chain file names rings, and each name is a Snakemake
+target.
 
     rings:
       ring1: {ring_id: demo, engineer: {command: builtin}}

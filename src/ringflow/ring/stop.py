@@ -1,4 +1,4 @@
-"""Stopping a ring because the machinery failed (SPEC 4, 7.6).
+"""Stopping a ring because the machinery failed (docs/operations.md#recovery-after-a-stop).
 
 A failure of ringflow or of the machine (the sandbox cannot start, the view changed
 under the lock, the scorer fails on the baseline or on too many nodes) must not be

@@ -1,4 +1,4 @@
-"""Confine a candidate program (SPEC 3 and 7.6).
+"""Confine a candidate program (docs/contracts.md#sandbox).
 
 Programs run in bubblewrap: as root, dropped to an unprivileged uid without
 capabilities; as an ordinary user, in a user namespace. A program sees the system

@@ -1,4 +1,4 @@
-"""Plan a bubblewrap sandbox for one program (SPEC 7.6).
+"""Plan a bubblewrap sandbox for one program (docs/contracts.md#sandbox).
 
 As root, bwrap runs as root (so it can bind folders from anywhere) and setpriv drops to
 the sandbox uid with no capabilities inside. As an ordinary user, bwrap makes a user

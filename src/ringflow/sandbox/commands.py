@@ -7,8 +7,9 @@ from pathlib import Path, PurePosixPath
 
 # Where the execution's folders appear inside the sandbox.
 INSIDE = PurePosixPath("/ringflow")
-# Host folders a program may read: the system and where toolkits are installed (SPEC 7.6).
-# Nothing else of the host is visible: not /home, /root, /srv, /mnt, /var, /run or /tmp.
+# Host folders a program may read: the system and where toolkits are installed
+# (docs/contracts.md#sandbox). Nothing else of the host is visible: not /home, /root, /srv, /mnt,
+# /var, /run or /tmp.
 SYSTEM_FOLDERS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "opt")
 # Folders visible to executions given GPUs, read-only (the driver's user-space needs them).
 GPU_FOLDERS = ("/sys", "/proc/driver/nvidia")

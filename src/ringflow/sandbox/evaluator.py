@@ -1,4 +1,4 @@
-"""The scorer's and validator's own sandbox (SPEC 4, 8).
+"""The scorer's and validator's own sandbox (docs/contracts.md#the-evaluators-sandbox).
 
 They see the system folders, ringflow's interpreter, the task folder without its views,
 and at neutral paths the output to judge (read-only), the labels (scorer) or the inputs

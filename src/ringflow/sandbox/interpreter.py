@@ -1,7 +1,7 @@
 """The interpreter a sandboxed process runs with, and the folders its install needs.
 
-Candidate programs run with `program.python` (their own environment, SPEC 3 and 6); the
-task's scorer and validator with ringflow's interpreter. Either install may live in a
+Candidate programs run with `program.python` (their own environment, docs/contracts.md#candidate);
+the task's scorer and validator with ringflow's interpreter. Either install may live in a
 private home folder: the sandbox binds it read-only at its host path, so what it needs
 is asked of the interpreter itself (its real executable, prefix and base prefix) once,
 when the ring is locked.

@@ -15,7 +15,7 @@ NOBODY = 65534
 
 @dataclass(frozen=True)
 class SandboxRequest:
-    """One confined run: what the program may see and write (SPEC 3, 7.6).
+    """One confined run: what the program may see and write (docs/contracts.md#sandbox).
 
     Every path is a host path. The execution's own folders appear inside under neutral
     names (/ringflow/solution, /ringflow/inputs, /ringflow/output); the interpreter's

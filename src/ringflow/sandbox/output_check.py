@@ -1,4 +1,5 @@
-"""A program's output is data, never a pointer (SPEC 4): checked before anyone reads it.
+"""A program's output is data, never a pointer (docs/contracts.md#the-evaluators-sandbox): checked
+before anyone reads it.
 
 Symbolic links, hard links (another name of a file elsewhere), devices, FIFOs and
 sockets in the output are refused before the validator and the scorer see it, so a

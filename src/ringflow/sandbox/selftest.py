@@ -1,8 +1,8 @@
 """Start the candidates' interpreter once in the sandbox, before a ring trusts either.
 
 A ring whose sandbox cannot start anything, or whose program interpreter cannot run in
-it, refuses to start with the reason (SPEC 7.6): otherwise every execution would fail
-and look like a bad candidate.
+it, refuses to start with the reason (docs/contracts.md#sandbox): otherwise every execution would
+fail and look like a bad candidate.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Best so far, measured the same way in native and blind rings (issue 11, item 7).
+"""Best so far, measured the same way in native and blind rings (docs/contracts.md#engineer).
 
 While an engineer session runs, every `search.background_eval_min` ringflow looks at its
 workspace. When it holds a runnable program whose tree hash (`tree_ignore` honoured)

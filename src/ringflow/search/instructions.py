@@ -2,7 +2,7 @@
 
 Native and blind renderings differ only in the feedback section: every score a session
 may see (its parent's, the refuted directions', the query quota) is in that section and
-nowhere else (SPEC 8)."""
+nowhere else (docs/contracts.md#engineer)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def refuted_directions(ring: dict, layout: RingLayout, index: dict) -> list[dict
             method = method_of(layout, entry["id"])
             refuted.append({"node": entry["id"], "parent": parent, "score": mine,
                             "parent_score": theirs, "method": method})  # fmt: skip
-    # Those the chain found before this ring, scored where they were (SPEC 12).
+    # Those the chain found before this ring, scored where they were (docs/operations.md#chains).
     listed = {item["node"] for item in refuted}
     return refuted + [r for r in imported_refuted(layout, index) if r["node"] not in listed]
 

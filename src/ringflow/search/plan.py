@@ -1,8 +1,8 @@
 """One generation of the search: decide whether the search goes on, and plan its new nodes.
 
 A generation is planned once its predecessor's nodes are settled and scored (a Snakemake
-checkpoint per generation, SPEC 9). It is the last one when no engineer is configured,
-the hand-over point (cutoff - timeline.node_tail_min) has passed, or the ring holds
+checkpoint per generation, docs/contracts.md#engineer). It is the last one when no engineer is
+configured, the hand-over point (cutoff - timeline.node_tail_min) has passed, or the ring holds
 `search.max_nodes` nodes. Otherwise it plans up to `search.max_concurrent_nodes` new
 nodes: a draft (from `engineer.template`) with probability `search.draft_fraction`, or
 when nothing is scored yet; else an improvement of a parent drawn by the rank-weighted

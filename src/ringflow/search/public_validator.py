@@ -1,4 +1,4 @@
-"""The task's public validator, handed to engineer sessions (issue 11, item 5).
+"""The task's public validator, handed to engineer sessions (docs/contracts.md#engineer).
 
 A session never sees the task folder. When the task ships a validator, the session gets
 a read-only copy of the files its command names (`/ringflow/validator/files/`), never the

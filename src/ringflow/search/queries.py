@@ -1,4 +1,5 @@
-"""The scorer side of score queries (SPEC 8): a Unix socket per native engineer session.
+"""The scorer side of score queries (docs/contracts.md#engineer): a Unix socket per native engineer
+session.
 
 Each admitted query is recorded by this side before it is scored
 (`nodes/<id>/queries.jsonl`, fsynced), up to `search.queries_per_node`. When the session

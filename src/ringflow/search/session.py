@@ -1,5 +1,6 @@
 """One engineer session: make the node's workspace, run the engineer in the sandbox under
-the supervisor until it exits or the hand-over point, then settle the node (SPEC 8, 11.1).
+the supervisor until it exits or the hand-over point, then settle the node
+(docs/contracts.md#engineer).
 
 The session sees its workspace (read-write, `/ringflow/workspace`), its instructions
 (`/ringflow/INSTRUCTIONS.md`), its parent's submission (`/ringflow/parent`, read-only),

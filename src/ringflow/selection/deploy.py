@@ -1,4 +1,5 @@
-"""A deployable solution (SPEC 10): the chosen program's code with its trained weights.
+"""A deployable solution (docs/contracts.md#deploying-the-result): the chosen program's code with
+its trained weights.
 
 `final/solution/` (and `ringflow export RING DEST`) holds the submission, the weights
 trained on the `final` view at their declared paths (so the program loads them and runs

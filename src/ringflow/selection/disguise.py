@@ -1,4 +1,5 @@
-"""Disguised copies of search views for the view-blind check (SPEC 10)."""
+"""Disguised copies of search views for the view-blind check
+(docs/operations.md#final-selection)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from filelock import FileLock
 from ..jsonio import atomic_write_bytes
 from ..ring.layout import RingLayout
 
-# The view-blind runs and the disguised copy each one gets (SPEC 10: a check and a re-check).
+# The view-blind runs and the disguised copy each one gets (docs/operations.md#final-selection: a
+# check and a re-check).
 BLIND_COPIES = {"blind-s0": "disguised", "blind2-s0": "disguised-2"}
 
 

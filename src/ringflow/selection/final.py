@@ -1,4 +1,5 @@
-"""Final selection (SPEC 10): baseline first, review, guard on fresh seeds, the final pick."""
+"""Final selection (docs/operations.md#final-selection): baseline first, review, guard on fresh
+seeds, the final pick."""
 
 from __future__ import annotations
 
@@ -171,7 +172,8 @@ def _output_until(proc: subprocess.Popen, deadline) -> str | None:
 
 
 def _review_command(ring, layout, node_id: str) -> dict:
-    """Run the review command; it stops at the review stage's live deadline (SPEC 7.4)."""
+    """Run the review command; it stops at the review stage's live deadline
+    (docs/operations.md#the-clock)."""
     command = ring["config"]["review"]
     argv = [*shlex.split(command), str(layout.node_dir(node_id))]
     started = time.time()

@@ -1,4 +1,5 @@
-"""The selection gap (SPEC 10, 14): one definition, shared by FINAL.json and the report."""
+"""The selection gap (docs/operations.md#final-selection): one definition, shared by FINAL.json and
+the report."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Guard statistics (SPEC 10): the paired bootstrap lower bound, the verdict, alpha'.
+"""Guard statistics (docs/operations.md#final-selection): the paired bootstrap lower bound, the
+verdict, alpha'.
 
 The bound is a paired bootstrap over the guard rows and the guard seeds' runs, never a
 Student-t bound over seeds: re-drawing rows of one fixed guard set with a t-bound
@@ -93,7 +94,8 @@ def paired_bootstrap_lcb(
     direction: str,
     rng_seed: int | str = 0,
 ) -> dict:
-    """Paired bootstrap lower confidence bound on the candidate's advantage (SPEC 10).
+    """Paired bootstrap lower confidence bound on the candidate's advantage
+    (docs/operations.md#final-selection).
 
     `candidate[view][seed]` holds B scores of that guard run, one per bootstrap resample
     of the view's rows; resample b is the same rows for both sides. Replicate b resamples
@@ -167,6 +169,7 @@ def paired_bootstrap_lcb(
         )
         return stats
     stats["lcb"] = ordered[index]
-    # The smallest mean advantage this guard could have told from zero (SPEC 10).
+    # The smallest mean advantage this guard could have told from zero
+    # (docs/operations.md#final-selection).
     stats["detectable"] = stats["mean"] - stats["lcb"]
     return stats

@@ -16,7 +16,7 @@ def usable_baseline(index: dict) -> str | None:
 def ends_selection(verdict: dict) -> bool:
     """A replacement ends final selection, and so does an incomplete guard: the baseline
     stays, and no other finalist is tried in its place to save time
-    (docs/architecture.md#final-selection)."""
+    (docs/operations.md#final-selection)."""
     guard = verdict.get("guard") or {}
     incomplete = bool(verdict.get("eligible")) and not guard.get("complete")
     return bool(verdict.get("replace")) or incomplete

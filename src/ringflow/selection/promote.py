@@ -1,4 +1,5 @@
-"""Promotion (SPEC 10): top nodes by seed-0 score get seeds 1 and 2; rank by the 3-seed mean."""
+"""Promotion (docs/operations.md#final-selection): top nodes by seed-0 score get seeds 1 and 2; rank
+by the 3-seed mean."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def node_mean(ring: dict, layout: RingLayout, node: str, variant: str) -> dict:
 
 def _score_or_imported(ring: dict, layout: RingLayout, node: str, view: str, variant: str):
     """This ring's score of the execution; without one, a comparable imported score
-    (SPEC 12: made under the same search_hash) stands in for it."""
+    (docs/operations.md#chains: made under the same search_hash) stands in for it."""
     own = read_score(layout, node, view, variant)
     if own is not None:
         return own
@@ -84,7 +85,8 @@ def rank(ring_dir: str | Path) -> dict:
             continue
         rows.append({"node": node, "score": fmean(seeds.values()), "seeds": seeds})
     rows.sort(key=rank_key(promotion["direction"]))
-    from ..timekeeper import settle_final_k  # fixes k before any guard run (SPEC 9)
+    # Fixes k before any guard run (docs/operations.md#the-clock).
+    from ..timekeeper import settle_final_k
 
     k = settle_final_k(ring["ring_dir"], [row["node"] for row in rows])
     ranking = {

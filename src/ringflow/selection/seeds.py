@@ -1,4 +1,4 @@
-"""Guard seeds and exposed seeds (SPEC 5, 10, 12).
+"""Guard seeds and exposed seeds (docs/operations.md#final-selection).
 
 Each ring's fresh guard seeds never overlap those of any other ring that shares its
 store: siblings continued from one ring and new chains on the same data included. The

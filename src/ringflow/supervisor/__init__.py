@@ -1,5 +1,5 @@
 """Execution supervisor: health sampling, hang detection, deadlines that leave nothing
-behind (SPEC 7)."""
+behind (docs/operations.md#health-supervision)."""
 
 from .settings import HealthSettings, ResourceLimits
 from .supervise import Outcome, supervise, wait_for

@@ -1,4 +1,5 @@
-"""Is the program doing anything? Pure decisions over successive samples (SPEC 7.2, 7.3).
+"""Is the program doing anything? Pure decisions over successive samples
+(docs/operations.md#health-supervision).
 
 Activity in a window = CPU above `min_cpu_frac` of a core, its own GPU compute, I/O above
 `min_io_kbps` averaged over the window, a thread in D state while I/O moves, or GPU

@@ -1,4 +1,5 @@
-"""Copy a program's stdout or stderr to its log file, up to a size limit (SPEC 7.6).
+"""Copy a program's stdout or stderr to its log file, up to a size limit
+(docs/operations.md#health-supervision).
 
 The program writes into a pipe; a thread copies what arrives to the log until the limit,
 then writes one marker line and counts, but drops, the rest. A program that floods its

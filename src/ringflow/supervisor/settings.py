@@ -1,4 +1,5 @@
-"""Health and resource settings of one execution (SPEC 7 and 9), read from the config."""
+"""Health and resource settings of one execution (docs/operations.md#health-supervision), read from
+the config."""
 
 from __future__ import annotations
 
@@ -68,7 +69,8 @@ class HealthSettings:
 
 @dataclass(frozen=True)
 class ResourceLimits:
-    """`limits` of a board or view: memory, wall-clock backstop, threads (SPEC 7.6)."""
+    """`limits` of a board or view: memory, wall-clock backstop, threads
+    (docs/operations.md#health-supervision)."""
 
     memory_gb: float | None = 28
     time_limit_min: float | None = 360

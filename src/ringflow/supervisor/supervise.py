@@ -1,5 +1,6 @@
 """Run one program under supervision: sample its health, stop it at the (moving)
-deadline or when hung, and leave no process of its tree behind (SPEC 7).
+deadline or when hung, and leave no process of its tree behind
+(docs/operations.md#health-supervision).
 
 The loop wakes at least every 0.25 s (a moved cutoff acts promptly) and at once when the
 program exits (a pidfd) or the supervisor gets a signal (a pipe). Every stop is the same
@@ -50,7 +51,8 @@ HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 @dataclass
 class Outcome:
-    """How one supervised execution ended (the core of result.json, SPEC 7.5)."""
+    """How one supervised execution ended (the core of result.json,
+    docs/ring-folder.md#executions)."""
 
     status: str
     budget_cut: bool
@@ -529,7 +531,8 @@ class _Supervision:
         return f"output limit exceeded: the output reached limits.output_gb = {quota}"
 
     def _limit_exceeded(self) -> str | None:
-        """Which per-execution limit the tree is over (SPEC 7.6), or None."""
+        """Which per-execution limit the tree is over (docs/operations.md#health-supervision), or
+        None."""
         limits = self.limits
         if limits.output_gb is not None:
             used = self._output_used()
@@ -650,8 +653,8 @@ def supervise(
     """Run `argv` in its own session under health sampling and the (moving) deadline.
 
     Returns when the program and every process of its tree are gone (or reported in
-    `reap_left`). See SPEC 7 for the statuses and when `budget_cut` is set. `wrappers`
-    are executables (a sandbox) that are only ever killed, never sent SIGTERM."""
+    `reap_left`). See docs/ring-folder.md#executions for the statuses and when `budget_cut` is set.
+    `wrappers` are executables (a sandbox) that are only ever killed, never sent SIGTERM."""
     if not argv:
         raise InputError("supervise: argv is empty")
     if not isinstance(settings, HealthSettings) or not isinstance(limits, ResourceLimits):

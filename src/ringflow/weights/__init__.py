@@ -1,2 +1,2 @@
 """Train once, replay many: weights keys, the content-addressed store, per-ring key
-targets and content hashing (SPEC 6)."""
+targets and content hashing (docs/contracts.md#weights)."""

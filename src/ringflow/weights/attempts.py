@@ -1,5 +1,5 @@
-"""Training attempts of a weights key within a ring (SPEC 6): a failed trainer is retried by
-at most `max_train_attempts` executions; the others are skipped at once (`key_failed`).
+"""Training attempts of a weights key within a ring (docs/contracts.md#weights): a failed trainer is
+retried by at most `max_train_attempts` executions; the others are skipped at once (`key_failed`).
 
 Each attempt is two lines of `runs/<ring>/keys/attempts/<key>.jsonl`: "started" when an
 execution begins to train (under the key lock) and "ended" with its outcome. Holding the

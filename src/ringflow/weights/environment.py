@@ -1,4 +1,5 @@
-"""The environment key (SPEC 6): what a program can run and import, hashed completely.
+"""The environment key (docs/contracts.md#weights): what a program can run and import, hashed
+completely.
 
 The candidates' interpreter (`program.python`) is run once per ring, at lock time, with a
 small script that lists every installed distribution and version, the editable installs

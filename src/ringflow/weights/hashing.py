@@ -1,9 +1,9 @@
 """Content hashes of files and trees, with a memo so unchanged files cost a `stat`.
 
 A view of several gigabytes is hashed once; later hashes compare each file's
-(size, mtime_ns, ctime_ns, inode) with the memo and reuse the recorded sha256 (SPEC 4).
-ctime_ns cannot be set back by a user, so an in-place rewrite that restores the mtime
-(`cp -p`, `rsync --inplace -t`) is still seen.
+(size, mtime_ns, ctime_ns, inode) with the memo and reuse the recorded sha256
+(docs/contracts.md#weights). ctime_ns cannot be set back by a user, so an in-place rewrite that
+restores the mtime (`cp -p`, `rsync --inplace -t`) is still seen.
 """
 
 from __future__ import annotations

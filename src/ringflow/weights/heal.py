@@ -1,4 +1,4 @@
-"""`ringflow store check` and `ringflow store repair` (SPEC 6, healing).
+"""`ringflow store check` and `ringflow store repair` (docs/operations.md#recovery-after-a-stop).
 
 check: rehash every object an index entry uses, list malformed entries, orphan objects,
 leftovers of killed registrations, and compare the index with the ledgers of the rings

@@ -1,4 +1,4 @@
-"""Weights keys: the content hash that names one trained state (SPEC 6).
+"""Weights keys: the content hash that names one trained state (docs/contracts.md#weights).
 
 A key is the sha256 of the canonical JSON of exactly the inputs that decide
 what training produces; two executions with the same key may share weights.

@@ -1,4 +1,5 @@
-"""The per-ring target of a weights key (SPEC 6): it exists once the key can be replayed."""
+"""The per-ring target of a weights key (docs/contracts.md#weights): it exists once the key can be
+replayed."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The content-addressed weights store: train once, replay many (SPEC 6).
+"""The content-addressed weights store: train once, replay many (docs/contracts.md#weights).
 
 Layout under the store root (mode 0700, shared by the rings of a chain):
 

@@ -1,2 +1,2 @@
 """The workflow glue: the DAG logic the rules of rules/*.smk call, and the records each
-step declares (docs/architecture.md#the-workflow)."""
+step declares (docs/architecture.md#the-workflow-glue)."""

@@ -14,7 +14,7 @@ Two rules keep a finished ring finished and a killed ring exact:
   them (`CHECKPOINT_OUTPUTS`), up to the one it needs, and each round completes one more.
 
 The rules call the methods of `RingDag`; `FolderCheckpoints` runs the same methods over a
-ring folder, as the tests do (docs/architecture.md#the-workflow).
+ring folder, as the tests do (docs/architecture.md#the-workflow-glue).
 """
 
 from __future__ import annotations
