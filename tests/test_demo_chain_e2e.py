@@ -21,6 +21,7 @@ def _nodes(ring: Path) -> list[dict]:
 
 
 @pytest.mark.e2e
+@pytest.mark.user
 def test_the_demo_chain_carries_work_over_and_resumes_it():
     work = finished_demo_chain()
     first, second = work / "runs" / "demo", work / "runs" / "demo-2"

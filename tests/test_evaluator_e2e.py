@@ -10,7 +10,7 @@ import pytest
 
 from ringtools import make_candidate, make_task, results, snakemake, write_config
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.user]
 
 # Fails on the output of any candidate whose value is 0.13; reports what else it can see.
 PICKY_SCORER = """\

@@ -14,7 +14,7 @@ import pytest
 from ringflow.workflow.records import private_record
 from ringtools import REPO, chain_argv, finished_demo_chain
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.user]
 
 
 def _files(*tops: Path) -> dict[str, tuple[int, int]]:

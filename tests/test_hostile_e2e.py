@@ -21,7 +21,7 @@ import pytest
 
 from ringtools import locked_ring, loopback_listener
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.user]
 
 HOSTILE = r"""
 import json, os, socket, sys

@@ -17,7 +17,7 @@ import pytest
 from ringflow.interrupts import is_supervisor, stopped_by_signal
 from ringtools import make_candidate, make_task, snakemake, start_snakemake, write_config
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.user]
 
 # Seed 0 on proxy (not the ablation) sleeps until GATE, an epoch fixed at creation; every
 # other execution is quick.

@@ -21,7 +21,7 @@ from ringtools import (
     write_config,
 )
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.user]
 
 
 def test_a_ring_without_a_working_sandbox_refuses_to_start(tmp_path, broken_bwrap):

@@ -49,6 +49,7 @@ def _checkout(root: Path) -> Path:
 
 
 @pytest.mark.e2e
+@pytest.mark.user
 def test_the_readme_walkthrough_runs_as_written(tmp_path):
     root = _checkout(tmp_path)
     for block in walkthrough_blocks(README.read_text()):

@@ -42,10 +42,11 @@ def _workdir(root: Path) -> tuple[Path, Path]:
     task = make_task(root, roles={"search": ["proxy", "x3"], "guard": ["guard"],
                                   "final": "final"})  # fmt: skip
     cands = root / "cands"
-    make_candidate(root / "baseline", mean=0.50, sd=0.02, sleep=1)
-    make_candidate(cands / "good", mean=0.70, sd=0.02, sleep=1, weights=True)
-    make_candidate(cands / "fair", mean=0.55, sd=0.02, sleep=1)
-    make_candidate(cands / "poor", mean=0.30, sd=0.02, sleep=1)
+    # Seed noise of its own for the baseline, so the guard's paired differences spread.
+    make_candidate(root / "baseline", mean=0.50, sd=0.01, sleep=1, noise_key="baseline")
+    make_candidate(cands / "good", mean=0.70, sd=0.01, sleep=1, weights=True)
+    make_candidate(cands / "fair", mean=0.55, sleep=1)
+    make_candidate(cands / "poor", mean=0.30, sleep=1)
     config = write_config(root, ring_id="r", task=str(task), candidates=str(cands),
                           baseline=str(root / "baseline"), store=str(root / "store"),
                           terminal={"progress_s": 0})  # fmt: skip
