@@ -35,7 +35,17 @@ def test_an_execution_of_a_rejected_node_is_refused_with_its_error(tmp_path):
     cands = tmp_path / "cands"
     (cands / "empty").mkdir(parents=True)
     ring = locked_ring(tmp_path, cands, "rejected")
-    argv = [sys.executable, "-m", "ringflow", "step", "execute", str(ring), "n001-empty", "proxy", "s0"]
+    argv = [
+        sys.executable,
+        "-m",
+        "ringflow",
+        "step",
+        "execute",
+        str(ring),
+        "n001-empty",
+        "proxy",
+        "s0",
+    ]
     done = subprocess.run(argv, capture_output=True, text=True)
     assert done.returncode == 2
     assert "rejected at import" in done.stderr and "missing program" in done.stderr

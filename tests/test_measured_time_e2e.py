@@ -29,7 +29,17 @@ def test_a_candidate_that_replays_on_seed_0_gets_its_slow_cold_start_reserved(tm
     # ring under test seed 0 only replays: fast, while every training takes 4 s.
     earlier = locked_ring(tmp_path, cands, "earlier")
     for view in ("proxy", "x3"):
-        run = [sys.executable, "-m", "ringflow", "step", "execute", str(earlier), "n001-slow", view, "s0"]
+        run = [
+            sys.executable,
+            "-m",
+            "ringflow",
+            "step",
+            "execute",
+            str(earlier),
+            "n001-slow",
+            view,
+            "s0",
+        ]
         subprocess.run(run, check=True, capture_output=True)
     config = write_config(tmp_path, ring_id="cold", task=str(make_task(tmp_path)),
                           candidates=str(cands), baseline=str(baseline))  # fmt: skip

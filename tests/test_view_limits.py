@@ -116,7 +116,17 @@ def test_the_supervisor_enforces_each_views_own_limits(tmp_path):
                        limits_per_view={"proxy": small, "final": FINAL})  # fmt: skip
     outcome = {}
     for view in ("proxy", "final"):
-        run = [sys.executable, "-m", "ringflow", "step", "execute", str(ring), "n001-hungry", view, "s0"]
+        run = [
+            sys.executable,
+            "-m",
+            "ringflow",
+            "step",
+            "execute",
+            str(ring),
+            "n001-hungry",
+            view,
+            "s0",
+        ]
         subprocess.run(run, check=True, capture_output=True)
         exec_dir = ring / "nodes" / "n001-hungry" / "exec" / view / "s0"
         outcome[view] = json.loads((exec_dir / "result.json").read_text())

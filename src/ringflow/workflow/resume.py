@@ -3,8 +3,8 @@
 An execution stopped by a signal or by losing its driver (a kill, a reboot) has a
 result.json saying `interrupted`: a record of what happened, not a result. Snakemake sees
 only that the file exists, so the record is set aside here and the execution runs again,
-exactly as if it had not started (docs/operations.md#recovery-after-a-stop). An execution the ring's clock
-cut (`budget_cut`) keeps its record: it is carried over, not retried.
+exactly as if it had not started (docs/operations.md#recovery-after-a-stop). An execution
+the ring's clock cut (`budget_cut`) keeps its record: it is carried over, not retried.
 """
 
 from __future__ import annotations
