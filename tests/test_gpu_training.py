@@ -54,8 +54,8 @@ def test_a_pytorch_candidate_trains_on_its_own_gpu(tmp_path):
     (cands / "torch" / "run.py").write_text(TRAINER)
     ring = locked_ring(tmp_path, cands, "cuda")
     done = subprocess.run(
-        [sys.executable, "-m", "ringflow", "step", "execute", str(ring), "n001-torch", "proxy", "s0",
-         "--gpus", "1"],
+        [sys.executable, "-m", "ringflow", "step", "execute", str(ring), "n001-torch", "proxy",
+         "s0", "--gpus", "1"],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
