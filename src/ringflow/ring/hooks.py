@@ -22,6 +22,7 @@ from ..reporting.progress import ring_end, ring_start
 from ..sandbox.slots import gpu_slots
 from .chain import inherit_config, refuse_task_switch
 from .edits import refuse_edits
+from .lease import hold_leases, release_leases
 from .lock import check_existing_lock
 from .named import NamedRing
 from .stop import stopped_reason
@@ -78,7 +79,11 @@ def refuse_locked(root: Path, config: dict, defaults_path: str) -> bool:
 
 
 def start_rings(rings: list[NamedRing], configs: dict[str, dict], workflow) -> None:
-    """onstart: each ring's timekeeper, Ctrl-C relay and progress lines."""
+    """onstart: the driver lease of every ring first (a second driver of a ring is refused
+    before anything of it runs), then each ring's timekeeper, Ctrl-C relay and progress
+    lines."""
+    for note in hold_leases([ring.root for ring in rings], " ".join(sys.argv)):
+        print(note, file=sys.stderr)
     slots = gpu_slots(workflow.global_resources)
     for ring in rings:
         config = configs[ring.name]
@@ -100,3 +105,4 @@ def end_rings(rings: list[NamedRing], log, completed: bool) -> None:
             reason = stopped_reason(ring.root)
             if reason is not None:
                 print(f"ringflow: the ring {ring.root} stopped: {reason}", file=sys.stderr)
+    release_leases()
