@@ -77,7 +77,8 @@ def test_the_lease_is_not_inherited_by_a_program_the_driver_starts(tmp_path):
     try:
         # A job's process (started by the driver) neither holds nor needs the lease: it
         # ends at once, and afterwards the lease is still the driver's alone.
-        fds = "import os, sys; print(sys.argv[1] in os.popen('ls -l /proc/%d/fd' % os.getpid()).read())"
+        fds = "import os, sys; print(sys.argv[1] in os.popen('ls -l /proc/%d/fd' % os.getpid())"
+        fds += ".read())"
         child = subprocess.run([sys.executable, "-c", fds, str(lease_path(ring))],
                                capture_output=True, text=True, check=True, timeout=60,
                                close_fds=False)  # fmt: skip

@@ -39,7 +39,7 @@ def _when(ts: object) -> str:
 
 
 def describe_holder(record: dict) -> str:
-    """"host H, PID P, since T" for a lease record."""
+    """ "host H, PID P, since T" for a lease record."""
     return (
         f"host {record.get('host', '?')}, PID {record.get('pid', '?')}, "
         f"since {_when(record.get('since'))}"

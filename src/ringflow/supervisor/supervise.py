@@ -28,6 +28,7 @@ from .cgroup import OwnedCgroup
 from .gpu import GpuMonitor
 from .health_log import HealthLog
 from .logsink import LogSink
+from .oom import KILLED_CODES, MemoryWatch
 from .proctree import (
     SIGNAL_NAMES,
     TOKEN_ENV,
@@ -259,6 +260,7 @@ class _Supervision:
         self.cgroup = OwnedCgroup.create(
             f"ringflow-{os.getpid()}-{token[:12]}", memory, self.limits.max_processes
         )
+        self.memory_watch = MemoryWatch.start(self.cgroup)
         try:
             return self._run_started(token)
         finally:
@@ -505,6 +507,11 @@ class _Supervision:
         if reap_left:
             self.event("reap_left", processes=reap_left)
         status, budget_cut, reason = stop or self._exit_verdict()
+        code = self.proc.returncode if self.proc else None
+        killed = stop is None and status == statuses.CRASH and code in KILLED_CODES
+        # "Killed by signal 9" alone reads as a crash: say whose memory limit it was.
+        if killed and (memory := self.memory_watch.reason(self.cgroup, self.limits.memory_gb)):
+            reason = f"{memory}; {reason}"
         if stop is None and status == statuses.CRASH and (full := self._output_at_quota()):
             # A write refused at the file-size limit (RLIMIT_FSIZE) ends the program first.
             reason = f"{full}; {reason}"
@@ -555,8 +562,8 @@ class _Supervision:
             if rss > limits.memory_gb * 1024**3:
                 self.event("limit", limit="memory_gb", rss_bytes=rss)
                 return (
-                    f"memory limit exceeded: {rss} bytes resident in the tree "
-                    f"(limits.memory_gb = {limits.memory_gb}, summed RSS)"
+                    f"memory limit (ringflow's {limits.memory_gb:g} GB, limits.memory_gb) "
+                    f"exceeded: {rss} bytes resident in the tree (summed RSS)"
                 )
         return None
 
