@@ -11,17 +11,19 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import sys
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import sandbox, statuses
+from . import diskspace, sandbox, statuses
 from .candidate import train_seed_args, weights_dirs
 from .carryover.checkpoint import keep_grace_checkpoint
 from .errors import (
     AcceptanceError,
     DeadlineReached,
+    MachineryError,
     ReplayCheckFailed,
     RingflowError,
     SandboxError,
@@ -63,6 +65,14 @@ PASSED_LOCALE = ("LC_ALL", "LC_CTYPE", "LC_NUMERIC", "LANGUAGE", "TZ")
 
 def thread_env(threads: int) -> dict[str, str]:
     return dict.fromkeys(THREAD_VARS, str(threads))
+
+
+class DiskFull(Exception):
+    """A filesystem of the execution (labelled as in `_disk_areas`) ran full."""
+
+    def __init__(self, label: str):
+        super().__init__(label)
+        self.label = label
 
 
 def check_environment(ring: dict) -> None:
@@ -178,11 +188,53 @@ def run_execution(
         return _finish(ex, result)
     inputs = program_inputs(ex.ring, view, variant)
     _check_view(ex, inputs, "before the run")
-    ex.box = _make_box(ex)
     try:
+        ex.box = _make_box(ex)
         return _run_in_box(ex, result, inputs)
+    except DiskFull as full:
+        raise _stop_disk_full(ex, full.label) from None
+    except OSError as exc:
+        if not diskspace.is_full_error(exc):
+            raise
+        raise _stop_disk_full(ex, _full_area(ex, exc.filename)) from None
     finally:
+        if ex.box is not None:
+            shutil.rmtree(ex.box, ignore_errors=True)
+
+
+def _disk_areas(ex: Execution) -> dict[str, Path]:
+    """The folders an execution writes to, by the label a disk-full stop names them with;
+    the program's output first (when a program fills a disk, its output is the cause)."""
+    root = ex.layout.root
+    areas = {}
+    if ex.box is not None:
+        areas[f"the program's output ({root}/boxes/)"] = ex.box
+    areas[f"{root}/"] = root
+    areas[f"{Path(ex.ring['store']).name}/"] = Path(ex.ring["store"])
+    return areas
+
+
+def _full_area(ex: Execution, path: str | None) -> str:
+    areas = _disk_areas(ex)
+    return diskspace.area_of(path, areas) or diskspace.nearly_full(areas) or f"{ex.layout.root}/"
+
+
+def _stop_disk_full(ex: Execution, label: str) -> MachineryError:
+    """Stop the ring for a full disk: the machine's failure, never the candidate's. The room
+    is measured before this execution's box is removed (which frees room for the record)."""
+    areas = _disk_areas(ex)
+    where = f"{ex.node['id']} {ex.view}/{ex.variant}"
+    reason = (f"{diskspace.full_message(label, areas.get(label, ex.layout.root))} (while "
+              f"running {where}); free room there, then delete STOPPED.json")  # fmt: skip
+    if ex.box is not None:
         shutil.rmtree(ex.box, ignore_errors=True)
+    try:
+        return stop_ring(ex.layout.root, reason, node=ex.node["id"], disk_full=label)
+    except OSError as exc:
+        # Too full even for the stop record: the job's log and exit status still say why.
+        print(f"ringflow: the ring {ex.layout.root} stopped: {reason} "
+              f"(STOPPED.json could not be written: {exc})", file=sys.stderr)  # fmt: skip
+        return MachineryError(f"the ring stopped: {reason}")
 
 
 def _make_box(ex: Execution) -> Path:
@@ -235,6 +287,8 @@ def _run_in_box(ex: Execution, result: dict, inputs: Path) -> dict:
                        variant=variant, file=exc.path, reason=exc.reason)  # fmt: skip
             return _finish(ex, result)
         except OSError as exc:
+            if diskspace.is_full_error(exc):
+                raise DiskFull(_full_area(ex, exc.filename)) from None
             # An unreadable or full store is the machine's failure, not the candidate's.
             why = f"the weights store {ex.ring['store']} failed for {node_id} {view}/{variant}"
             raise stop_ring(ex.layout.root, f"{why}: {exc}", node=node_id) from None
@@ -246,6 +300,9 @@ def _run_in_box(ex: Execution, result: dict, inputs: Path) -> dict:
                     ex.gpus = _take_gpus(ex, held)
                     result["gpus"] = [gpu.to_dict() for gpu in ex.gpus.gpus]
                 result.update(_run_program(ex, inputs, training=training))
+            if result["status"] == statuses.CRASH and (full := _nearly_full(ex)):
+                # A program that fails on a full disk failed for the machine's sake.
+                raise DiskFull(full)
         except DeadlineReached as exc:
             result.update(budget_cut=True, reason=f"gave up waiting for a GPU: {exc}")
             return _finish(ex, result)
@@ -288,8 +345,25 @@ def _settle_weights(ex: Execution, store: WeightsStore, lock: ExitStack):
         return statuses.REPLAY, method
     ex.attempts.check(holding_lock=True)
     ex.attempts.started()
+    # Runs before the key lock is released, so no other attempt of the key follows ours.
+    lock.push(_withdraw_if_disk_full(ex.attempts))
     store.make_private(ex.work, ex.node["solution"]["per_view_paths"])
     return statuses.TRAIN, None
+
+
+def _withdraw_if_disk_full(attempts: TrainAttempts):
+    """An exit callback: a training ended by a full disk never spends an attempt."""
+
+    def on_exit(kind, exc, _tb) -> bool:
+        if isinstance(exc, DiskFull) or (exc is not None and diskspace.is_full_error(exc)):
+            attempts.withdraw()
+        return False
+
+    return on_exit
+
+
+def _nearly_full(ex: Execution) -> str | None:
+    return diskspace.nearly_full(_disk_areas(ex))
 
 
 def _program_env(ex: Execution) -> dict[str, str]:
@@ -437,6 +511,10 @@ def _register(ex: Execution, store: WeightsStore, result: dict) -> bool:
     try:
         entry, created = store.register(node["tree_hash"], key, ex.work, paths, who, limit,
                                         supplied)  # fmt: skip
+    except OSError as exc:
+        if diskspace.is_full_error(exc):
+            raise DiskFull(f"{Path(ex.ring['store']).name}/") from None
+        raise
     except AcceptanceError as exc:
         result.update(status=statuses.CRASH, reason=f"weights not accepted: {exc}")
         return False

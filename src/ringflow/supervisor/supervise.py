@@ -497,6 +497,10 @@ class _Supervision:
         truncated = [s.path.name for s in self.sinks if s.truncated]
         if truncated:
             self.event("log_truncated", logs=truncated, limit_mb=self.limits.log_mb)
+        for sink in self.sinks:
+            if sink.write_error is not None:
+                self.event("log_write_failed", log=sink.path.name, error=sink.write_error,
+                           dropped_bytes=sink.dropped)  # fmt: skip
         end_t = time.monotonic()
         final = self.sampler.sample()
         window = judge_window(prev, final, self.settings) if prev.ok and final.ok else None
@@ -613,6 +617,10 @@ class _Supervision:
         return [describe(pid, stat) for pid, stat in alive(members).items()]
 
     def _outcome(self, status, budget_cut, reason, wall_s, cpu_s, reap_left, limits) -> Outcome:
+        if self.health.write_failures:
+            # The supervisor's own records failed (a full disk); the run itself was watched.
+            self.event("health_write_failed", count=self.health.write_failures,
+                       error=self.health.write_error)  # fmt: skip
         code = sig = None
         if self.proc is not None and self.proc.returncode is not None:
             rc = self.proc.returncode
