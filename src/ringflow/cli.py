@@ -238,16 +238,15 @@ def cmd_store(args) -> int:
     print("\n".join(report.lines()))
     if args.action == "check":
         return 1 if report.problems else 0
-    done = repair_store(store, report, Ledger(Path(ring["ring_dir"]) / "ledger.jsonl"),
-                        min_age_s=args.min_age_s)  # fmt: skip
+    done = repair_store(store, report, Ledger(Path(ring["ring_dir"]) / "ledger.jsonl"))
     for record in done["quarantined"]:
         print(f"quarantined key {record['key']} -> {record['quarantine']}")
     for path in done["removed"]:
         print(f"removed leftover {path}")
     for key in done["busy"]:
         print(f"key {key} is being trained or replayed; run the repair again later")
-    for path in done["kept_young"]:
-        print(f"kept {path}: younger than {args.min_age_s:g} s, it may still be in use")
+    for path in done["in_use"]:
+        print(f"kept {path}: a registration still writes it")
     left = check_store(store, rings_of_store(ring)).problems
     print("store repaired" if not left else f"{len(left)} problem(s) left")
     return 1 if left else 0
@@ -392,8 +391,6 @@ def build_parser() -> argparse.ArgumentParser:
         "action", choices=("check", "repair"), help="check: list problems; repair: quarantine"
     )
     store.add_argument("ring_dir", help="a ring that uses the store, e.g. runs/demo")
-    store.add_argument("--min-age-s", type=float, default=600.0,
-                       help="repair removes leftovers older than this (default 600)")  # fmt: skip
     store.set_defaults(func=cmd_store)
     ledger = sub.add_parser("ledger", help="repair a ring's ledger")
     ledger.add_argument("action", choices=("repair",), help="cut a torn last line")

@@ -8,8 +8,8 @@ candidate is a recorded status here, never an exception.
 
 from __future__ import annotations
 
+import contextlib
 import os
-import secrets
 import shutil
 import sys
 import time
@@ -28,12 +28,13 @@ from .errors import (
     RingflowError,
     SandboxError,
 )
-from .jsonio import atomic_write_json
+from .jsonio import atomic_write_json, read_json
+from .ring.boxes import close_box, open_box
 from .ring.clock import deadline_for, load_node, load_ring, view_limits
 from .ring.inputs import check_inputs, program_inputs
 from .ring.layout import RingLayout
 from .ring.ledger import Ledger, emit_event, ledger_anchor
-from .ring.stop import refuse_if_stopped, stop_ring
+from .ring.stop import refuse_if_stopped, stop_file, stop_ring
 from .sandbox.gpus import Allocation, allocate, default_lock_dir, device_nodes, machine_gpus
 from .selection.disguise import BLIND_COPIES, alias
 from .supervisor import HealthSettings, ResourceLimits, supervise
@@ -102,6 +103,7 @@ class Execution:
         return self.variant in BLIND_COPIES
 
     box: Path | None = None  # runs/<ring>/boxes/<random>: this run's neutral folders
+    box_fd: int | None = None  # holds the box's flock while the run lives
     gpus_wanted: int = 0
     gpus: Allocation | None = None
 
@@ -198,8 +200,7 @@ def run_execution(
             raise
         raise _stop_disk_full(ex, _full_area(ex, exc.filename)) from None
     finally:
-        if ex.box is not None:
-            shutil.rmtree(ex.box, ignore_errors=True)
+        close_box(ex.box, ex.box_fd)
 
 
 def _disk_areas(ex: Execution) -> dict[str, Path]:
@@ -243,10 +244,8 @@ def _make_box(ex: Execution) -> Path:
     Programs see their folders under /ringflow; the host paths behind those binds show in
     the mount table, so they name neither the node, the view nor the kind of run.
     """
-    boxes = ex.layout.root / "boxes"
-    boxes.mkdir(exist_ok=True)
-    box = boxes / secrets.token_hex(8)
-    box.mkdir(mode=0o755)
+    box, ex.box_fd = open_box(ex.layout.root)
+    ex.box = box  # removed by run_execution however the rest goes
     link_tree(ex.layout.submission(ex.node["id"]), box / "solution")
     drop_ignored(box / "solution", ex.ring.get("tree_ignore") or [])
     (box / "output").mkdir()
@@ -300,7 +299,7 @@ def _run_in_box(ex: Execution, result: dict, inputs: Path) -> dict:
                     ex.gpus = _take_gpus(ex, held)
                     result["gpus"] = [gpu.to_dict() for gpu in ex.gpus.gpus]
                 result.update(_run_program(ex, inputs, training=training))
-            if result["status"] == statuses.CRASH and (full := _nearly_full(ex)):
+            if result["status"] == statuses.CRASH and (full := _disk_fault(ex, result)):
                 # A program that fails on a full disk failed for the machine's sake.
                 raise DiskFull(full)
         except DeadlineReached as exc:
@@ -362,8 +361,20 @@ def _withdraw_if_disk_full(attempts: TrainAttempts):
     return on_exit
 
 
-def _nearly_full(ex: Execution) -> str | None:
-    return diskspace.nearly_full(_disk_areas(ex))
+def _disk_fault(ex: Execution, result: dict) -> str | None:
+    """The full area a crashed program met: noted by its supervisor while it ran, full now,
+    or full for another execution of the ring meanwhile (which stopped the ring)."""
+    areas = _disk_areas(ex)
+    for event in result.get("events") or []:
+        if event.get("event") == "disk_full":
+            return diskspace.area_of(event.get("path"), areas) or f"{ex.layout.root}/"
+    if full := diskspace.nearly_full(areas):
+        return full
+    stopped = stop_file(ex.layout.root)
+    if stopped.exists():
+        with contextlib.suppress(OSError, ValueError):
+            return read_json(stopped).get("disk_full")
+    return None
 
 
 def _program_env(ex: Execution) -> dict[str, str]:

@@ -20,6 +20,8 @@ from ..errors import InputError
 from ..interrupts import install_relay
 from ..reporting.progress import ring_end, ring_start
 from ..sandbox.slots import gpu_slots
+from ..weights.store import WeightsStore
+from .boxes import remove_abandoned_boxes
 from .chain import inherit_config, refuse_task_switch
 from .edits import refuse_edits
 from .lease import hold_leases, release_leases
@@ -86,12 +88,29 @@ def start_rings(rings: list[NamedRing], configs: dict[str, dict], workflow) -> N
         print(note, file=sys.stderr)
     slots = gpu_slots(workflow.global_resources)
     for ring in rings:
+        remove_debris(ring.root, configs[ring.name])
         config = configs[ring.name]
         per_execution = config["gpus_per_execution"] or 1
         timekeeper.record_slots(ring.root, workflow, slots or None, per_execution)
         timekeeper.start_in_background(ring.root)
         install_relay(ring.root)
         ring_start(ring.root, config["terminal"])
+
+
+def remove_debris(ring_root: Path, config: dict) -> None:
+    """What killed runs of a ring left: their boxes (a replay's hard links into the store
+    among them) and their registrations' temporary files in the store, each removed once
+    its holder is gone (its flock is free); a live run's are left alone."""
+    boxes = remove_abandoned_boxes(ring_root)
+    if boxes:
+        print(f"ringflow: the ring {ring_root}: removed {len(boxes)} folder(s) that killed "
+              f"runs left in {Path(ring_root) / 'boxes'}", file=sys.stderr)  # fmt: skip
+    store_root = Path(config["store"]).expanduser().resolve()
+    if (store_root / "objects").is_dir():
+        removed, _in_use = WeightsStore(store_root).remove_dead_leftovers()
+        if removed:
+            print(f"ringflow: the store {store_root}: removed {len(removed)} temporary "
+                  "file(s) of killed registrations", file=sys.stderr)  # fmt: skip
 
 
 def end_rings(rings: list[NamedRing], log, completed: bool) -> None:
@@ -105,4 +124,6 @@ def end_rings(rings: list[NamedRing], log, completed: bool) -> None:
             reason = stopped_reason(ring.root)
             if reason is not None:
                 print(f"ringflow: the ring {ring.root} stopped: {reason}", file=sys.stderr)
+        # A job killed on its own (not the driver) leaves its box: the run ends without it.
+        remove_abandoned_boxes(ring.root)
     release_leases()

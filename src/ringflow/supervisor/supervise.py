@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .. import statuses
+from .. import diskspace, statuses
 from ..errors import InputError
 from .activity import ActivityTracker, judge_window
 from .cgroup import OwnedCgroup
@@ -439,6 +439,7 @@ class _Supervision:
                     break
             if now >= next_limits:
                 next_limits = now + LIMIT_CHECK_S
+                self._watch_disks()
                 if exceeded := self._limit_exceeded():
                     stop = (statuses.CRASH, False, exceeded)
                     break
@@ -501,6 +502,7 @@ class _Supervision:
             if sink.write_error is not None:
                 self.event("log_write_failed", log=sink.path.name, error=sink.write_error,
                            dropped_bytes=sink.dropped)  # fmt: skip
+        self._watch_disks()
         end_t = time.monotonic()
         final = self.sampler.sample()
         window = judge_window(prev, final, self.settings) if prev.ok and final.ok else None
@@ -528,6 +530,24 @@ class _Supervision:
         return self._outcome(
             status, budget_cut, reason, wall, cpu_s, reap_left, limits=self._limits_record()
         )
+
+    def _watch_disks(self) -> None:
+        """Note once per filesystem when one the run writes to is all but full: a program
+        that fails then failed for the machine's sake, even if the room comes back before
+        it ends (docs/faults.md#disk-full)."""
+        if not hasattr(self, "_full_disks"):
+            self._full_disks: set[int] = set()
+        for folder in [*self.watch_output, *self.watch_writable, self.health_dir]:
+            try:
+                device = os.stat(folder).st_dev
+            except OSError:
+                continue
+            free = diskspace.free_bytes(folder)
+            if device in self._full_disks or free is None:
+                continue
+            if free < diskspace.NEARLY_FULL_BYTES:
+                self._full_disks.add(device)
+                self.event("disk_full", path=str(folder), free_bytes=free)
 
     def _output_used(self) -> int:
         folders = [*self.watch_output, *self.watch_writable]
