@@ -142,3 +142,18 @@ def test_a_replay_killed_mid_run_leaves_no_link_into_the_store_after_the_next_st
     remove_debris(ring, {"store": str(store)})  # what the ring's next start does
     assert _links_into(ring, store) == []
     assert not any((ring / "boxes").iterdir())
+
+
+def test_verify_reports_a_dead_registrations_leftover_but_not_a_live_one(tmp_path):
+    from ringflow.weights.store import _owned_temp
+
+    store = WeightsStore(tmp_path / "store")
+    fd, live = _owned_temp(store.objects, ".incoming-")
+    try:
+        dead = store.objects / ".incoming-killed"
+        dead.write_bytes(b"half a copy")
+        problems = store.verify()
+        assert any(dead.name in p for p in problems)
+        assert not any(live.name in p for p in problems), problems
+    finally:
+        os.close(fd)

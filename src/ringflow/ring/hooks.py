@@ -24,6 +24,7 @@ from ..weights.store import WeightsStore
 from .boxes import remove_abandoned_boxes
 from .chain import inherit_config, refuse_task_switch
 from .edits import refuse_edits
+from .janitor import start_janitor
 from .lease import hold_leases, release_leases
 from .lock import check_existing_lock
 from .named import NamedRing
@@ -82,19 +83,36 @@ def refuse_locked(root: Path, config: dict, defaults_path: str) -> bool:
 
 def start_rings(rings: list[NamedRing], configs: dict[str, dict], workflow) -> None:
     """onstart: the driver lease of every ring first (a second driver of a ring is refused
-    before anything of it runs), then each ring's timekeeper, Ctrl-C relay and progress
-    lines."""
+    before anything of it runs), what killed runs left, the janitor for this run, then
+    each ring's timekeeper, Ctrl-C relay and progress lines."""
     for note in hold_leases([ring.root for ring in rings], " ".join(sys.argv)):
         print(note, file=sys.stderr)
-    slots = gpu_slots(workflow.global_resources)
     for ring in rings:
         remove_debris(ring.root, configs[ring.name])
+    _JANITOR[:] = [_start_janitor(rings, configs)]
+    slots = gpu_slots(workflow.global_resources)
+    for ring in rings:
         config = configs[ring.name]
         per_execution = config["gpus_per_execution"] or 1
         timekeeper.record_slots(ring.root, workflow, slots or None, per_execution)
         timekeeper.start_in_background(ring.root)
         install_relay(ring.root)
         ring_start(ring.root, config["terminal"])
+
+
+_JANITOR: list = []  # the janitor's Popen, kept for the driver's life
+
+
+def _store_of(config: dict) -> Path:
+    return Path(config["store"]).expanduser().resolve()
+
+
+def _start_janitor(rings: list[NamedRing], configs: dict[str, dict]):
+    """What a kill of the whole workflow leaves is removed once the driver is gone, after
+    the supervisors' grace for stopping their programs."""
+    grace = max((configs[r.name].get("exec_health") or {}).get("term_grace_s", 60) for r in rings)
+    pairs = [(Path(ring.root), _store_of(configs[ring.name])) for ring in rings]
+    return start_janitor(pairs, settle_s=float(grace) + 30)
 
 
 def remove_debris(ring_root: Path, config: dict) -> None:
@@ -105,7 +123,7 @@ def remove_debris(ring_root: Path, config: dict) -> None:
     if boxes:
         print(f"ringflow: the ring {ring_root}: removed {len(boxes)} folder(s) that killed "
               f"runs left in {Path(ring_root) / 'boxes'}", file=sys.stderr)  # fmt: skip
-    store_root = Path(config["store"]).expanduser().resolve()
+    store_root = _store_of(config)
     if (store_root / "objects").is_dir():
         removed, _in_use = WeightsStore(store_root).remove_dead_leftovers()
         if removed:

@@ -150,6 +150,21 @@ def _owned_temp(folder: Path, prefix: str, suffix: str = "") -> tuple[int, Path]
         os.close(fd)  # a cleaner removed it before our flock: start again
 
 
+def owner_alive(path: Path) -> bool:
+    """Whether a registration still holds this temporary file (its flock is taken)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 def remove_if_owner_gone(path: Path) -> bool | None:
     """Remove a temporary file whose owner's flock is free: True when removed, False when
     its owner still holds it, None when it is already gone."""
@@ -680,6 +695,7 @@ class WeightsStore:
         problems += [
             f"leftover of an interrupted registration: {path} (`ringflow store repair` removes it)"
             for path in self.leftovers()
+            if not owner_alive(path)  # a registration of another ring, still copying
         ]
         return problems
 
