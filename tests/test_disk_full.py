@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ringflow import statuses
+from ringflow.ring.stop import keep_stop_reserve
 from ringflow.supervisor import HealthSettings, ResourceLimits, supervise
 from ringflow.weights.attempts import TrainAttempts
 from ringtools import locked_ring, make_candidate, results
@@ -124,3 +125,22 @@ def test_the_supervisor_survives_failing_writes_of_its_own_records(tmp_path):
     log = next(e for e in outcome.events if e["event"] == "log_write_failed")
     assert log["log"] == "stdout.log" and "No space left" in log["error"]
     assert log["dropped_bytes"] > 0
+
+
+def test_any_ring_step_that_meets_a_full_disk_stops_the_ring(tmp_path, small_disk):
+    cands = tmp_path / "cands"
+    make_candidate(cands / "a", mean=0.5)
+    ring = _ring_on(small_disk, cands, "steps")
+    keep_stop_reserve(ring)  # as the driver does when it starts
+    filler = fill(small_disk)
+    # `ringflow summary --write` writes into the full ring folder.
+    done = subprocess.run([sys.executable, "-m", "ringflow", "summary", str(ring), "--write",
+                           str(ring / "summary.txt")], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "disk full: " in done.stderr and "tmpfs (tmpfs, mounted at" in done.stderr
+    filler.unlink()
+    stopped = json.loads((ring / "STOPPED.json").read_text())
+    assert stopped["reason"].startswith(f"disk full: {ring}"), stopped
+    assert f"on tmpfs (tmpfs, mounted at {small_disk})" in stopped["reason"]
+    assert stopped["reason"].endswith("(in `ringflow summary`)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -455,3 +456,30 @@ def main(argv: list[str] | None = None) -> int:
     except RingflowError as exc:
         print(f"ringflow: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        from .diskspace import is_full_error
+
+        if not is_full_error(exc):
+            raise
+        # Any step of a ring (scoring, ranking, sealing …) that meets a full disk stops
+        # the ring for the machine's sake (docs/faults.md#disk-full).
+        print(f"ringflow: error: {_stop_for_full_disk(args, exc)}", file=sys.stderr)
+        return 2
+
+
+def _stop_for_full_disk(args, exc: OSError) -> str:
+    from .diskspace import full_message
+    from .ring.stop import stop_ring
+
+    ring_dir = getattr(args, "ring_dir", None)
+    where = exc.filename or ring_dir or os.getcwd()
+    folder = Path(where)
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    reason = f"{full_message(str(where), folder)} (in `ringflow {args.command}`)"
+    if ring_dir and (Path(ring_dir) / "RING.json").is_file():
+        try:
+            return str(stop_ring(ring_dir, reason, disk_full=str(where)))
+        except OSError:
+            pass  # too full even for the stop record: the message still says why
+    return f"the ring stopped: {reason}"

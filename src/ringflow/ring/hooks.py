@@ -28,7 +28,7 @@ from .janitor import start_janitor
 from .lease import hold_leases, release_leases
 from .lock import check_existing_lock
 from .named import NamedRing
-from .stop import stopped_reason
+from .stop import keep_stop_reserve, stopped_reason
 
 
 def prepare_config(config: dict, schema_path: str) -> None:
@@ -89,6 +89,7 @@ def start_rings(rings: list[NamedRing], configs: dict[str, dict], workflow) -> N
         print(note, file=sys.stderr)
     for ring in rings:
         remove_debris(ring.root, configs[ring.name])
+        keep_stop_reserve(ring.root)
     _JANITOR[:] = [_start_janitor(rings, configs)]
     slots = gpu_slots(workflow.global_resources)
     for ring in rings:
