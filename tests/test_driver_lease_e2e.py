@@ -66,6 +66,9 @@ def test_a_second_driver_is_refused_after_unlock_while_the_first_lives(tmp_path)
         record = json.loads(lease_path(ring).read_text())
         assert record["pid"] == first.pid and "released_at" not in record
 
+        # A dry run does not drive the ring: it neither takes nor needs the lease.
+        dry = snakemake(tmp_path, config, "--dry-run", check=False, timeout=300)
+        assert dry.returncode == 0 and "driven by another" not in dry.stdout + dry.stderr
         # Snakemake's own lock refuses the second driver; its advice lifts that lock only.
         snakemake(tmp_path, config, "--unlock")
         before = _finished(ring)

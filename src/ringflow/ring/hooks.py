@@ -111,7 +111,8 @@ def _store_of(config: dict) -> Path:
 def _start_janitor(rings: list[NamedRing], configs: dict[str, dict]):
     """What a kill of the whole workflow leaves is removed once the driver is gone, after
     the supervisors' grace for stopping their programs."""
-    grace = max((configs[r.name].get("exec_health") or {}).get("term_grace_s", 60) for r in rings)
+    graces = [(configs[r.name].get("exec_health") or {}).get("term_grace_s", 60) for r in rings]
+    grace = max(graces, default=60)
     pairs = [(Path(ring.root), _store_of(configs[ring.name])) for ring in rings]
     return start_janitor(pairs, settle_s=float(grace) + 30)
 
