@@ -505,6 +505,8 @@ def test_memory_limit_enforced_where_a_memory_cgroup_exists(tmp_path):
         pytest.skip(f"memory limit not enforceable here: {memory['reason']}")
     assert outcome.status == statuses.CRASH and outcome.signal == signal.SIGKILL
     assert events(outcome, "oom_kill")
+    assert outcome.reason.startswith("memory limit (ringflow's 0.2 GB, limits.memory_gb)")
+    assert outcome.reason.endswith("killed by signal 9")
 
 
 # -- settings and helpers --------------------------------------------------------------

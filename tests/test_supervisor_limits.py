@@ -105,6 +105,7 @@ def test_memory_without_a_cgroup_is_enforced_on_the_summed_rss(tmp_path, monkeyp
         watch_ancestors=False,
     )
     assert outcome.status == statuses.CRASH
-    assert "memory limit exceeded" in outcome.reason and "summed RSS" in outcome.reason
+    assert outcome.reason.startswith("memory limit (ringflow's 0.1 GB, limits.memory_gb) exceeded")
+    assert "summed RSS" in outcome.reason
     memory = outcome.limits["memory"]
     assert memory["enforced"] and "summed RSS" in memory["how"]

@@ -3,6 +3,7 @@ training reads and nothing else, and a damaged store or ledger is found and heal
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -341,9 +342,18 @@ def test_leftovers_of_a_killed_registration_are_reported_and_removed(tmp_path):
     assert any("leftover" in p and leftover.name in p for p in store.verify())
     report = check_store(store)
     assert report.leftovers == [leftover]
-    young = repair_store(store, report, min_age_s=3600)
-    assert young["kept_young"] == [str(leftover)] and leftover.exists()
-    done = repair_store(store, check_store(store), min_age_s=0)
+    # Its registration still lives (it holds the file's flock): kept, however old.
+    owner = os.open(leftover, os.O_RDONLY)
+    fcntl.flock(owner, fcntl.LOCK_EX)
+    os.utime(leftover, (0, 0))
+    try:
+        live = repair_store(store, report)
+        assert live["in_use"] == [str(leftover)] and leftover.exists()
+    finally:
+        os.close(owner)
+    # Its owner gone, it goes, however young.
+    os.utime(leftover)
+    done = repair_store(store, check_store(store))
     assert done["removed"] == [str(leftover)] and not leftover.exists()
     assert store.verify() == []
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -291,16 +292,15 @@ def cmd_store(args) -> int:
     print("\n".join(report.lines()))
     if args.action == "check":
         return 1 if report.problems else 0
-    done = repair_store(store, report, Ledger(Path(ring["ring_dir"]) / "ledger.jsonl"),
-                        min_age_s=args.min_age_s)  # fmt: skip
+    done = repair_store(store, report, Ledger(Path(ring["ring_dir"]) / "ledger.jsonl"))
     for record in done["quarantined"]:
         print(f"quarantined key {record['key']} -> {record['quarantine']}")
     for path in done["removed"]:
         print(f"removed leftover {path}")
     for key in done["busy"]:
         print(f"key {key} is being trained or replayed; run the repair again later")
-    for path in done["kept_young"]:
-        print(f"kept {path}: younger than {args.min_age_s:g} s, it may still be in use")
+    for path in done["in_use"]:
+        print(f"kept {path}: a registration still writes it")
     left = check_store(store, rings_of_store(ring)).problems
     print("store repaired" if not left else f"{len(left)} problem(s) left")
     return 1 if left else 0
@@ -440,8 +440,6 @@ def build_parser() -> argparse.ArgumentParser:
         "action", choices=("check", "repair"), help="check: list problems; repair: quarantine"
     )
     store.add_argument("ring_dir", help="a ring that uses the store, e.g. runs/demo")
-    store.add_argument("--min-age-s", type=float, default=600.0,
-                       help="repair removes leftovers older than this (default 600)")  # fmt: skip
     store.set_defaults(func=cmd_store)
     ledger = sub.add_parser("ledger", help="repair a ring's ledger")
     ledger.add_argument("action", choices=("repair",), help="cut a torn last line")
@@ -535,3 +533,30 @@ def main(argv: list[str] | None = None) -> int:
     except RingflowError as exc:
         print(f"ringflow: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        from .diskspace import is_full_error
+
+        if not is_full_error(exc):
+            raise
+        # Any step of a ring (scoring, ranking, sealing …) that meets a full disk stops
+        # the ring for the machine's sake (docs/faults.md#disk-full).
+        print(f"ringflow: error: {_stop_for_full_disk(args, exc)}", file=sys.stderr)
+        return 2
+
+
+def _stop_for_full_disk(args, exc: OSError) -> str:
+    from .diskspace import full_message
+    from .ring.stop import stop_ring
+
+    ring_dir = getattr(args, "ring_dir", None)
+    where = exc.filename or ring_dir or os.getcwd()
+    folder = Path(where)
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    reason = f"{full_message(str(where), folder)} (in `ringflow {args.command}`)"
+    if ring_dir and (Path(ring_dir) / "RING.json").is_file():
+        try:
+            return str(stop_ring(ring_dir, reason, disk_full=str(where)))
+        except OSError:
+            pass  # too full even for the stop record: the message still says why
+    return f"the ring stopped: {reason}"

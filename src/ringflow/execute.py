@@ -9,30 +9,33 @@ candidate is a recorded status here, never an exception.
 
 from __future__ import annotations
 
+import contextlib
 import os
-import secrets
 import shutil
+import sys
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import sandbox, statuses
+from . import diskspace, sandbox, statuses
 from .candidate import train_seed_args, weights_dirs
 from .carryover.checkpoint import keep_grace_checkpoint
 from .errors import (
     AcceptanceError,
     DeadlineReached,
+    MachineryError,
     ReplayCheckFailed,
     RingflowError,
     SandboxError,
 )
-from .jsonio import atomic_write_json
+from .jsonio import atomic_write_json, read_json
+from .ring.boxes import close_box, open_box
 from .ring.clock import deadline_for, load_node, load_ring, view_limits
 from .ring.inputs import check_inputs, program_inputs
 from .ring.layout import RingLayout
 from .ring.ledger import Ledger, emit_event, ledger_anchor
-from .ring.stop import refuse_if_stopped, stop_ring
+from .ring.stop import refuse_if_stopped, stop_file, stop_ring
 from .sandbox.gpus import Allocation, allocate, default_lock_dir, device_nodes, machine_gpus
 from .selection.disguise import BLIND_COPIES, alias
 from .supervisor import HealthSettings, ResourceLimits, supervise
@@ -66,6 +69,14 @@ def thread_env(threads: int) -> dict[str, str]:
     return dict.fromkeys(THREAD_VARS, str(threads))
 
 
+class DiskFull(Exception):
+    """A filesystem of the execution (labelled as in `_disk_areas`) ran full."""
+
+    def __init__(self, label: str):
+        super().__init__(label)
+        self.label = label
+
+
 def check_environment(ring: dict) -> None:
     keys.check_environment(ring, HashMemo(Path(ring["store"]) / "cache" / "hashmemo.json"))
 
@@ -93,6 +104,7 @@ class Execution:
         return self.variant in BLIND_COPIES
 
     box: Path | None = None  # runs/<ring>/boxes/<random>: this run's neutral folders
+    box_fd: int | None = None  # holds the box's flock while the run lives
     gpus_wanted: int = 0
     gpus: Allocation | None = None
 
@@ -179,11 +191,52 @@ def run_execution(
         return _finish(ex, result)
     inputs = program_inputs(ex.ring, view, variant)
     _check_view(ex, inputs, "before the run")
-    ex.box = _make_box(ex)
     try:
+        ex.box = _make_box(ex)
         return _run_in_box(ex, result, inputs)
+    except DiskFull as full:
+        raise _stop_disk_full(ex, full.label) from None
+    except OSError as exc:
+        if not diskspace.is_full_error(exc):
+            raise
+        raise _stop_disk_full(ex, _full_area(ex, exc.filename)) from None
     finally:
+        close_box(ex.box, ex.box_fd)
+
+
+def _disk_areas(ex: Execution) -> dict[str, Path]:
+    """The folders an execution writes to, by the label a disk-full stop names them with;
+    the program's output first (when a program fills a disk, its output is the cause)."""
+    root = ex.layout.root
+    areas = {}
+    if ex.box is not None:
+        areas[f"the program's output ({root}/boxes/)"] = ex.box
+    areas[f"{root}/"] = root
+    areas[f"{Path(ex.ring['store']).name}/"] = Path(ex.ring["store"])
+    return areas
+
+
+def _full_area(ex: Execution, path: str | None) -> str:
+    areas = _disk_areas(ex)
+    return diskspace.area_of(path, areas) or diskspace.nearly_full(areas) or f"{ex.layout.root}/"
+
+
+def _stop_disk_full(ex: Execution, label: str) -> MachineryError:
+    """Stop the ring for a full disk: the machine's failure, never the candidate's. The room
+    is measured before this execution's box is removed (which frees room for the record)."""
+    areas = _disk_areas(ex)
+    where = f"{ex.node['id']} {ex.view}/{ex.variant}"
+    reason = (f"{diskspace.full_message(label, areas.get(label, ex.layout.root))} (while "
+              f"running {where}); free room there, then delete STOPPED.json")  # fmt: skip
+    if ex.box is not None:
         shutil.rmtree(ex.box, ignore_errors=True)
+    try:
+        return stop_ring(ex.layout.root, reason, node=ex.node["id"], disk_full=label)
+    except OSError as exc:
+        # Too full even for the stop record: the job's log and exit status still say why.
+        print(f"ringflow: the ring {ex.layout.root} stopped: {reason} "
+              f"(STOPPED.json could not be written: {exc})", file=sys.stderr)  # fmt: skip
+        return MachineryError(f"the ring stopped: {reason}")
 
 
 def _make_box(ex: Execution) -> Path:
@@ -192,10 +245,8 @@ def _make_box(ex: Execution) -> Path:
     Programs see their folders under /ringflow; the host paths behind those binds show in
     the mount table, so they name neither the node, the view nor the kind of run.
     """
-    boxes = ex.layout.root / "boxes"
-    boxes.mkdir(exist_ok=True)
-    box = boxes / secrets.token_hex(8)
-    box.mkdir(mode=0o755)
+    box, ex.box_fd = open_box(ex.layout.root)
+    ex.box = box  # removed by run_execution however the rest goes
     link_tree(ex.layout.submission(ex.node["id"]), box / "solution")
     drop_ignored(box / "solution", ex.ring.get("tree_ignore") or [])
     (box / "output").mkdir()
@@ -238,6 +289,8 @@ def _run_in_box(ex: Execution, result: dict, inputs: Path) -> dict:
                        variant=variant, file=exc.path, reason=exc.reason)  # fmt: skip
             return _finish(ex, result)
         except OSError as exc:
+            if diskspace.is_full_error(exc):
+                raise DiskFull(_full_area(ex, exc.filename)) from None
             # An unreadable or full store is the machine's failure, not the candidate's.
             why = f"the weights store {ex.ring['store']} failed for {node_id} {view}/{variant}"
             raise stop_ring(ex.layout.root, f"{why}: {exc}", node=node_id) from None
@@ -249,6 +302,9 @@ def _run_in_box(ex: Execution, result: dict, inputs: Path) -> dict:
                     ex.gpus = _take_gpus(ex, held)
                     result["gpus"] = [gpu.to_dict() for gpu in ex.gpus.gpus]
                 result.update(_run_program(ex, inputs, training=training))
+            if result["status"] == statuses.CRASH and (full := _disk_fault(ex, result)):
+                # A program that fails on a full disk failed for the machine's sake.
+                raise DiskFull(full)
         except DeadlineReached as exc:
             result.update(budget_cut=True, reason=f"gave up waiting for a GPU: {exc}")
             return _finish(ex, result)
@@ -293,8 +349,37 @@ def _settle_weights(ex: Execution, store: WeightsStore, lock: ExitStack):
         return statuses.REPLAY, method
     ex.attempts.check(holding_lock=True)
     ex.attempts.started()
+    # Runs before the key lock is released, so no other attempt of the key follows ours.
+    lock.push(_withdraw_if_disk_full(ex.attempts))
     store.make_private(ex.work, ex.node["solution"]["per_view_paths"])
     return statuses.TRAIN, None
+
+
+def _withdraw_if_disk_full(attempts: TrainAttempts):
+    """An exit callback: a training ended by a full disk never spends an attempt."""
+
+    def on_exit(kind, exc, _tb) -> bool:
+        if isinstance(exc, DiskFull) or (exc is not None and diskspace.is_full_error(exc)):
+            attempts.withdraw()
+        return False
+
+    return on_exit
+
+
+def _disk_fault(ex: Execution, result: dict) -> str | None:
+    """The full area a crashed program met: noted by its supervisor while it ran, full now,
+    or full for another execution of the ring meanwhile (which stopped the ring)."""
+    areas = _disk_areas(ex)
+    for event in result.get("events") or []:
+        if event.get("event") == "disk_full":
+            return diskspace.area_of(event.get("path"), areas) or f"{ex.layout.root}/"
+    if full := diskspace.nearly_full(areas):
+        return full
+    stopped = stop_file(ex.layout.root)
+    if stopped.exists():
+        with contextlib.suppress(OSError, ValueError):
+            return read_json(stopped).get("disk_full")
+    return None
 
 
 def _program_env(ex: Execution) -> dict[str, str]:
@@ -443,6 +528,10 @@ def _register(ex: Execution, store: WeightsStore, result: dict) -> bool:
     try:
         entry, created = store.register(node["tree_hash"], key, ex.work, paths, who, limit,
                                         supplied)  # fmt: skip
+    except OSError as exc:
+        if diskspace.is_full_error(exc):
+            raise DiskFull(f"{Path(ex.ring['store']).name}/") from None
+        raise
     except AcceptanceError as exc:
         result.update(status=statuses.CRASH, reason=f"weights not accepted: {exc}")
         return False

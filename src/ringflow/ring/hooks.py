@@ -20,12 +20,16 @@ from ..errors import InputError
 from ..interrupts import install_relay
 from ..reporting.progress import ring_end, ring_start
 from ..sandbox.slots import gpu_slots
+from ..weights.store import WeightsStore
+from .boxes import remove_abandoned_boxes
 from .chain import inherit_config, refuse_task_switch
 from .edits import refuse_edits
+from .janitor import start_janitor
 from .layout import RingLayout
+from .lease import hold_leases, release_leases
 from .lock import check_existing_lock
 from .named import NamedRing
-from .stop import stopped_reason
+from .stop import keep_stop_reserve, stopped_reason
 
 
 def prepare_config(config: dict, schema_path: str) -> None:
@@ -79,17 +83,59 @@ def refuse_locked(root: Path, config: dict, defaults_path: str) -> bool:
 
 
 def start_rings(rings: list[NamedRing], configs: dict[str, dict], workflow) -> None:
-    """onstart: each ring's timekeeper, Ctrl-C relay and progress lines."""
+    """onstart: the driver lease of every ring first (a second driver of a ring is refused
+    before anything of it runs), what killed runs left, the janitor for this run, then
+    each ring's timekeeper, Ctrl-C relay and progress lines."""
+    # A finished ring is immutable: nothing of it runs again, and nothing is written to it.
+    rings = [ring for ring in rings if not RingLayout(ring.root).stop_manifest.exists()]
+    if not rings:
+        return
+    for note in hold_leases([ring.root for ring in rings], " ".join(sys.argv)):
+        print(note, file=sys.stderr)
+    for ring in rings:
+        remove_debris(ring.root, configs[ring.name])
+        keep_stop_reserve(ring.root)
+    _JANITOR[:] = [_start_janitor(rings, configs)]
     slots = gpu_slots(workflow.global_resources)
     for ring in rings:
-        if RingLayout(ring.root).stop_manifest.exists():
-            continue  # a finished ring is immutable: nothing of it runs again
         config = configs[ring.name]
         per_execution = config["gpus_per_execution"] or 1
         timekeeper.record_slots(ring.root, workflow, slots or None, per_execution)
         timekeeper.start_in_background(ring.root)
         install_relay(ring.root)
         ring_start(ring.root, config["terminal"])
+
+
+_JANITOR: list = []  # the janitor's Popen, kept for the driver's life
+
+
+def _store_of(config: dict) -> Path:
+    return Path(config["store"]).expanduser().resolve()
+
+
+def _start_janitor(rings: list[NamedRing], configs: dict[str, dict]):
+    """What a kill of the whole workflow leaves is removed once the driver is gone, after
+    the supervisors' grace for stopping their programs."""
+    graces = [(configs[r.name].get("exec_health") or {}).get("term_grace_s", 60) for r in rings]
+    grace = max(graces, default=60)
+    pairs = [(Path(ring.root), _store_of(configs[ring.name])) for ring in rings]
+    return start_janitor(pairs, settle_s=float(grace) + 30)
+
+
+def remove_debris(ring_root: Path, config: dict) -> None:
+    """What killed runs of a ring left: their boxes (a replay's hard links into the store
+    among them) and their registrations' temporary files in the store, each removed once
+    its holder is gone (its flock is free); a live run's are left alone."""
+    boxes = remove_abandoned_boxes(ring_root)
+    if boxes:
+        print(f"ringflow: the ring {ring_root}: removed {len(boxes)} folder(s) that killed "
+              f"runs left in {Path(ring_root) / 'boxes'}", file=sys.stderr)  # fmt: skip
+    store_root = _store_of(config)
+    if (store_root / "objects").is_dir():
+        removed, _in_use = WeightsStore(store_root).remove_dead_leftovers()
+        if removed:
+            print(f"ringflow: the store {store_root}: removed {len(removed)} temporary "
+                  "file(s) of killed registrations", file=sys.stderr)  # fmt: skip
 
 
 def end_rings(rings: list[NamedRing], log, completed: bool) -> None:
@@ -103,3 +149,6 @@ def end_rings(rings: list[NamedRing], log, completed: bool) -> None:
             reason = stopped_reason(ring.root)
             if reason is not None:
                 print(f"ringflow: the ring {ring.root} stopped: {reason}", file=sys.stderr)
+        # A job killed on its own (not the driver) leaves its box: the run ends without it.
+        remove_abandoned_boxes(ring.root)
+    release_leases()

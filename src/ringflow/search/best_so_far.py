@@ -21,7 +21,6 @@ import contextlib
 import fcntl
 import json
 import os
-import secrets
 import shutil
 import threading
 import time
@@ -36,6 +35,7 @@ from ..candidate import copy_submission
 from ..errors import DeadlineReached, RingflowError
 from ..execute import Execution, run_program
 from ..jsonio import append_jsonl, read_json
+from ..ring.boxes import close_box, open_box
 from ..ring.clock import view_limits
 from ..ring.inputs import program_inputs
 from ..ring.layout import RingLayout
@@ -268,8 +268,7 @@ class BackgroundEvaluator:
         folder = self.layout.node_dir(self.node["id"]) / "best_so_far" / str(self.count)
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-        box = self.layout.root / "boxes" / secrets.token_hex(8)
-        box.mkdir(parents=True, mode=0o755)
+        box, held = open_box(self.layout.root)
         started = time.time()
         try:
             row = self._evaluate_in_box(box, folder)
@@ -277,7 +276,7 @@ class BackgroundEvaluator:
             row = {"status": "failed", "score": None, "valid": False,
                    "reason": f"{type(exc).__name__}: {exc}"}  # fmt: skip
         finally:
-            shutil.rmtree(box, ignore_errors=True)
+            close_box(box, held)
             shutil.rmtree(folder / "output", ignore_errors=True)
         row.update(eval=self.count, wall_s=round(time.time() - started, 3), nice=NICE)
         self._append(row)

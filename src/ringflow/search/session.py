@@ -22,7 +22,6 @@ and its trajectory starts with their logs.
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import stat
 import time
@@ -35,6 +34,7 @@ from ..carryover.resume import is_resume
 from ..errors import CandidateError, SandboxError
 from ..jsonio import atomic_write_json, read_json
 from ..nodes import READY, REJECTED, _assign_trainers, execution_spec, planned_variants
+from ..ring.boxes import close_box, open_box
 from ..ring.clock import load_node, load_ring
 from ..ring.layout import RingLayout
 from ..ring.ledger import Ledger, emit_event
@@ -74,12 +74,11 @@ def run_session(ring_dir: str | Path, node_id: str) -> dict:
     node = load_node(ring, node_id)
     if node["status"] != ENGINEERING and layout.session(node_id).exists():
         return read_json(layout.session(node_id))
-    box = layout.root / "boxes" / secrets.token_hex(8)
-    box.mkdir(parents=True, mode=0o755)
+    box, held = open_box(layout.root)
     try:
         return _run_in_box(ring, layout, node, box)
     finally:
-        shutil.rmtree(box, ignore_errors=True)
+        close_box(box, held)
 
 
 def _run_in_box(ring: dict, layout: RingLayout, node: dict, box: Path) -> dict:

@@ -145,7 +145,10 @@ class _Interval:
 
 
 class HealthLog:
-    """Writes the two health files of one execution."""
+    """Writes the two health files of one execution.
+
+    A write that fails (a full disk) is counted and the supervision goes on: the program is
+    still watched and stopped, and the outcome says the health files are incomplete."""
 
     def __init__(
         self,
@@ -163,6 +166,8 @@ class HealthLog:
         self.meta = meta
         self.probes: dict = {}
         self.lines_written = 0
+        self.write_failures = 0
+        self.write_error: str | None = None
         self._current = _Interval(0, start_wall, start_t, 0.0, 0)
 
     def event(self, event: dict) -> None:
@@ -197,8 +202,17 @@ class HealthLog:
             return
         line = cur.line(end_wall, end_t, idle_s, self.probes)
         line["partial"] = partial
-        append_jsonl(self.jsonl, line)
-        self.lines_written += 1
+        if self._written(append_jsonl, self.jsonl, line):
+            self.lines_written += 1
+
+    def _written(self, write, path: Path, data: dict) -> bool:
+        try:
+            write(path, data)
+        except OSError as exc:
+            self.write_failures += 1
+            self.write_error = self.write_error or f"{path.name}: {exc}"
+            return False
+        return True
 
     def write_latest(
         self,
@@ -220,7 +234,7 @@ class HealthLog:
         }
         if extra:
             data.update(extra)
-        atomic_write_json(self.latest, data)
+        self._written(atomic_write_json, self.latest, data)
 
     def close(self, end_t: float, idle_s: float, final: dict) -> None:
         """Write the last (possibly partial) interval and the final latest file."""

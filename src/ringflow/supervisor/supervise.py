@@ -22,13 +22,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .. import statuses
+from .. import diskspace, statuses
 from ..errors import InputError
 from .activity import ActivityTracker, judge_window
 from .cgroup import OwnedCgroup
 from .gpu import GpuMonitor
 from .health_log import HealthLog
 from .logsink import LogSink
+from .oom import KILLED_CODES, MemoryWatch
 from .proctree import (
     SIGNAL_NAMES,
     TOKEN_ENV,
@@ -261,6 +262,7 @@ class _Supervision:
         self.cgroup = OwnedCgroup.create(
             f"ringflow-{os.getpid()}-{token[:12]}", memory, self.limits.max_processes
         )
+        self.memory_watch = MemoryWatch.start(self.cgroup)
         try:
             return self._run_started(token)
         finally:
@@ -439,6 +441,7 @@ class _Supervision:
                     break
             if now >= next_limits:
                 next_limits = now + LIMIT_CHECK_S
+                self._watch_disks()
                 if exceeded := self._limit_exceeded():
                     stop = (statuses.CRASH, False, exceeded)
                     break
@@ -497,6 +500,11 @@ class _Supervision:
         truncated = [s.path.name for s in self.sinks if s.truncated]
         if truncated:
             self.event("log_truncated", logs=truncated, limit_mb=self.limits.log_mb)
+        for sink in self.sinks:
+            if sink.write_error is not None:
+                self.event("log_write_failed", log=sink.path.name, error=sink.write_error,
+                           dropped_bytes=sink.dropped)  # fmt: skip
+        self._watch_disks()
         end_t = time.monotonic()
         final = self.sampler.sample()
         window = judge_window(prev, final, self.settings) if prev.ok and final.ok else None
@@ -507,6 +515,11 @@ class _Supervision:
         if reap_left:
             self.event("reap_left", processes=reap_left)
         status, budget_cut, reason = stop or self._exit_verdict()
+        code = self.proc.returncode if self.proc else None
+        killed = stop is None and status == statuses.CRASH and code in KILLED_CODES
+        # "Killed by signal 9" alone reads as a crash: say whose memory limit it was.
+        if killed and (memory := self.memory_watch.reason(self.cgroup, self.limits.memory_gb)):
+            reason = f"{memory}; {reason}"
         if stop is None and status == statuses.CRASH and (full := self._output_at_quota()):
             # A write refused at the file-size limit (RLIMIT_FSIZE) ends the program first.
             reason = f"{full}; {reason}"
@@ -519,6 +532,24 @@ class _Supervision:
         return self._outcome(
             status, budget_cut, reason, wall, cpu_s, reap_left, limits=self._limits_record()
         )
+
+    def _watch_disks(self) -> None:
+        """Note once per filesystem when one the run writes to is all but full: a program
+        that fails then failed for the machine's sake, even if the room comes back before
+        it ends (docs/faults.md#disk-full)."""
+        if not hasattr(self, "_full_disks"):
+            self._full_disks: set[int] = set()
+        for folder in [*self.watch_output, *self.watch_writable, self.health_dir]:
+            try:
+                device = os.stat(folder).st_dev
+            except OSError:
+                continue
+            free = diskspace.free_bytes(folder)
+            if device in self._full_disks or free is None:
+                continue
+            if free < diskspace.NEARLY_FULL_BYTES:
+                self._full_disks.add(device)
+                self.event("disk_full", path=str(folder), free_bytes=free)
 
     def _output_used(self) -> int:
         folders = [*self.watch_output, *self.watch_writable]
@@ -558,8 +589,8 @@ class _Supervision:
             if rss > limits.memory_gb * 1024**3:
                 self.event("limit", limit="memory_gb", rss_bytes=rss)
                 return (
-                    f"memory limit exceeded: {rss} bytes resident in the tree "
-                    f"(limits.memory_gb = {limits.memory_gb}, summed RSS)"
+                    f"memory limit (ringflow's {limits.memory_gb:g} GB, limits.memory_gb) "
+                    f"exceeded: {rss} bytes resident in the tree (summed RSS)"
                 )
         return None
 
@@ -609,6 +640,10 @@ class _Supervision:
         return [describe(pid, stat) for pid, stat in alive(members).items()]
 
     def _outcome(self, status, budget_cut, reason, wall_s, cpu_s, reap_left, limits) -> Outcome:
+        if self.health.write_failures:
+            # The supervisor's own records failed (a full disk); the run itself was watched.
+            self.event("health_write_failed", count=self.health.write_failures,
+                       error=self.health.write_error)  # fmt: skip
         code = sig = None
         if self.proc is not None and self.proc.returncode is not None:
             rc = self.proc.returncode

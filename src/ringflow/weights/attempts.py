@@ -5,11 +5,13 @@ Each attempt is two lines of `runs/<ring>/keys/attempts/<key>.jsonl`: "started" 
 execution begins to train (under the key lock) and "ended" with its outcome. Holding the
 lock, every started attempt of an unregistered key has failed (a killed one never ends);
 without it, only ended ones are known to have failed, so a running training is waited for.
+An attempt cut by the machine (a full disk) is withdrawn: it never spends an attempt.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -75,10 +77,37 @@ class TrainAttempts:
 
     def started(self) -> str:
         attempt = f"{self.execution}@{time.time_ns()}"
-        append_jsonl(self.path, {"event": "started", "attempt": attempt,
-                                 "execution": self.execution, "ts": time.time()})  # fmt: skip
+        try:
+            self._offset: int | None = self.path.stat().st_size
+        except FileNotFoundError:
+            self._offset = 0
+        try:
+            append_jsonl(self.path, {"event": "started", "attempt": attempt,
+                                     "execution": self.execution, "ts": time.time()})  # fmt: skip
+        except OSError:
+            self.withdraw()  # a torn line (a full disk) must not glue onto the next one
+            raise
         self._attempt = attempt
         return attempt
+
+    def withdraw(self) -> bool:
+        """Take back this execution's started attempt (the machine failed, not the
+        trainer): the file is cut back to where it ended before. Truncating needs no room
+        on a full disk; callers hold the key lock, so no other line follows ours."""
+        offset = getattr(self, "_offset", None)
+        if offset is None:
+            return False
+        self._offset = None
+        try:
+            fd = os.open(self.path, os.O_WRONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            os.ftruncate(fd, offset)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return True
 
     def ended(self, outcome: str) -> None:
         append_jsonl(self.path, {"event": "ended", "attempt": self._attempt,

@@ -6,8 +6,9 @@ that wrote it (a registration in a ledger without its index entry, an entry with
 ledger record, or the two listing different files).
 
 repair: move every damaged entry and its damaged objects to `quarantine/<stamp>/` (kept,
-never deleted), record that in the ring's ledger, and remove leftovers, so the key is
-missing again and the next ring trains it exactly once.
+never deleted), record that in the ring's ledger, and remove the leftovers whose
+registration is gone (its flock is free), so the key is missing again and the next ring
+trains it exactly once.
 """
 
 from __future__ import annotations
@@ -24,10 +25,8 @@ from ..errors import DeadlineReached
 from ..jsonio import atomic_write_json, fsync_dir
 from .hashing import hash_files
 from .keys import SHA256_PATTERN
-from .store import WeightsStore, _index_fault
+from .store import WeightsStore, _index_fault, remove_if_owner_gone
 
-# A leftover younger than this may belong to a registration still copying its files.
-LEFTOVER_MIN_AGE_S = 600
 # How long repair waits for a key that an execution is training or replaying.
 KEY_LOCK_WAIT_S = 30.0
 
@@ -200,18 +199,18 @@ def repair_store(
     store: WeightsStore,
     report: StoreReport,
     ledger=None,
-    min_age_s: float = LEFTOVER_MIN_AGE_S,
     now: float | None = None,
     lock_wait_s: float = KEY_LOCK_WAIT_S,
 ) -> dict[str, Any]:
-    """Quarantine the damaged entries and objects of `report`; remove old leftovers.
+    """Quarantine the damaged entries and objects of `report`; remove the leftovers whose
+    registration is gone (a live one holds an flock on its file: "in_use").
 
     Each entry is moved under its key's lock, so no execution is reading it meanwhile; a
     key whose lock stays busy is left for a later repair (listed in "busy"). Each
     quarantined key is recorded in `ledger` (a ring's Ledger) as weights_quarantined.
     """
     now = time.time() if now is None else now
-    done: dict[str, Any] = {"quarantined": [], "removed": [], "kept_young": [], "busy": []}
+    done: dict[str, Any] = {"quarantined": [], "removed": [], "in_use": [], "busy": []}
     if report.damaged:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"-{os.getpid()}"
         folder = store.root / "quarantine" / stamp
@@ -243,15 +242,11 @@ def repair_store(
         atomic_write_json(folder / "record.json", {"at": now, "entries": done["quarantined"]})
         fsync_dir(store.objects)
     for path in report.leftovers:
-        try:
-            age = now - os.lstat(path).st_mtime
-        except FileNotFoundError:
-            continue
-        if age < min_age_s:
-            done["kept_young"].append(str(path))
-            continue
-        path.unlink(missing_ok=True)
-        done["removed"].append(str(path))
+        removed = remove_if_owner_gone(path)
+        if removed:
+            done["removed"].append(str(path))
+        elif removed is False:
+            done["in_use"].append(str(path))
     return done
 
 

@@ -11,11 +11,16 @@ filesystems), never as symlinks. Each index entry records the size, mtime_ns
 and inode its objects had at registration; a replay rehashes an object only
 when one of them differs, so an altered object is caught without rehashing
 gigabytes on every replay. Callers hold the key lock and write the ledger.
+
+A registration writes through temporary files (`objects/.incoming-*`, `per_view/<tree>/
+.*.tmp`) that it holds an flock on while it lives; one a killed registration left is
+removed by the next ring's start or `store repair` once its flock is free (never by age).
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -128,6 +133,59 @@ def _temp_beside(path: Path, tag: str) -> Path:
     os.close(fd)
     os.unlink(name)
     return Path(name)
+
+
+def _owned_temp(folder: Path, prefix: str, suffix: str = "") -> tuple[int, Path]:
+    """A new temporary file, flocked by this process for as long as the descriptor is open,
+    so a cleaner can tell a live registration's file from a killed one's."""
+    while True:
+        fd, name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=folder)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            ours = os.fstat(fd).st_ino == os.stat(name).st_ino
+        except FileNotFoundError:
+            ours = False
+        if ours:
+            return fd, Path(name)
+        os.close(fd)  # a cleaner removed it before our flock: start again
+
+
+def owner_alive(path: Path) -> bool:
+    """Whether a registration still holds this temporary file (its flock is taken)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def remove_if_owner_gone(path: Path) -> bool | None:
+    """Remove a temporary file whose owner's flock is free: True when removed, False when
+    its owner still holds it, None when it is already gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        try:
+            if os.lstat(path).st_ino != os.fstat(fd).st_ino:
+                return None  # replaced meanwhile: not the file we judged
+        except FileNotFoundError:
+            return None
+        path.unlink()
+        return True
+    finally:
+        os.close(fd)
 
 
 def _index_fault(entry: Any, tree: str, key: str) -> str | None:
@@ -385,14 +443,10 @@ class WeightsStore:
 
     def _store_object(self, source: Path) -> tuple[str, os.stat_result]:
         """Copy a file into objects/<sha256>; return its hash and the object's stat."""
-        fd, tmp_name = tempfile.mkstemp(prefix=".incoming-", dir=self.objects)
-        tmp = Path(tmp_name)
+        fd, tmp = _owned_temp(self.objects, ".incoming-")
         try:
-            try:
-                sha = _copy_hashing(source, fd)
-                os.fchmod(fd, OBJECT_MODE)
-            finally:
-                os.close(fd)
+            sha = _copy_hashing(source, fd)
+            os.fchmod(fd, OBJECT_MODE)
             final = self.objects / sha
             try:
                 os.link(tmp, final)
@@ -404,6 +458,7 @@ class WeightsStore:
             return sha, os.stat(final)
         finally:
             tmp.unlink(missing_ok=True)
+            os.close(fd)  # the flock goes last: the file is gone by then
 
     @staticmethod
     def _object_intact(path: Path, sha: str) -> bool:
@@ -418,22 +473,20 @@ class WeightsStore:
         """Write an index entry only if none exists (link, not rename, so the first wins)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         text = (json.dumps(entry, indent=2, sort_keys=True) + "\n").encode()
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp = _owned_temp(path.parent, f".{path.name}.", ".tmp")
         try:
+            os.write(fd, text)
+            os.fsync(fd)
+            os.fchmod(fd, OBJECT_MODE)
             try:
-                os.write(fd, text)
-                os.fsync(fd)
-                os.fchmod(fd, OBJECT_MODE)
-            finally:
-                os.close(fd)
-            try:
-                os.link(tmp_name, path)
+                os.link(tmp, path)
             except FileExistsError:
                 return False
             fsync_dir(path.parent)
             return True
         finally:
-            Path(tmp_name).unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
+            os.close(fd)
 
     # ----------------------------------------------------------------- replay
 
@@ -642,11 +695,25 @@ class WeightsStore:
         problems += [
             f"leftover of an interrupted registration: {path} (`ringflow store repair` removes it)"
             for path in self.leftovers()
+            if not owner_alive(path)  # a registration of another ring, still copying
         ]
         return problems
 
+    def remove_dead_leftovers(self) -> tuple[list[Path], list[Path]]:
+        """(removed, in use): remove every leftover whose registration is gone."""
+        removed, in_use = [], []
+        for path in self.leftovers():
+            done = remove_if_owner_gone(path)
+            if done:
+                removed.append(path)
+            elif done is False:
+                in_use.append(path)
+        if removed:
+            fsync_dir(self.objects)
+        return removed, in_use
+
     def leftovers(self) -> list[Path]:
-        """Temporary files a killed registration left in objects/ or per_view/."""
+        """Temporary files of registrations in objects/ or per_view/ (a live one's too)."""
         found = sorted(self.objects.glob(".incoming-*"))
         for tree_dir in sorted(self.per_view.iterdir()):
             if tree_dir.is_dir():

@@ -1,0 +1,91 @@
+"""The ring's `boxes/`: one folder of neutral paths per running program (its working copy,
+its output, a replay's read-only hard links into the store).
+
+A box is held with an flock on its folder by the process that made it, and removed when
+its run ends. A run killed before it could remove its box leaves it behind; the ring's
+next start and its end remove every box whose holder is gone, so no hard link into the
+store's `objects/` outlives the runs (docs/faults.md#debris).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import secrets
+import shutil
+import stat
+from pathlib import Path
+
+BOXES = "boxes"
+
+
+def open_box(ring_dir: str | os.PathLike) -> tuple[Path, int]:
+    """(a new box, the descriptor holding its flock): pass both to `close_box`."""
+    boxes = Path(ring_dir) / BOXES
+    boxes.mkdir(parents=True, exist_ok=True)
+    while True:
+        box = boxes / secrets.token_hex(8)
+        box.mkdir(mode=0o755)
+        fd = os.open(box, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            ours = os.fstat(fd).st_ino == os.lstat(box).st_ino
+        except FileNotFoundError:
+            ours = False
+        if ours:
+            return box, fd
+        os.close(fd)  # removed as abandoned before our flock: make another
+
+
+def close_box(box: Path | None, fd: int | None) -> None:
+    """Remove a box, then give up its flock."""
+    try:
+        if box is not None:
+            _remove(box)
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _writable_and_retry(func, path, _exc) -> None:
+    """rmtree's error hook: read-only folders of a working copy are made writable first."""
+    parent = os.path.dirname(path)
+    try:
+        os.chmod(parent, stat.S_IMODE(os.lstat(parent).st_mode) | stat.S_IRWXU)
+        func(path)
+    except OSError:
+        pass
+
+
+def _remove(box: Path) -> None:
+    if box.is_dir() and not box.is_symlink():
+        shutil.rmtree(box, onerror=_writable_and_retry)
+    else:
+        box.unlink(missing_ok=True)
+
+
+def remove_abandoned_boxes(ring_dir: str | os.PathLike) -> list[Path]:
+    """Remove every box whose holder is gone (a killed run's); returns what was removed."""
+    boxes = Path(ring_dir) / BOXES
+    if not boxes.is_dir():
+        return []
+    removed = []
+    for box in sorted(boxes.iterdir()):
+        try:
+            fd = os.open(box, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            _remove(box)  # not a folder a run could hold (a link, a stray file)
+            removed.append(box)
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a live run's box
+            _remove(box)
+            removed.append(box)
+        finally:
+            os.close(fd)
+    return removed
