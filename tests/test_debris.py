@@ -123,8 +123,8 @@ def test_a_replay_killed_mid_run_leaves_no_link_into_the_store_after_the_next_st
     store = tmp_path / "store"
 
     def execute(variant: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "ringflow", "execute", str(ring), "n001-a",
-                                 "proxy", variant], stdout=subprocess.DEVNULL,
+        return subprocess.Popen([sys.executable, "-m", "ringflow", "step", "execute", str(ring),
+                                 "n001-a", "proxy", variant], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
 
     assert execute("s0").wait(timeout=300) == 0

@@ -44,7 +44,7 @@ def small_disk(tmp_path):
 
 
 def _execute(ring: Path, node: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ringflow", "execute", str(ring), node,
+    return subprocess.run([sys.executable, "-m", "ringflow", "step", "execute", str(ring), node,
                            "proxy", "s0"], capture_output=True, text=True, timeout=300)  # fmt: skip
 
 

@@ -1,4 +1,4 @@
-"""One execution at a time, driven through `ringflow execute` as a rule would."""
+"""One execution at a time, driven through `ringflow step execute` as a rule would."""
 
 from __future__ import annotations
 

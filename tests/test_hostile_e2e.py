@@ -4,7 +4,7 @@ Each candidate tries what a program must never manage: read the ring, another no
 another ring, the labels, the store, a home folder, an undeclared data folder or the
 task's scorer; reach a listener on 127.0.0.1; hand the scorer a pointer instead of
 data; fill the disk; fork without end; see a concurrent execution; or tell a view-blind
-run from a real one. Executions run through `ringflow execute`, as the workflow runs them.
+run from a real one. Executions run through `ringflow step execute`, as the workflow runs them.
 """
 
 from __future__ import annotations

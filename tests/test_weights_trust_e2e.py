@@ -1,4 +1,4 @@
-"""Weights you can trust, with real programs: executions through `ringflow execute` as a rule
+"""Weights you can trust, with real programs: executions through `ringflow step execute` as a rule
 runs them, and two whole rings on one store with one damaged object."""
 
 from __future__ import annotations
