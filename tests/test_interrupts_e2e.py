@@ -58,7 +58,7 @@ def _wait_in_flight(ring: Path, node: str, after: float, timeout: float = 120) -
 
 
 def _supervisors(workdir: Path) -> list[psutil.Process]:
-    """The `ringflow step execute` processes of rings under workdir (rules name rings relatively)."""
+    """The `ringflow step execute` processes of rings under workdir (named relatively)."""
     found = []
     for proc in psutil.process_iter(["cmdline", "cwd"]):
         if is_supervisor(proc.info["cmdline"] or []) and proc.info["cwd"] == str(workdir):
