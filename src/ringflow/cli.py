@@ -173,10 +173,19 @@ def cmd_summary(args) -> int:
 
 
 def cmd_report(args) -> int:
+    from .jsonio import read_json
+    from .reporting.chain_report import write_chain
     from .reporting.report import write_report
 
+    if args.chain:
+        out = write_chain(args.ring_dir, args.out)
+        print(f"chain page written to {out}")
+        return 0
     out = write_report(args.ring_dir, args.out)
     print(f"report written to {out}")
+    if read_json(Path(args.ring_dir) / "RING.json").get("continue_from"):
+        # A continuation's report comes with the page of its whole chain, in its folder.
+        print(f"chain page written to {write_chain(args.ring_dir)}")
     return 0
 
 
@@ -371,7 +380,21 @@ def build_parser() -> argparse.ArgumentParser:
         "report",
         cmd_report,
         "write the ring's HTML report",
-        (("--out",), {"help": "output file (default RING_DIR/report.html)"}),
+        (
+            ("--out",),
+            {
+                "help": "output file (default RING_DIR/report.html, or "
+                "RING_DIR/chain.html with --chain)"
+            },
+        ),
+        (
+            ("--chain",),
+            {
+                "action": "store_true",
+                "help": "write the page of the whole chain "
+                "ending at RING_DIR instead (a continuation's report writes it too)",
+            },
+        ),
     )
     add("verify", cmd_verify, "check the ledger chain, registered objects and ancestors")
     add(
