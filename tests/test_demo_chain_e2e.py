@@ -17,16 +17,24 @@ import pytest
 
 from ringtools import REPO, SNAKEMAKE
 
+_chain: Path | None = None
+
 
 def _demo_chain(tmp_path: Path) -> Path:
+    """The demo chain's working folder: RINGFLOW_DEMO_CHAIN_DIR, or one run of the chain
+    per test session (the browser test of the report opens the same chain)."""
+    global _chain
     given = os.environ.get("RINGFLOW_DEMO_CHAIN_DIR")
     if given:
         return Path(given)
+    if _chain is not None:
+        return _chain
     # No configuration file: the demo chain is what the workflow defines.
     argv = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
             "--profile", str(REPO / "profiles" / "local"), "--cores", "2", "ring2"]  # fmt: skip
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    _chain = tmp_path
     return tmp_path
 
 
