@@ -189,6 +189,23 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_digest(args) -> int:
+    from .jsonio import read_json
+    from .reporting.digest import ring_digest
+    from .reporting.notify import notify
+
+    if not args.send:
+        print(ring_digest(args.ring_dir)["text"], end="")
+        return 0
+    settings = read_json(Path(args.ring_dir) / "RING.json")["config"].get("notify")
+    lines = notify(args.ring_dir, settings, "sent by hand")
+    for line in lines:
+        print(f"{line['channel']}: " + (f"sent to {line['to']}" if line["ok"] else line["error"]))
+    if not lines:
+        print("no channel configured (notify.email, notify.webhook); digest.txt written")
+    return 1 if any(not line["ok"] for line in lines) else 0
+
+
 def cmd_status(args) -> int:
     from .reporting.status import render_status
 
@@ -396,6 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
             },
         ),
     )
+    add("digest", cmd_digest, "print the ring's digest (decision, failures, hung executions, "
+        "time left)", (("--send",), {"action": "store_true", "help": "send it on the ring's "
+                       "notify channels instead (and write digest.txt)"}))  # fmt: skip
     add("verify", cmd_verify, "check the ledger chain, registered objects and ancestors")
     add(
         "key",

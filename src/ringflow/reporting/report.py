@@ -1,4 +1,5 @@
-"""`ringflow report`: one self-contained HTML page of a ring, finished or in progress (SPEC 14).
+"""`ringflow report`: one self-contained HTML page of a ring, finished or in progress
+(docs/report.md).
 
 The page is built from the files the ring writes and nothing else; any of them may be
 missing while the ring runs, so every section shows what exists. Data is gathered here
