@@ -8,9 +8,11 @@ import json
 import socket
 
 import pytest
+import yaml
 
 from mailtools import local_servers
 from ringflow.reporting import notify
+from ringtools import REPO
 from test_report import START, decided, finished, hand_ring, write
 
 PASSWORD, TOKEN = "s3cret-pass-word", "t0ken-for-the-hook"
@@ -151,7 +153,11 @@ def test_digests_at_each_stage_end_and_every_digest_every_h(tmp_path, secrets):
     assert [p["subject"] for _, p in inbox.posts] == subjects
 
 
-def test_without_channels_nothing_is_watched(tmp_path):
-    assert not notify.enabled({"digest_every_h": 3, "email": None, "webhook": None})
-    notify.ring_start(tmp_path, {"digest_every_h": 3, "email": None, "webhook": None})
+def test_without_channels_nothing_is_watched_or_sent(tmp_path):
+    defaults = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["notify"]
+    assert not notify.enabled(defaults)
+    notify.ring_start(tmp_path, defaults)
     assert str(tmp_path) not in notify._watchers
+    ring = troubled_ring(tmp_path)
+    assert notify.notify(ring, defaults, "search ended") == []
+    assert (ring / "digest.txt").is_file() and not (ring / "notify.jsonl").exists()

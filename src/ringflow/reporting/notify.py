@@ -106,9 +106,9 @@ def notify(ring_dir: str | Path, settings: dict | None, why: str, now: float | N
     atomic_write_text(root / DIGEST, f"{subject}\n\n{text}")
     settings = settings or {}
     channels = []
-    if settings.get("email"):
+    if email_on(settings):
         channels.append(("email", lambda: send_email(settings["email"], subject, text)))
-    if settings.get("webhook"):
+    if webhook_on(settings):
         channels.append(
             ("webhook", lambda: send_webhook(settings["webhook"], subject, text, digest["data"]))
         )
@@ -198,8 +198,19 @@ class Watcher:
 _watchers: dict[str, Watcher] = {}
 
 
+def email_on(settings: dict | None) -> bool:
+    """E-mail is sent when notify.email.to names someone."""
+    return bool(((settings or {}).get("email") or {}).get("to"))
+
+
+def webhook_on(settings: dict | None) -> bool:
+    """The webhook is called when notify.webhook.url or url_env is set."""
+    hook = (settings or {}).get("webhook") or {}
+    return bool(hook.get("url") or hook.get("url_env"))
+
+
 def enabled(settings: dict | None) -> bool:
-    return bool(settings) and bool(settings.get("email") or settings.get("webhook"))
+    return email_on(settings) or webhook_on(settings)
 
 
 def ring_start(root: str | Path, settings: dict | None) -> None:
