@@ -92,7 +92,9 @@ def test_chain_page_shows_every_ring_and_boundary(tmp_path):
     crossed = {(r[0], r[1]): r[3] for r in rows(section(page, "boundary-1"))[1:]}
     assert crossed[("carried out (sealed in one)", "one#n002-cut")] == "carryover/n002-cut"
     assert crossed[("not sealed", "n003-late")] == "no runnable program at the cutoff"
-    assert crossed[("verified in two", "one#n002-cut")].startswith("seal checked")
+    assert crossed[("verified in two", "one#n002-cut")] == (
+        "seal checked, copied to carryover/imported/one--n002-cut"
+    )
     assert crossed[("resumed", "n005-again (one#n002-cut)")] == "ready"
     assert crossed[("rejected", "one#n004-bad")] == "SEAL.json sha256 differs"
     decisions = {r[0]: r for r in rows(section(page, "chain-decisions"))[1:]}
