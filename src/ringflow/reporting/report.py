@@ -253,7 +253,7 @@ def _score_value(execution: Execution | None, direction: str) -> float | None:
 def _score_cell(execution: Execution | None, direction: str) -> dict:
     """What one seed's score cell shows: the score, or why there is none."""
     if execution is None:
-        return {"text": "", "cls": "absent", "title": "not run"}
+        return {"text": "–", "cls": "absent", "title": "not run"}
     if execution.result is None:
         if execution.in_flight:
             return {"text": "running", "cls": "running", "title": "in flight"}
