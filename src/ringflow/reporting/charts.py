@@ -1,9 +1,9 @@
 """Charts of the report as inline SVG data: score against wall time, with round ticks.
 
-The page draws them by hand (the template's `chart` macro) rather than embedding a
-plotting library's output, so that every point keeps its own tooltip and the page stays
-one small file. Ticks fall on round numbers (1, 2 or 5 times a power of ten for scores;
-whole seconds, minutes or hours for time) and both axes say their unit.
+The page draws them by hand (the `frame` macro of templates/_chart.html.j2) rather than
+embedding a plotting library's output, so that every point keeps its own tooltip and the
+page stays one small file. Ticks fall on round numbers (1, 2 or 5 times a power of ten; in
+seconds, minutes or hours for time) and both axes say their unit.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from itertools import pairwise
 # Time units of the x axis: the first whose span keeps tick labels short.
 TIME_UNITS = (("s", 1.0), ("min", 60.0), ("h", 3600.0))
 # Round tick steps, in the axis's unit.
-STEPS = (1, 2, 2.5, 5)
+STEPS = (1, 2, 5)
 
 
-def nice_step(span: float, ticks: int = 5) -> float:
-    """A round step (1, 2, 2.5 or 5 times a power of ten) giving about `ticks` intervals."""
+def nice_step(span: float, ticks: int = 6) -> float:
+    """A round step (1, 2 or 5 times a power of ten) giving at most about `ticks` intervals."""
     if span <= 0 or not math.isfinite(span):
         return 1.0
     raw = span / ticks
@@ -30,7 +30,7 @@ def nice_step(span: float, ticks: int = 5) -> float:
     return 10 * power
 
 
-def nice_ticks(lo: float, hi: float, ticks: int = 5) -> list[float]:
+def nice_ticks(lo: float, hi: float, ticks: int = 6) -> list[float]:
     """Round values covering [lo, hi]: the first at or below lo, the last at or above hi."""
     step = nice_step(hi - lo, ticks)
     first = math.floor(lo / step + 1e-9) * step
@@ -53,8 +53,6 @@ def time_unit(t_max: float) -> tuple[str, float]:
 def tick_label(value: float, step: float) -> str:
     """A tick value with as many decimals as its step needs (no trailing noise)."""
     decimals = max(0, -math.floor(math.log10(step) + 1e-9)) if step > 0 else 0
-    if step * 10**decimals % 1 > 1e-9:  # 2.5 times a power of ten needs one more
-        decimals += 1
     return f"{value:.{decimals}f}"
 
 

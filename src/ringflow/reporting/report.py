@@ -556,9 +556,7 @@ def score_label(ring: dict, what: str) -> str:
     return f"{what} ({better} is better)"
 
 
-def best_so_far_curve(
-    progress: dict, ring: dict, now: float, width: int = 620, height: int = 250
-) -> dict:
+def best_so_far_curve(progress: dict, width: int = 620, height: int = 250) -> dict:
     """The ring's best-so-far curve on the proxy view (`search.best_so_far.ring_progress`:
     seed-0 executions and background evaluations alike) against wall time, with the time
     to the first valid result marked; laid out as inline SVG data."""
@@ -567,8 +565,8 @@ def best_so_far_curve(
     if not points:
         return data
     end = max(p["t"] for p in points)
-    chart = Chart(width, height, end, [p["score"] for p in points],
-                  ylabel=score_label(ring, f"score on {progress['view']}"))  # fmt: skip
+    ylabel = score_label({"task": progress}, f"score on {progress['view']}")
+    chart = Chart(width, height, end, [p["score"] for p in points], ylabel=ylabel)
     data.update(chart.frame())
     data["points"] = [{**p, "x": chart.x(p["t"]), "y": chart.y(p["score"])} for p in points]
     data["path"] = chart.step_path(steps, until=end)
@@ -793,7 +791,7 @@ def report_context(ring_dir: str | Path, now: float | None = None) -> dict:
     ctx["curve"] = curve(ctx)
     ctx["progress"] = ring_progress(ctx["ring"], layout)
     ctx["first_valid"] = ctx["progress"]["first_valid"]
-    ctx["progress_curve"] = best_so_far_curve(ctx["progress"], ctx["ring"], ctx["now"])
+    ctx["progress_curve"] = best_so_far_curve(ctx["progress"])
     ctx["gap"] = selection_gap(ctx)
     ctx["failures"] = failure_digest(files.root, (ctx["index"] or {}).get("nodes", []))
     ctx["final_section"] = decision_section(ctx, files, layout)
