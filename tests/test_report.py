@@ -720,3 +720,24 @@ def test_every_table_says_what_its_columns_are(demo_page):
     assert "sd of differences" not in page
     # No cell is left empty without saying why.
     assert not re.search(r"<td[^>]*>\s*</td>", page)
+
+
+def test_a_cut_by_the_rings_clock_is_not_listed_as_trouble(tmp_path):
+    ring = hand_ring(tmp_path)
+    deadline = [{"event": "deadline", "wall": START + 50}]
+    finished(
+        ring,
+        "n001-good",
+        "a",
+        "s0",
+        None,
+        ended_at=START + 60,
+        status="interrupted",
+        events=deadline,
+    )
+    result = ring / "nodes" / "n001-good" / "exec" / "a" / "s0" / "result.json"
+    record = json.loads(result.read_text())
+    result.write_text(json.dumps({**record, "budget_cut": True, "reason": "cut at the cutoff"}))
+    page = render_report(ring)
+    assert 'id="health"' in page and "No execution hung, crashed, hit a limit" in page
+    assert rows(section(page, "health-rest"))[1][:4] == ["n001-good", "a", "s0", "interrupted"]

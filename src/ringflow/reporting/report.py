@@ -455,8 +455,11 @@ def attention_reason(execution: Execution, events: Counter) -> str:
         return f"{execution.status}: {reason.splitlines()[0] if reason else 'no reason'}"
     if execution.status == statuses.INTERRUPTED and not result.get("budget_cut"):
         return f"interrupted: {reason.splitlines()[0] if reason else 'no reason'}"
-    if "limit" in reason.lower():
+    if "limit" in reason.lower() and not result.get("budget_cut"):
         return reason.splitlines()[0]
+    if result.get("budget_cut"):
+        # Cut by the ring's own clock (carried over, shown under lineage): not the program's.
+        events = Counter({k: v for k, v in events.items() if k != "deadline"})
     if events:
         return "health events: " + ", ".join(f"{k} {v}" for k, v in sorted(events.items()))
     return ""
