@@ -161,3 +161,14 @@ def test_without_channels_nothing_is_watched_or_sent(tmp_path):
     ring = troubled_ring(tmp_path)
     assert notify.notify(ring, defaults, "search ended") == []
     assert (ring / "digest.txt").is_file() and not (ring / "notify.jsonl").exists()
+
+
+def test_the_last_check_does_not_race_the_watcher(tmp_path, secrets):
+    ring = hand_ring(tmp_path)
+    with local_servers() as (inbox, port, url):
+        config = settings(port, url, poll_s=0.01)
+        notify.ring_start(ring, config)
+        write(ring / "stop_manifest.json", {"ring_id": "hand"})
+        notify.ring_end(ring)
+    assert str(ring) not in notify._watchers
+    assert [m["Subject"] for m in inbox.messages] == ["ringflow hand: ring ended"]

@@ -179,6 +179,8 @@ class Watcher:
     def __init__(self, root: str | Path, settings: dict, poll_s: float = 60.0):
         self.root, self.settings, self.poll_s = Path(root), settings, poll_s
         self.stopped = threading.Event()
+        # One check at a time: the last one (at the ring's end) must not race the thread's.
+        self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._loop, name="ringflow-notify", daemon=True)
 
     def _loop(self) -> None:
@@ -186,10 +188,11 @@ class Watcher:
             self.check()
 
     def check(self) -> None:
-        try:
-            check(self.root, self.settings)
-        except Exception as exc:  # word to the user must never bring the ring down
-            print(f"ringflow: notify: {exc}", file=sys.stderr)
+        with self.lock:
+            try:
+                check(self.root, self.settings)
+            except Exception as exc:  # word to the user must never bring the ring down
+                print(f"ringflow: notify: {exc}", file=sys.stderr)
 
     def stop(self) -> None:
         self.stopped.set()
@@ -226,4 +229,5 @@ def ring_end(root: str | Path) -> None:
     watcher = _watchers.pop(str(root), None)
     if watcher is not None:
         watcher.stop()
+        watcher.thread.join(timeout=4 * TIMEOUT_S)
         watcher.check()
