@@ -257,7 +257,16 @@ def test_guard_table_matches_final_json(demo_page):
     final = json.loads((ring / "final" / "FINAL.json").read_text())
     guard = final["guard"]
     table = rows(section(page, "guard"))
-    assert table[0] == ["guard seed", "candidate", "baseline", "difference"]
+    # The columns name the candidate the guard ran for and the baseline.
+    guarded = [v["node"] for v in final["verdicts"] if v.get("guard")]
+    candidate = final["chosen"] if final["decision"] == "candidate" else guarded[-1]
+    assert candidate != final["baseline"]
+    assert table[0] == [
+        "guard seed",
+        f"candidate {candidate}",
+        f"baseline {final['baseline']}",
+        "difference",
+    ]
     expected = [
         [str(s), f"{c:.4f}", f"{b:.4f}", f"{d:.4f}"]
         for s, c, b, d in zip(
@@ -267,9 +276,17 @@ def test_guard_table_matches_final_json(demo_page):
     assert table[1:] == expected
     assert f'<td class="n">{guard["lcb"]:.4f}</td>' in page
     assert f'<td class="n">{guard["alpha"]:.4f}</td>' in page
-    # Winner's curse: the promotion mean against the guard mean, and their difference.
-    shrink = final["guard_mean"] - final["promotion_mean"]
-    assert f"{final['promotion_mean']:.4f}" in page and f"{shrink:.4f}" in page
+    # Winner's curse: every guarded finalist (the chosen one marked), never the baseline.
+    curse = {r[0]: r[1:] for r in rows(section(page, "winners-curse"))[1:]}
+    guarded_rows = [r for r in final["finalists"] if r["guard_mean"] is not None]
+    assert guarded_rows and final["baseline"] not in {k.split()[0] for k in curse}
+    for row in guarded_rows:
+        label = row["node"] + (" chosen" if row["node"] == final["chosen"] else "")
+        assert curse[label] == [
+            f"{row['promotion_mean']:.4f}",
+            f"{row['guard_mean']:.4f}",
+            f"{row['shrinkage']:.4f}",
+        ]
     assert final["note"] in html.unescape(page)
 
 
@@ -529,3 +546,198 @@ def test_copy_is_read_not_the_original(tmp_path):
     assert f"<code>{ring.resolve()}</code>" in page
     shutil.rmtree(ring / "nodes")
     assert "no nodes yet" in render_report(ring)
+
+
+# ---------------------------------------------------------------------------------------------
+# The first screen
+
+
+def decided(ring: Path, *, chosen: str = "n001-good", lcb: float | None = 0.012) -> dict:
+    """A decision for the candidate, with its guard record and a finalist passed over."""
+    guard = {
+        "seeds": [3, 4],
+        "views": ["guard"],
+        "alpha": 0.025,
+        "margin": 0.0,
+        "lcb": lcb,
+        "mean": 0.031,
+        "complete": True,
+        "candidate": [0.81, 0.83],
+        "baseline": [0.78, 0.8],
+        "differences": [0.03, 0.032],
+        "bootstrap": {"replicates": 200, "detectable": 0.019, "min": 0.0, "max": 0.05},
+    }
+    record = {
+        "decision": "candidate",
+        "chosen": chosen,
+        "baseline": "n000-base",
+        "reason": "guard LCB above the margin: the candidate replaces the baseline",
+        "guard": guard,
+        "verdicts": [
+            {
+                "rank": 1,
+                "node": chosen,
+                "eligible": True,
+                "replace": True,
+                "reason": "LCB above margin",
+                "guard": guard,
+            }
+        ],
+        "finalists": [
+            {
+                "rank": 1,
+                "node": chosen,
+                "promotion_mean": 0.85,
+                "guard_mean": 0.82,
+                "shrinkage": -0.03,
+                "verdict": "LCB above margin",
+            },
+            {
+                "rank": 2,
+                "node": "n002-other",
+                "promotion_mean": 0.84,
+                "guard_mean": None,
+                "shrinkage": None,
+                "verdict": "review failed: outputs change on disguised copies",
+            },
+        ],
+        "final_view": {"view": "fin", "chosen": 0.8, "baseline": 0.75},
+        "promotion_mean": 0.85,
+        "guard_mean": 0.82,
+    }
+    write(ring / "selection" / "decision.json", record)
+    write(ring / "final" / "FINAL.json", record)
+    (ring / "final" / "solution").mkdir(parents=True)
+    write(ring / "final" / "solution" / "MANIFEST.json", {"files": []})
+    return record
+
+
+def first_screen(page: str) -> str:
+    match = re.search(r'<div id="first-screen">(.*?)<h2>Nodes</h2>', page, flags=re.S)
+    assert match, "no first screen"
+    return html.unescape(re.sub(r"<[^>]+>", " ", match.group(1)))
+
+
+def test_first_screen_leads_with_the_decision(tmp_path):
+    ring = hand_ring(tmp_path)
+    finished(ring, "n000-base", "a", "s0", 0.5, ended_at=START + 30)
+    finished(ring, "n001-good", "a", "s0", 0.7, ended_at=START + 90, mode="train", key="k1")
+    decided(ring)
+    page = render_report(ring)
+    text = " ".join(first_screen(page).split())
+    assert "Chosen: n001-good , replacing the baseline n000-base" in text
+    assert "mean advantage over the baseline 0.0310" in text
+    assert "[0.0120, ∞)" in text and "alpha' 0.0250" in text
+    assert "smallest advantage this guard could detect 0.0190" in text
+    # On the final view, signed so that positive is better (maximize).
+    assert "chosen − baseline 0.0500 (0.8000 vs 0.7500)" in text
+    assert "n002-other (finalist #2): review failed: outputs change on disguised copies" in text
+    assert "Time to first valid result: 30s" in text
+    assert f"./ringflow export {ring.resolve()} DEST" in text
+    assert "3 executions" not in text and "2 executions (2 ok)" in text
+    # The first screen comes before every table of the page.
+    assert page.index('id="first-screen"') < page.index('<table id="nodes">')
+
+
+def test_first_screen_of_a_guard_without_bound(tmp_path):
+    ring = hand_ring(tmp_path)
+    decided(ring, lcb=None)
+    text = " ".join(first_screen(render_report(ring)).split())
+    assert "none: no bound" in text
+
+
+def test_first_screen_while_searching(tmp_path):
+    ring = hand_ring(tmp_path)
+    in_flight(ring, "n001-good", "b", "s0", started=START + 100, sample_wall=START + 160)
+    text = " ".join(first_screen(render_report(ring, now=START + 170)).split())
+    assert "No decision yet: the ring is still running." in text
+    assert "The search ends in 27m10s" in text and "1 execution(s) in flight" in text
+    assert "Deployable model: not written yet" in text
+
+
+def test_guard_table_names_its_candidate_when_the_baseline_is_kept(tmp_path):
+    ring = hand_ring(tmp_path)
+    record = decided(ring, lcb=-0.01)
+    record.update(decision="baseline", chosen="n000-base")
+    write(ring / "selection" / "decision.json", record)
+    page = render_report(ring)
+    assert rows(section(page, "guard"))[0] == [
+        "guard seed",
+        "candidate n001-good",
+        "baseline n000-base",
+        "difference",
+    ]
+    text = " ".join(first_screen(page).split())
+    assert "Baseline kept: n000-base" in text
+    assert "Candidate n001-good's advantage" in text
+    # sd of the two per-seed differences (0.03, 0.032).
+    assert f"{0.0014142:.4f}" in section(page, "guard-stats")
+
+
+def test_health_lists_only_executions_that_need_a_look(tmp_path):
+    ring = hand_ring(tmp_path)
+    finished(ring, "n000-base", "a", "s0", 0.5, ended_at=START + 30)
+    finished(ring, "n001-good", "a", "s0", None, ended_at=START + 60, status="crash")
+    page = render_report(ring)
+    listed = rows(section(page, "health"))
+    assert [r[:4] for r in listed[1:]] == [["n001-good", "a", "s0", "crash"]]
+    assert listed[1][-1].startswith("crash: crash <b>bold</b>")
+    rest = re.search(r"<details>.*?</details>", page, flags=re.S).group(0)
+    assert [r[:4] for r in rows(section(rest, "health-rest"))[1:]] == [
+        ["n000-base", "a", "s0", "ok"]
+    ]
+
+
+def test_node_table_shows_origin_and_lineage(tmp_path):
+    ring = hand_ring(tmp_path)
+    add_node(
+        ring,
+        "n002-old",
+        status="history",
+        origin={"kind": "imported", "ring": "r1", "node": "n007-x"},
+    )
+    add_node(
+        ring,
+        "n003-kid",
+        status="ready",
+        parent="n001-good",
+        origin={"kind": "improve", "generation": 2},
+    )
+    table = rows(section(render_report(ring), "nodes"))
+    assert table[0][:5] == ["node", "role", "status", "origin", "lineage"]
+    by_node = {r[0]: r for r in table[1:]}
+    assert by_node["n002-old"][3:5] == ["imported", "from r1#n007-x"]
+    assert by_node["n003-kid"][3:5] == ["improve g2", "child of n001-good"]
+    assert by_node["n000-base"][3] == "baseline"
+
+
+def test_every_table_says_what_its_columns_are(demo_page):
+    _, page = demo_page
+    tables = re.findall(r"<table[^>]*>(.*?)</table>", page, flags=re.S)
+    assert len(tables) > 10
+    for table in tables:
+        assert table.lstrip().startswith("<caption>"), table[:200]
+    assert "sd of differences" not in page
+    # No cell is left empty without saying why.
+    assert not re.search(r"<td[^>]*>\s*</td>", page)
+
+
+def test_a_cut_by_the_rings_clock_is_not_listed_as_trouble(tmp_path):
+    ring = hand_ring(tmp_path)
+    deadline = [{"event": "deadline", "wall": START + 50}]
+    finished(
+        ring,
+        "n001-good",
+        "a",
+        "s0",
+        None,
+        ended_at=START + 60,
+        status="interrupted",
+        events=deadline,
+    )
+    result = ring / "nodes" / "n001-good" / "exec" / "a" / "s0" / "result.json"
+    record = json.loads(result.read_text())
+    result.write_text(json.dumps({**record, "budget_cut": True, "reason": "cut at the cutoff"}))
+    page = render_report(ring)
+    assert 'id="health"' in page and "No execution hung, crashed, hit a limit" in page
+    assert rows(section(page, "health-rest"))[1][:4] == ["n001-good", "a", "s0", "interrupted"]

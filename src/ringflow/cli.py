@@ -227,11 +227,37 @@ def cmd_step_report(args) -> int:
 
 
 def cmd_report(args) -> int:
+    from .jsonio import read_json
+    from .reporting.chain_report import write_chain
     from .reporting.report import write_report
 
+    if args.chain:
+        out = write_chain(args.ring_dir, args.out)
+        print(f"chain page written to {out}")
+        return 0
     out = write_report(args.ring_dir, args.out)
     print(f"report written to {out}")
+    if read_json(Path(args.ring_dir) / "RING.json").get("continue_from"):
+        # A continuation's report comes with the page of its whole chain, in its folder.
+        print(f"chain page written to {write_chain(args.ring_dir)}")
     return 0
+
+
+def cmd_digest(args) -> int:
+    from .jsonio import read_json
+    from .reporting.digest import ring_digest
+    from .reporting.notify import notify
+
+    if not args.send:
+        print(ring_digest(args.ring_dir)["text"], end="")
+        return 0
+    settings = read_json(Path(args.ring_dir) / "RING.json")["config"].get("notify")
+    lines = notify(args.ring_dir, settings, "sent by hand")
+    for line in lines:
+        print(f"{line['channel']}: " + (f"sent to {line['to']}" if line["ok"] else line["error"]))
+    if not lines:
+        print("no channel configured (notify.email, notify.webhook); digest.txt written")
+    return 1 if any(not line["ok"] for line in lines) else 0
 
 
 def cmd_status(args) -> int:
@@ -419,8 +445,25 @@ def build_parser() -> argparse.ArgumentParser:
         "report",
         cmd_report,
         "write the ring's HTML report",
-        (("--out",), {"help": "output file (default RING_DIR/report.html)"}),
+        (
+            ("--out",),
+            {
+                "help": "output file (default RING_DIR/report.html, or "
+                "RING_DIR/chain.html with --chain)"
+            },
+        ),
+        (
+            ("--chain",),
+            {
+                "action": "store_true",
+                "help": "write the page of the whole chain "
+                "ending at RING_DIR instead (a continuation's report writes it too)",
+            },
+        ),
     )
+    add("digest", cmd_digest, "print the ring's digest (decision, failures, hung executions, "
+        "time left)", (("--send",), {"action": "store_true", "help": "send it on the ring's "
+                       "notify channels instead (and write digest.txt)"}))  # fmt: skip
     add("verify", cmd_verify, "check the ledger chain, registered objects and ancestors")
     add(
         "key",

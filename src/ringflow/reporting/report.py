@@ -1,5 +1,5 @@
 """`ringflow report`: one self-contained HTML page of a ring, finished or in progress
-(docs/operations.md#while-a-ring-runs).
+(docs/report.md).
 
 The page is built from the files the ring writes and nothing else; any of them may be
 missing while the ring runs, so every section shows what exists. Data is gathered here
@@ -12,7 +12,6 @@ import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import pairwise
 from pathlib import Path
 from statistics import fmean
 from typing import Any
@@ -27,7 +26,10 @@ from ..ring.layout import SEARCH_VARIANTS, RingLayout
 from ..scoring import usable
 from ..search.best_so_far import ring_progress
 from ..selection.gap import selection_gap as gap_of
+from ..selection.promote import node_mean
+from .charts import Chart
 from .digest import failure_digest
+from .headline import guard_spread, guarded_candidate, headline
 
 HEALTH_EVENTS = ("would_hang", "busy_no_progress")
 LATE_VARIANTS = ("blind-s0", "blind2-s0", "fresh-s0")
@@ -251,7 +253,7 @@ def _score_value(execution: Execution | None, direction: str) -> float | None:
 def _score_cell(execution: Execution | None, direction: str) -> dict:
     """What one seed's score cell shows: the score, or why there is none."""
     if execution is None:
-        return {"text": "", "cls": "absent", "title": "not run"}
+        return {"text": "–", "cls": "absent", "title": "not run"}
     if execution.result is None:
         if execution.in_flight:
             return {"text": "running", "cls": "running", "title": "in flight"}
@@ -298,6 +300,38 @@ NODE_STATUS_CLASS = {
 }
 
 
+def node_origin(node: dict) -> str:
+    """baseline, static, draft/improve (with the generation), resume or imported."""
+    if node.get("role") == "baseline":
+        return "baseline"
+    origin = node.get("origin") or {}
+    kind = origin.get("kind") or "static"
+    if kind in ("draft", "improve") and origin.get("generation") is not None:
+        return f"{kind} g{origin['generation']}"
+    return kind
+
+
+def node_lineage(node: dict) -> str:
+    """Where the node's program came from: its parent node, the earlier ring's node it
+    resumes or imports, or the folder it was read from."""
+    origin = node.get("origin") or {}
+    kind = origin.get("kind")
+    if kind in ("resume", "imported") and origin.get("ring"):
+        return f"from {origin['ring']}#{origin.get('node') or origin.get('identity') or '?'}"
+    if kind == "resume":
+        segments = (node.get("resume_origin") or {}).get("segments") or []
+        if segments:
+            return "from " + " → ".join(
+                f"{s.get('ring', '?')}#{s.get('node', '?')}" for s in segments
+            )
+        return f"resumes {origin.get('identity') or 'carried-over work'}"
+    if node.get("parent"):
+        return f"child of {node['parent']}"
+    if origin.get("path"):
+        return f"folder {Path(origin['path']).name}/"
+    return "no parent"
+
+
 def node_rows(ctx: dict) -> list[dict]:
     ring, nodes, by_key = ctx["ring"], ctx["nodes"], ctx["by_key"]
     views, direction = ring["search_views"], ring["task"]["direction"]
@@ -309,6 +343,10 @@ def node_rows(ctx: dict) -> list[dict]:
     for node in nodes:
         nid = node["id"]
         seeds = [_node_mean(by_key, nid, views, v, direction) for v in ("s0", "s1", "s2")]
+        if seeds[0] is None and node.get("status") == "ready" and "search_hash" in ring:
+            # An imported node's comparable seed-0 scores stand in for runs of its own, as
+            # promotion and the terminal summary count them.
+            seeds[0] = node_mean(ring, RingLayout(Path(ctx["root"])), nid, "s0")["mean"]
         three = ranked.get(nid)
         if three is None and all(s is not None for s in seeds):
             three = fmean(seeds)
@@ -327,6 +365,8 @@ def node_rows(ctx: dict) -> list[dict]:
             {
                 "id": nid,
                 "role": node.get("role", "-"),
+                "origin": node_origin(node),
+                "lineage": node_lineage(node),
                 "status": node.get("status", "-"),
                 "status_class": NODE_STATUS_CLASS.get(node.get("status"), "bad"),
                 "error": node.get("error"),
@@ -402,12 +442,36 @@ def weights_summary(ctx: dict) -> dict:
     }
 
 
+# Execution statuses that mean the program hung, crashed or ran into a limit.
+TROUBLE = (statuses.HUNG, statuses.CRASH, statuses.TIMEOUT)
+
+
+def attention_reason(execution: Execution, events: Counter) -> str:
+    """Why an execution needs a look (it hung, crashed, hit a limit or raised a health
+    event), or "" when it ran quietly."""
+    result = execution.result or {}
+    reason = str(result.get("reason") or "")
+    if execution.status in TROUBLE:
+        return f"{execution.status}: {reason.splitlines()[0] if reason else 'no reason'}"
+    if execution.status == statuses.INTERRUPTED and not result.get("budget_cut"):
+        return f"interrupted: {reason.splitlines()[0] if reason else 'no reason'}"
+    if "limit" in reason.lower() and not result.get("budget_cut"):
+        return reason.splitlines()[0]
+    if result.get("budget_cut"):
+        # Cut by the ring's own clock (carried over, shown under lineage): not the program's.
+        events = Counter({k: v for k, v in events.items() if k != "deadline"})
+    if events:
+        return "health events: " + ", ".join(f"{k} {v}" for k, v in sorted(events.items()))
+    return ""
+
+
 def health_summary(ctx: dict) -> dict:
     rows, totals = [], Counter()
     for e in ctx["executions"]:
         events = health_events(e)
         totals.update(events)
         figures = health_figures(e)
+        why = attention_reason(e, events)
         rows.append(
             {
                 "node": e.node,
@@ -424,17 +488,21 @@ def health_summary(ctx: dict) -> dict:
                 "other": ", ".join(
                     f"{k} {v}" for k, v in sorted(events.items()) if k not in HEALTH_EVENTS
                 ),
+                "attention": why,
             }
         )
     flagged = {name: sum(1 for r in rows if r[name]) for name in HEALTH_EVENTS}
+    attention = [r for r in rows if r["attention"]]
     return {
         "rows": rows,
+        "attention": attention,
+        "quiet": [r for r in rows if not r["attention"]],
         "totals": {n: totals.get(n, 0) for n in HEALTH_EVENTS},
         "flagged": flagged,
     }
 
 
-def curve(ctx: dict, width: int = 640, height: int = 260) -> dict:
+def curve(ctx: dict, width: int = 640, height: int = 270) -> dict:
     """Best-so-far against wall time since the ring's start, drawn as inline SVG data.
 
     One point per seed-0 result on a search view (failed ones as crosses on the axis); the
@@ -473,81 +541,40 @@ def curve(ctx: dict, width: int = 640, height: int = 260) -> dict:
             steps.append(row)
     values = [p["score"] for p in points] + [s["score"] for s in steps]
     times = [p["t"] for p in points + fails] + [s["t"] for s in steps]
-    data = {
-        "width": width,
-        "height": height,
-        "points": [],
-        "fails": [],
-        "path": "",
-        "xticks": [],
-        "yticks": [],
-        "legend": [],
-        "count": len(points) + len(fails),
-        "best": best,
-        "empty": not times,
-    }
+    data = {"points": [], "fails": [], "path": "", "markers": [],
+            "legend": [{"view": v, "vclass": f"v{i % 6}"} for i, v in enumerate(views)],
+            "count": len(points) + len(fails), "best": best, "empty": not times}  # fmt: skip
     if not times:
         return data
-    axes = _Axes(width, height, max(times), values)
-    data["points"] = [{**p, "x": axes.x(p["t"]), "y": axes.y(p["score"])} for p in points]
-    data["fails"] = [{**f, "x": axes.x(f["t"]), "y": axes.bottom} for f in fails]
-    data["path"] = axes.step_path(steps)
-    data.update(axes.ticks())
-    data["legend"] = [{"view": v, "vclass": f"v{i % 6}"} for i, v in enumerate(views)]
+    chart = Chart(width, height, max(times), values, ylabel=score_label(ring, "seed-0 score"))
+    data.update(chart.frame())
+    data["points"] = [{**p, "x": chart.x(p["t"]), "y": chart.y(p["score"])} for p in points]
+    data["fails"] = [{**f, "x": chart.x(f["t"]), "y": chart.bottom} for f in fails]
+    data["path"] = chart.step_path(steps, until=max(times))
     return data
 
 
-class _Axes:
-    """Time on x, score on y, for a chart of width x height (inline SVG)."""
-
-    def __init__(self, width: int, height: int, t_max: float, values: list[float]):
-        self.left, self.right, self.top, self.bottom = 60, width - 15, 15, height - 35
-        self.t_max = max(t_max, 1.0) * 1.05
-        lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
-        pad = (hi - lo) * 0.1 or 0.01
-        self.lo, self.hi = lo - pad, hi + pad
-
-    def x(self, t: float) -> float:
-        return round(self.left + (self.right - self.left) * max(t, 0.0) / self.t_max, 1)
-
-    def y(self, v: float) -> float:
-        return round(
-            self.bottom - (self.bottom - self.top) * (v - self.lo) / (self.hi - self.lo), 1
-        )
-
-    def step_path(self, steps: list[dict]) -> str:
-        """The best-so-far line: flat until the next improvement, then up (or down)."""
-        if not steps:
-            return ""
-        coords = [(self.x(steps[0]["t"]), self.y(steps[0]["score"]))]
-        for prev, row in pairwise(steps):
-            coords += [(self.x(row["t"]), self.y(prev["score"])),
-                       (self.x(row["t"]), self.y(row["score"]))]  # fmt: skip
-        coords.append((self.right, self.y(steps[-1]["score"])))
-        return " ".join(f"{a},{b}" for a, b in coords)
-
-    def ticks(self) -> dict:
-        times = [self.t_max * i / 4 for i in range(5)]
-        values = [self.lo + (self.hi - self.lo) * i / 4 for i in range(5)]
-        return {
-            "xticks": [{"x": self.x(t), "label": format_duration(t)} for t in times],
-            "yticks": [{"y": self.y(v), "label": _num(v, 3)} for v in values],
-            "box": {"left": self.left, "right": self.right, "top": self.top, "bottom": self.bottom},
-        }
+def score_label(ring: dict, what: str) -> str:
+    better = "higher" if ring["task"]["direction"] == "maximize" else "lower"
+    return f"{what} ({better} is better)"
 
 
-def best_so_far_curve(progress: dict, width: int = 640, height: int = 220) -> dict:
+def best_so_far_curve(progress: dict, width: int = 620, height: int = 250) -> dict:
     """The ring's best-so-far curve on the proxy view (`search.best_so_far.ring_progress`:
-    seed-0 executions and background evaluations alike), laid out as inline SVG data."""
+    seed-0 executions and background evaluations alike) against wall time, with the time
+    to the first valid result marked; laid out as inline SVG data."""
     points, steps = progress["points"], progress["steps"]
-    data = {"width": width, "height": height, "points": [], "path": "", "xticks": [],
-            "yticks": [], "empty": not points}  # fmt: skip
+    data = {"points": [], "path": "", "markers": [], "empty": not points}
     if not points:
         return data
-    axes = _Axes(width, height, max(p["t"] for p in points), [p["score"] for p in points])
-    data["points"] = [{**p, "x": axes.x(p["t"]), "y": axes.y(p["score"])} for p in points]
-    data["path"] = axes.step_path(steps)
-    data.update(axes.ticks())
+    end = max(p["t"] for p in points)
+    ylabel = score_label({"task": progress}, f"score on {progress['view']}")
+    chart = Chart(width, height, end, [p["score"] for p in points], ylabel=ylabel)
+    data.update(chart.frame())
+    data["points"] = [{**p, "x": chart.x(p["t"]), "y": chart.y(p["score"])} for p in points]
+    data["path"] = chart.step_path(steps, until=end)
+    first = progress["first_valid"]
+    data["markers"] = [chart.marker(first["t"], f"first valid {format_duration(first['t'])}")]
     return data
 
 
@@ -618,8 +645,16 @@ def decision_section(ctx: dict, files: RingFiles, layout: RingLayout) -> dict | 
         "Guard and promotion scores are conditional on the frozen weights and the current data. "
         f"With {n_seeds} guard seeds only large effects pass reliably."
     )
+    curse = [
+        {**row, "chosen": row.get("node") == decision.get("chosen")}
+        for row in decision.get("finalists") or []
+        if row.get("guard_mean") is not None or row.get("node") == decision.get("chosen")
+    ]
     return {
         "record": decision,
+        "guard_candidate": guarded_candidate(decision),
+        "guard_sd": None if not guard else guard_spread(guard),
+        "curse": curse,
         "source": "selection/decision.json" if ctx["decision"] else "final/FINAL.json",
         "pending": ctx["decision"] is None,
         "guard": guard,
@@ -764,6 +799,7 @@ def report_context(ring_dir: str | Path, now: float | None = None) -> dict:
     ctx["gap"] = selection_gap(ctx)
     ctx["failures"] = failure_digest(files.root, (ctx["index"] or {}).get("nodes", []))
     ctx["final_section"] = decision_section(ctx, files, layout)
+    ctx["headline"] = headline(ctx)
     ctx["lineage"] = lineage(ctx, files, layout)
     ctx["event_summary"] = event_summary(ctx)
     ctx["stage_times"] = stage_times(files.root)

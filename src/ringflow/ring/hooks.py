@@ -1,6 +1,7 @@
 """What the Snakefile does around its rings: check each ring's configuration as the
 workflow is read, and when Snakemake starts and ends, for every ring it runs, the refusals,
-the timekeeper, the Ctrl-C relay, the progress lines and the summary.
+the timekeeper, the Ctrl-C relay, the progress lines, the digests sent (notify) and the
+summary.
 
 Refusals are checked when the DAG first reaches a ring (its input functions call
 `refuse_locked`): only then is it known which rings a command needs, and a ring it does not
@@ -18,6 +19,7 @@ from .. import timekeeper
 from ..config import check_config, coerce_config, config_defaults, config_problems
 from ..errors import InputError
 from ..interrupts import install_relay
+from ..reporting import notify
 from ..reporting.progress import ring_end, ring_start
 from ..sandbox.slots import gpu_slots
 from ..weights.store import WeightsStore
@@ -104,6 +106,7 @@ def start_rings(rings: list[NamedRing], configs: dict[str, dict], workflow) -> N
         timekeeper.start_in_background(ring.root)
         install_relay(ring.root)
         ring_start(ring.root, config["terminal"])
+        notify.ring_start(ring.root, config.get("notify"))
 
 
 _JANITOR: list = []  # the janitor's Popen, kept for the driver's life
@@ -144,6 +147,7 @@ def end_rings(rings: list[NamedRing], log, completed: bool) -> None:
     for index, ring in enumerate(rings):
         timekeeper.tick_safely(ring.root)
         last = index == len(rings) - 1
+        notify.ring_end(ring.root)
         ring_end(ring.root, log if last else None, completed)
         if not completed:
             reason = stopped_reason(ring.root)

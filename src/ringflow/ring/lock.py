@@ -31,7 +31,8 @@ from .ledger import Ledger, emit_event
 # Keys that may differ between the command that locked a ring and a later command that
 # continues it: they name where things are, or the other rings of its chain, not what the
 # ring computes.
-UNFROZEN_KEYS = ("resources_dir", "rings")
+# Who hears about a ring (notify) changes nothing it computes: a locked ring may add it.
+UNFROZEN_KEYS = ("resources_dir", "rings", "notify")
 
 
 def _resolve(path: str, workdir: Path) -> Path:
