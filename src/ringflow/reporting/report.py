@@ -773,8 +773,7 @@ def base_context(ring_dir: str | Path, now: float | None = None) -> tuple[dict, 
         "promotion": files.json(layout.promotion),
         "ranking": files.json(layout.ranking),
         "seated": files.json(layout.seated),
-        # FINAL.json is the decision with the story completed after it (final-view runs).
-        "decision": files.json(layout.final_dir / "FINAL.json") or files.json(layout.decision),
+        "decision": _decision_with_story(files, layout),
         "final": files.json(layout.final_dir / "FINAL.json"),
         "repro": files.json(layout.repro) or files.json(layout.repro_record),
         "events": files.jsonl(layout.events),
@@ -830,6 +829,18 @@ def render_report(ring_dir: str | Path, now: float | None = None) -> str:
     """The report's HTML for a ring folder (finished or in progress)."""
     ctx = report_context(ring_dir, now)
     return _environment().get_template("report.html.j2").render(**ctx)
+
+
+def _decision_with_story(files, layout) -> dict | None:
+    """The decision record, with what FINAL.json added after it (the other finalists'
+    final-view scores and the selection gap): the decision record itself is never
+    rewritten once made."""
+    decision = files.json(layout.decision)
+    final = files.json(layout.final_dir / "FINAL.json")
+    if decision and final and final.get("decided_at") == decision.get("decided_at"):
+        decision = {**decision, **{k: final[k] for k in ("finalists", "selection_gap")
+                                   if k in final}}  # fmt: skip
+    return decision
 
 
 def write_report(ring_dir, out=None) -> Path:
