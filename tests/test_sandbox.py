@@ -172,10 +172,9 @@ def ring(tmp_path: Path, program) -> Ring:
 
 def run_agent(plan: sandbox.SandboxPlan, actions: list[tuple[str, str]]) -> list[dict]:
     """Run the planned argv (the agent) and return one outcome per action."""
-    fds = () if plan.status_fd is None else (plan.status_fd,)
     done = subprocess.run(
         plan.argv, env=plan.env, cwd=plan.cwd, capture_output=True, text=True, timeout=60,
-        check=False, pass_fds=fds,
+        check=False, pass_fds=plan.pass_fds,
     )  # fmt: skip
     plan.confirm_started()
     assert done.returncode == 0, f"agent failed ({done.returncode}): {done.stderr}"

@@ -33,7 +33,10 @@ def _predictions(tmp_path, value):
 def test_the_query_after_the_quota_is_refused_and_the_count_is_the_scorers(tmp_path):
     ring, layout = _ring(tmp_path, quota=2)
     server = QueryServer(ring, layout, "n001-a", tmp_path / "work")
-    answers = [ask(str(server.path), _predictions(tmp_path, v)) for v in (0.25, 0.5, 0.75)]
+    answers = [
+        ask(str(server.path), _predictions(tmp_path, v), token=server.token)
+        for v in (0.25, 0.5, 0.75)
+    ]
     used = server.close()
     assert [a.get("score") for a in answers[:2]] == [0.25, 0.5]
     assert all(a["valid"] for a in answers[:2]) and answers[1]["queries_left"] == 0
@@ -52,7 +55,7 @@ def test_a_query_racing_the_close_is_counted_or_refused_never_lost(tmp_path):
 
     def query():
         try:
-            answers.append(ask(str(server.path), files))
+            answers.append(ask(str(server.path), files, token=server.token))
         except OSError as exc:  # the socket closed before it was accepted
             answers.append({"refused": str(exc)})
 
@@ -75,7 +78,7 @@ def test_a_query_racing_the_close_is_counted_or_refused_never_lost(tmp_path):
 def test_blind_refuses(tmp_path):
     ring, layout = _ring(tmp_path, feedback="blind")
     server = QueryServer(ring, layout, "n001-a", tmp_path / "work")
-    answer = ask(str(server.path), _predictions(tmp_path, 0.5))
+    answer = ask(str(server.path), _predictions(tmp_path, 0.5), token=server.token)
     assert server.close() == 0
     assert "blind" in answer["refused"] and "score" not in answer
     # Without a socket (what a blind session is given) the client refuses at once.

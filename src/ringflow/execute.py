@@ -337,6 +337,7 @@ def _sandbox_request(ex: Execution, inputs: Path, writable: tuple[Path, ...]):
         network=box["network"],
         uid=box["uid"],
         gid=box["gid"],
+        host_uids=box.get("host_uids"),
         tmp_mb=box["tmp_mb"],
         gpu_devices=tuple(device_nodes(ex.gpus.gpus)) if ex.gpus else (),
         max_processes=limits["max_processes"],
@@ -374,7 +375,7 @@ def _run_program(ex: Execution, inputs: Path, training: bool) -> dict:
             progress_file=ex.work / PROGRESS_FILE,
             wrappers=plan.wrappers,
             gpu_ids=[gpu.index for gpu in ex.gpus.gpus] if ex.gpus else None,
-            pass_fds=() if plan.status_fd is None else (plan.status_fd,),
+            pass_fds=plan.pass_fds,
             mark_environment=plan.mode == "none",
         )
         if outcome.events and outcome.events[0].get("event") == "start_failed":
@@ -396,6 +397,7 @@ def _run_program(ex: Execution, inputs: Path, training: bool) -> dict:
             "mode": plan.mode,
             "network_isolated": plan.network_isolated,
             "notes": plan.notes,
+            **plan.isolation,
         },
     }
 

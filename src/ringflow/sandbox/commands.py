@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path, PurePosixPath
 
@@ -67,14 +68,17 @@ def base_argv(tmp_mb: int) -> list[str]:
     ]  # fmt: skip
 
 
-def namespace_argv(userns: bool, network: bool) -> list[str]:
-    """Namespaces: always pid, ipc and uts; the network unless asked for; user as non-root.
+def namespace_argv(userns: bool, network: bool, userns_fd: int | None = None) -> list[str]:
+    """Namespaces: always pid, ipc and uts; the network unless asked for; user as non-root,
+    and as root the run's own (`userns_fd`, sandbox/identity.py) where one is given.
 
     As root the capabilities are dropped by setpriv inside (it needs them to change uid);
     in a user namespace bubblewrap drops them itself."""
     args = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     if userns:
         args += ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
+    elif userns_fd is not None:
+        args += ["--userns", str(userns_fd)]
     if not network:
         args.append("--unshare-net")
     return [*args, "--die-with-parent", "--new-session"]
@@ -107,3 +111,27 @@ def host_path_binds(paths: list[Path], mode: str = "--ro-bind") -> list[str]:
             made.add(pure)
         args += [mode, str(path), str(path)]
     return args
+
+
+def args_through_pipe(argv: list[str]) -> tuple[list[str], int]:
+    """(short argv, fd): bwrap reads its options from the fd (`--args`); the command after
+    `--` stays on the command line (bwrap takes it from there only).
+
+    bubblewrap's own process is PID 1 in the sandbox and its command line is readable
+    there (/proc/1/cmdline): given this way, it names no host path. The pipe is drained by
+    bwrap before the program starts, so the fd it keeps open holds nothing either."""
+    split = argv.index("--")
+    data = b"".join(arg.encode() + b"\0" for arg in argv[1:split])
+    read_fd, write_fd = os.pipe()
+    try:
+        if len(data) > 65536:
+            fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, len(data))
+        view = memoryview(data)
+        while view:
+            view = view[os.write(write_fd, view) :]
+    except OSError:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+    return [argv[0], "--args", str(read_fd), *argv[split:]], read_fd
