@@ -1,14 +1,15 @@
 """No kernel state passes between runs (docs/isolation.md), tried with real sandboxes.
 
 A probe program stores what it can where the kernel keeps state outside the file system
-(a key in its user keyring, a SysV shared memory segment, an abstract Unix socket), and a
-second run, later or at the same time, looks for it. As root each run has a user
+(a key in its user and its session keyring, a SysV shared memory segment, an abstract Unix
+socket), and a second run, later or at the same time, looks for it. As root each run has a user
 namespace and a host uid of its own; as an ordinary user, bubblewrap's user namespace.
 CI runs this file both ways.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import platform
@@ -37,22 +38,23 @@ import ctypes, json, os, socket, sys, time
 add_key, keyctl = json.loads(sys.argv[2])
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
-USER_KEYRING, KEYCTL_SEARCH, SHM_KEY = -4, 10, 0x52460001
+SESSION_KEYRING, USER_KEYRING, KEYCTL_SEARCH, SHM_KEY = -3, -4, 10, 0x52460001
 out = os.environ["RINGFLOW_OUTPUT_DIR"]
 
 def search():
-    found = libc.syscall(keyctl, KEYCTL_SEARCH, ctypes.c_int(USER_KEYRING), b"user",
-                         b"ringflow-probe", ctypes.c_long(0))
-    return found >= 0
+    return all(libc.syscall(keyctl, KEYCTL_SEARCH, ctypes.c_int(ring), b"user",
+                            b"ringflow-probe", ctypes.c_long(0)) >= 0
+               for ring in (USER_KEYRING, SESSION_KEYRING))
 
 def shm_exists():
     return libc.shmget(SHM_KEY, 0, 0) >= 0
 
 report = {}
 if sys.argv[1] in ("plant", "hold"):
-    key = libc.syscall(add_key, b"user", b"ringflow-probe", b"guard rows", ctypes.c_long(10),
-                       ctypes.c_int(USER_KEYRING))
-    report["added"] = key >= 0
+    report["added"] = all(
+        libc.syscall(add_key, b"user", b"ringflow-probe", b"guard rows", ctypes.c_long(10),
+                     ctypes.c_int(ring)) >= 0
+        for ring in (USER_KEYRING, SESSION_KEYRING))
     report["own_key_found"] = search()
     report["shm_made"] = libc.shmget(SHM_KEY, 4096, 0o1666) >= 0
     report["own_shm_found"] = shm_exists()
@@ -65,7 +67,10 @@ if sys.argv[1] == "hold":
         json.dump(report, f)
     time.sleep(120)
 if sys.argv[1] == "look":
-    report["key_found"] = search()
+    report["key_found"] = any(
+        libc.syscall(keyctl, KEYCTL_SEARCH, ctypes.c_int(ring), b"user", b"ringflow-probe",
+                     ctypes.c_long(0)) >= 0
+        for ring in (USER_KEYRING, SESSION_KEYRING))
     report["shm_found"] = shm_exists()
     try:
         socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).connect("\0ringflow-probe")
@@ -86,11 +91,16 @@ def program() -> dict:
     return describe_interpreter(sys.executable)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def syscalls():
+    """The probe's syscall numbers; and this process in a session keyring of its own, as a
+    ringflow started from a login session is (which every run would inherit)."""
     numbers = SYSCALLS.get(platform.machine())
     if numbers is None:
         pytest.skip(f"no keyring syscall numbers known for {platform.machine()}")
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    assert libc.syscall(numbers[1], 1, b"ringflow-tests") >= 0, os.strerror(ctypes.get_errno())
     return json.dumps(numbers)
 
 

@@ -31,6 +31,7 @@ from .ring.clock import deadline_for, load_node, load_ring, view_limits
 from .ring.inputs import check_inputs, program_inputs
 from .ring.layout import RingLayout
 from .ring.ledger import Ledger, emit_event, ledger_anchor
+from .ring.run_inputs import fresh_inputs
 from .ring.stop import refuse_if_stopped, stop_ring
 from .sandbox.gpus import Allocation, allocate, default_lock_dir, device_nodes, machine_gpus
 from .selection.disguise import BLIND_COPIES, alias
@@ -91,7 +92,7 @@ class Execution:
     def blind(self) -> bool:
         return self.variant in BLIND_COPIES
 
-    box: Path | None = None  # runs/<ring>/boxes/<random>: this run's neutral folders
+    box: Path | None = None  # runs/.boxes/<random>: this run's neutral folders
     gpus_wanted: int = 0
     gpus: Allocation | None = None
 
@@ -191,7 +192,7 @@ def _make_box(ex: Execution) -> Path:
     Programs see their folders under /ringflow; the host paths behind those binds show in
     the mount table, so they name neither the node, the view nor the kind of run.
     """
-    boxes = ex.layout.root / "boxes"
+    boxes = ex.layout.boxes
     boxes.mkdir(exist_ok=True)
     box = boxes / secrets.token_hex(8)
     box.mkdir(mode=0o755)
@@ -347,6 +348,10 @@ def _sandbox_request(ex: Execution, inputs: Path, writable: tuple[Path, ...]):
 
 def _run_program(ex: Execution, inputs: Path, training: bool) -> dict:
     health_dir = reset_dir(ex.dir / "health")
+    # Every run reads a fresh copy of its inputs, made alike for real and view-blind runs.
+    real = Path(ex.ring["views"][ex.view]["inputs_snapshot"])
+    shutil.rmtree(ex.box / "inputs", ignore_errors=True)
+    inputs = fresh_inputs(inputs, ex.box / "inputs", real)
     weights_rel = weights_dirs(ex.node["solution"]["per_view_paths"])
     writable = tuple(ex.work / d for d in weights_rel) if training else ()
     for folder in writable:

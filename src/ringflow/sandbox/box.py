@@ -21,6 +21,7 @@ from ringflow.sandbox.commands import (
     args_through_pipe,
     base_argv,
     drop_privileges_argv,
+    fresh_session_keyring_argv,
     host_path_binds,
     limits_argv,
     namespace_argv,
@@ -114,7 +115,7 @@ def confined_plan(
     fds = [fd for fd in (write_status, identity.userns_fd, args_fd) if fd is not None]
     return SandboxPlan(
         mode=info["mode"],
-        argv=short,
+        argv=fresh_session_keyring_argv() + short,
         env=env,
         cwd="/",
         network_isolated=network_isolated,

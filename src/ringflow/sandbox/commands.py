@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sys
 from pathlib import Path, PurePosixPath
 
 # Where the execution's folders appear inside the sandbox.
@@ -135,3 +136,31 @@ def args_through_pipe(argv: list[str]) -> tuple[list[str], int]:
     finally:
         os.close(write_fd)
     return [argv[0], "--args", str(read_fd), *argv[split:]], read_fd
+
+
+# Joins a new, empty session keyring (KEYCTL_JOIN_SESSION_KEYRING with no name), then execs
+# the rest of argv. Exit 126 when it cannot: the run never starts (the machine's failure).
+_FRESH_SESSION_KEYRING = (
+    "import ctypes, errno, os, sys\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "libc.syscall.restype = ctypes.c_long\n"
+    "if libc.syscall({nr}, 1, None) < 0 and ctypes.get_errno() not in (errno.ENOSYS,):\n"
+    "    sys.exit('cannot give the run a session keyring of its own: '\n"
+    "             + os.strerror(ctypes.get_errno()))\n"
+    "os.execv(sys.argv[1], sys.argv[1:])\n"
+)
+KEYCTL = {"x86_64": 250, "aarch64": 219, "i686": 288, "armv7l": 311, "ppc64le": 271,
+          "s390x": 280, "riscv64": 219}  # fmt: skip
+
+
+def fresh_session_keyring_argv() -> list[str]:
+    """A prefix that starts bwrap with a session keyring of its own.
+
+    Every process inherits its parent's session keyring and may use it (it possesses it),
+    whatever its uid or user namespace: a ringflow started from a login session would hand
+    that keyring to every run, a channel between them. [] where the machine's keyctl
+    number is not known (docs/isolation.md)."""
+    number = KEYCTL.get(os.uname().machine)
+    if number is None:
+        return []
+    return [sys.executable, "-I", "-S", "-c", _FRESH_SESSION_KEYRING.format(nr=number)]

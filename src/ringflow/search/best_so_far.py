@@ -268,7 +268,7 @@ class BackgroundEvaluator:
         folder = self.layout.node_dir(self.node["id"]) / "best_so_far" / str(self.count)
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-        box = self.layout.root / "boxes" / secrets.token_hex(8)
+        box = self.layout.boxes / secrets.token_hex(8)
         box.mkdir(parents=True, mode=0o755)
         started = time.time()
         try:

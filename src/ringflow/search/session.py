@@ -74,7 +74,7 @@ def run_session(ring_dir: str | Path, node_id: str) -> dict:
     node = load_node(ring, node_id)
     if node["status"] != ENGINEERING and layout.session(node_id).exists():
         return read_json(layout.session(node_id))
-    box = layout.root / "boxes" / secrets.token_hex(8)
+    box = layout.boxes / secrets.token_hex(8)
     box.mkdir(parents=True, mode=0o755)
     try:
         return _run_in_box(ring, layout, node, box)
