@@ -216,3 +216,20 @@ def test_what_the_program_writes_belongs_to_its_host_uid_during_the_run(tmp_path
     finally:
         confined.finish()
     assert (request.output_dir / "made").stat().st_uid == os.getuid()
+
+
+@pytest.mark.skipif(not ROOT, reason="as an ordinary user every run has bubblewrap's namespace")
+def test_without_a_namespace_the_keyring_calls_are_refused_and_recorded(
+    tmp_path, info, program, syscalls
+):
+    # What a root-mode ring gets where no user namespace can be made (the probe says so).
+    shared = {**info, "kernel_state": "seccomp", "kernel_state_why": "no user namespace: test"}
+    confined = plan(make_run(tmp_path, "probe", program), shared, program)
+    assert confined.isolation == {"kernel_state": "seccomp", "host_uid": 65534,
+                                  "kernel_state_why": "no user namespace: test"}  # fmt: skip
+    confined.finish()
+    planted = run(make_run(tmp_path, "a", program), shared, program, "plant", syscalls)
+    assert planted["added"] is False and planted["own_key_found"] is False
+    assert planted["shm_made"] and planted["own_shm_found"]  # everything else still works
+    looked = run(make_run(tmp_path, "b", program), shared, program, "look", syscalls)
+    assert looked == {"key_found": False, "shm_found": False, "abstract_reached": False}

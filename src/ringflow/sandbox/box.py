@@ -112,7 +112,8 @@ def confined_plan(
         os.close(read_status)
         os.close(write_status)
         raise SandboxError(f"cannot hand bubblewrap its arguments: {exc}") from None
-    fds = [fd for fd in (write_status, identity.userns_fd, args_fd) if fd is not None]
+    own = (identity.userns_fd, identity.seccomp_fd)
+    fds = [fd for fd in (write_status, *own, args_fd) if fd is not None]
     return SandboxPlan(
         mode=info["mode"],
         argv=fresh_session_keyring_argv() + short,
@@ -146,6 +147,8 @@ def sandbox_head(
     userns_fd = identity.userns_fd if identity is not None else None
     argv = [info["bwrap_path"], *namespace_argv(userns=not root, network=network,
                                                 userns_fd=userns_fd)]  # fmt: skip
+    if identity is not None and identity.seccomp_fd is not None:
+        argv += ["--seccomp", str(identity.seccomp_fd)]
     argv += system_argv() + base_argv(tmp_mb)
     argv += host_path_binds(list(bound))
     return argv + _hide(tuple(hidden), list(bound))

@@ -21,11 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ringflow.errors import SandboxError
+from ringflow.sandbox import seccomp
 
 HOST_UIDS = {"first": 1879048192, "count": 65536}
 ID_LIMIT = 4294967295  # ids are 0 .. 2**32 - 2
 USER_NAMESPACE = "user-namespace"
-SHARED_UID = "shared-uid"
+SECCOMP = "seccomp"  # no namespace: the keyring calls are refused instead
+SHARED_UID = "shared-uid"  # neither: recorded on every result
 HELPER_TIMEOUT_S = 20
 
 # Runs in the new user namespace: it waits until its maps are written, then forbids
@@ -49,17 +51,20 @@ class RunIdentity:
     gid: int
     host_uid: int  # who owns what it writes, on the host
     host_gid: int
-    isolation: str  # USER_NAMESPACE, SHARED_UID (with why), "none" for sandbox.mode none
+    isolation: str  # USER_NAMESPACE, SECCOMP, SHARED_UID, "none" for sandbox.mode none
     userns_fd: int | None = None
+    seccomp_fd: int | None = None  # for bwrap --seccomp
+    why: str | None = None  # why no namespace could be had
     _lock_fd: int | None = field(default=None, repr=False)
 
     def record(self) -> dict:
         """What result.json says about it."""
-        return {"kernel_state": self.isolation, "host_uid": self.host_uid}
+        record = {"kernel_state": self.isolation, "host_uid": self.host_uid}
+        return record if self.why is None else {**record, "kernel_state_why": self.why}
 
     def close(self) -> None:
         """Release the namespace and the host uid; idempotent."""
-        for name in ("userns_fd", "_lock_fd"):
+        for name in ("userns_fd", "seccomp_fd", "_lock_fd"):
             fd = getattr(self, name)
             if fd is not None:
                 with contextlib.suppress(OSError):
@@ -76,9 +81,15 @@ def claim_identity(info: dict, uid: int, gid: int, host_uids: dict | None = None
     if info["mode"] != "root":
         own = os.getuid(), os.getgid()
         return RunIdentity(uid, gid, *own, isolation=USER_NAMESPACE if info["mode"] else "none")
-    if info.get("kernel_state", USER_NAMESPACE) != USER_NAMESPACE:
-        # No namespace can be had here (the probe said why): the shared uid, recorded.
-        return RunIdentity(uid, gid, uid, gid, isolation=info["kernel_state"])
+    state = info.get("kernel_state", USER_NAMESPACE)
+    if state != USER_NAMESPACE:
+        # No namespace can be had here (the probe said why): the runs share uid, so the
+        # keyring calls are refused where a filter can be built; recorded either way.
+        why = info.get("kernel_state_why")
+        if state == SECCOMP:
+            return RunIdentity(uid, gid, uid, gid, SECCOMP, seccomp_fd=seccomp.filter_fd(),
+                               why=why)  # fmt: skip
+        return RunIdentity(uid, gid, uid, gid, isolation=state, why=why)
     first, count = _range(host_uids or HOST_UIDS, uid, gid)
     host, lock_fd = _claim_host_uid(first, count)
     try:

@@ -13,8 +13,15 @@ import subprocess
 from pathlib import Path
 
 from ringflow.errors import SandboxError
+from ringflow.sandbox import seccomp
 from ringflow.sandbox.commands import drop_privileges_argv, namespace_argv, system_argv
-from ringflow.sandbox.identity import HOST_UIDS, SHARED_UID, USER_NAMESPACE, new_user_namespace
+from ringflow.sandbox.identity import (
+    HOST_UIDS,
+    SECCOMP,
+    SHARED_UID,
+    USER_NAMESPACE,
+    new_user_namespace,
+)
 
 MODES = ("auto", "bwrap", "none")
 PROBE_TIMEOUT_S = 20
@@ -50,14 +57,15 @@ def _probe_uncached(
         )
     elif root and setpriv is None:
         reason = "setpriv is not installed; install util-linux (apt-get install util-linux)"
-    kernel_state = USER_NAMESPACE
+    kernel_state, kernel_state_why = USER_NAMESPACE, None
     if bwrap_path is not None and (setpriv is not None or not root):
         works, detail = False, "not tried"
         if root:
             works, detail = _try_own_namespace(bwrap_path, setpriv, uid, gid)
             if not works:
                 # Without a namespace of its own, a run shares its uid's kernel state.
-                kernel_state = f"{SHARED_UID} ({detail})"
+                kernel_state = SECCOMP if seccomp.supported() else SHARED_UID
+                kernel_state_why = f"no user namespace of its own: {detail}"
         if not works:
             works, detail = _try_bwrap(bwrap_path, setpriv, uid, gid, root)
         if works:
@@ -72,6 +80,7 @@ def _probe_uncached(
         "setpriv": setpriv,
         "prlimit": prlimit,
         "kernel_state": kernel_state,
+        "kernel_state_why": kernel_state_why,
     }
 
 
