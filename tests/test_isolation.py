@@ -63,9 +63,12 @@ if sys.argv[1] == "hold":
     listener.bind("\0ringflow-probe")
     listener.listen(1)
     report["abstract_bound"] = True
-    with open(os.path.join(out, "ready.json"), "w") as f:
+    with open(os.path.join(out, "ready.tmp"), "w") as f:
         json.dump(report, f)
+    os.rename(os.path.join(out, "ready.tmp"), os.path.join(out, "ready.json"))
     time.sleep(120)
+if sys.argv[1] == "nest":
+    report["nested_user_namespace"] = libc.unshare(0x10000000) == 0
 if sys.argv[1] == "look":
     report["key_found"] = any(
         libc.syscall(keyctl, KEYCTL_SEARCH, ctypes.c_int(ring), b"user", b"ringflow-probe",
@@ -233,3 +236,8 @@ def test_without_a_namespace_the_keyring_calls_are_refused_and_recorded(
     assert planted["shm_made"] and planted["own_shm_found"]  # everything else still works
     looked = run(make_run(tmp_path, "b", program), shared, program, "look", syscalls)
     assert looked == {"key_found": False, "shm_found": False, "abstract_reached": False}
+
+
+def test_no_user_namespace_can_be_made_inside(tmp_path, info, program, syscalls):
+    nested = run(make_run(tmp_path, "a", program), info, program, "nest", syscalls)
+    assert nested == {"nested_user_namespace": False}
