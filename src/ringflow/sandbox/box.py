@@ -28,7 +28,7 @@ from ringflow.sandbox.commands import (
     system_argv,
     visible,
 )
-from ringflow.sandbox.identity import RunIdentity, claim_identity
+from ringflow.sandbox.identity import USER_NAMESPACE, RunIdentity, claim_identity
 from ringflow.sandbox.layout import Layout
 from ringflow.sandbox.model import SandboxPlan, SandboxRequest
 from ringflow.sandbox.ownership import OwnershipLoan, refuse_shared_inodes
@@ -172,10 +172,12 @@ def sandbox_tail(
     argv = ["--chdir", str(chdir), "--", *started_marker_argv(write_status)]
     if root:
         argv += drop_privileges_argv(info["setpriv"], uid, gid)
-    # RLIMIT_NPROC counts a uid's processes in its user namespace: in our own namespace that
-    # is this sandbox alone; as root every program shares uid 65534, so the supervisor's
-    # pids cgroup bounds the tree instead.
-    nproc = None if root else max_processes
+    # RLIMIT_NPROC counts a uid's processes in its user namespace: in a run's own namespace
+    # (bubblewrap's, or as root ours with a host uid of its own) that is this sandbox alone.
+    # Runs that share one uid (no namespace could be had) leave it to the supervisor's
+    # pids cgroup.
+    own = not root or info.get("kernel_state", USER_NAMESPACE) == USER_NAMESPACE
+    nproc = max_processes if own else None
     return argv + limits_argv(info["prlimit"], nproc, max_file_bytes), read_status, write_status
 
 
