@@ -28,11 +28,11 @@ ID_LIMIT = 4294967295  # ids are 0 .. 2**32 - 2
 USER_NAMESPACE = "user-namespace"
 SECCOMP = "seccomp"  # no namespace: the keyring calls are refused instead
 SHARED_UID = "shared-uid"  # neither: recorded on every result
-HELPER_TIMEOUT_S = 20
+MAKER_TIMEOUT_S = 20
 
 # Runs in the new user namespace: it waits until its maps are written, then forbids
 # further user namespaces there (the limit is that namespace's own) and stays until told.
-_HELPER = (
+_MAKER = (
     "import ctypes, sys\n"
     "libc = ctypes.CDLL(None, use_errno=True)\n"
     "print(libc.unshare(0x10000000) or 'ok', ctypes.get_errno(), flush=True)\n"
@@ -150,32 +150,32 @@ def id_map(inside: int, host: int) -> str:
 def new_user_namespace(uid: int, gid: int, host: int) -> int:
     """An fd of a new user namespace (root only) where uid/gid are host; for bwrap --userns."""
     try:
-        helper = subprocess.Popen(
-            [sys.executable, "-c", _HELPER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        maker = subprocess.Popen(
+            [sys.executable, "-c", _MAKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
     except OSError as exc:
-        raise SandboxError(f"cannot start the user namespace helper: {exc}") from None
+        raise SandboxError(f"cannot start what makes the user namespace: {exc}") from None
     try:
-        said = helper.stdout.readline().split()
+        said = maker.stdout.readline().split()
         if said[:1] != ["ok"]:
             errno = int(said[1]) if len(said) > 1 else 0
             raise SandboxError(f"cannot make a user namespace: {os.strerror(errno)}")
-        proc = Path(f"/proc/{helper.pid}")
+        proc = Path(f"/proc/{maker.pid}")
         (proc / "uid_map").write_text(id_map(uid, host))
         (proc / "gid_map").write_text(id_map(gid, host))
-        helper.stdin.write("go\n")
-        helper.stdin.flush()
-        if helper.stdout.readline().strip() != "ok":
+        maker.stdin.write("go\n")
+        maker.stdin.flush()
+        if maker.stdout.readline().strip() != "ok":
             raise SandboxError("cannot forbid nested user namespaces in the run's namespace")
         return os.open(proc / "ns" / "user", os.O_RDONLY | os.O_CLOEXEC)
     except OSError as exc:
         raise SandboxError(f"cannot set up the run's user namespace: {exc}") from None
     finally:
         with contextlib.suppress(OSError):
-            helper.stdin.close()
+            maker.stdin.close()
         try:
-            helper.wait(timeout=HELPER_TIMEOUT_S)
+            maker.wait(timeout=MAKER_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            helper.kill()
-            helper.wait()
+            maker.kill()
+            maker.wait()
