@@ -111,8 +111,12 @@ def _range(host_uids: dict, uid: int, gid: int) -> tuple[int, int]:
 
 
 def lock_dir() -> Path:
-    """One per machine: host uids are the machine's, whatever the ring."""
-    return Path(os.environ.get("RINGFLOW_UID_LOCKS") or "/tmp/ringflow-host-uids")
+    """One per machine: host uids are the machine's, whatever the ring. Under /run, where
+    no other user can make the folder first; /tmp where there is no /run."""
+    if os.environ.get("RINGFLOW_UID_LOCKS"):
+        return Path(os.environ["RINGFLOW_UID_LOCKS"])
+    base = "/run" if os.access("/run", os.W_OK) else "/tmp"
+    return Path(base) / "ringflow-host-uids"
 
 
 def _claim_host_uid(first: int, count: int) -> tuple[int, int]:
