@@ -44,7 +44,9 @@ def fresh_inputs(source: Path, dest: Path, times_from: Path) -> Path:
 
 
 def _copy_file(src: Path, dst: Path, times: Path) -> None:
-    with open(src, "rb") as reader:
+    if not stat.S_ISREG(os.lstat(src).st_mode):
+        raise OSError(f"{src} is not a regular file")  # never opened: a FIFO would block
+    with open(os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb") as reader:
         st = os.fstat(reader.fileno())
         if not stat.S_ISREG(st.st_mode):
             raise OSError(f"{src} is not a regular file")
