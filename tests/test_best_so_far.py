@@ -116,7 +116,7 @@ def test_a_changed_tree_hash_is_evaluated_once_and_no_free_slot_skips_the_tick(t
     assert row["tree_hash"] == best_so_far.workspace_hash(ring, workspace)
     logs = layout.node_dir("n001-a") / "best_so_far" / "1"
     assert "nice=19" in (logs / "stderr.log").read_text()  # the lowest priority
-    assert not (logs / "output").exists() and not list((layout.root / "boxes").iterdir())
+    assert not (logs / "output").exists() and not list(layout.boxes.iterdir())
     # Unchanged, or changed only where tree_ignore looks away: nothing more runs.
     assert evaluator.tick() == UNCHANGED
     (workspace / "METHOD.md").write_text("a note the program never reads\n")

@@ -148,7 +148,7 @@ def test_a_resume_nodes_quota_is_what_its_earlier_segments_left(tmp_path, secret
     folder = tmp_path / "pred"
     folder.mkdir()
     (folder / "score.json").write_text(json.dumps({"value": 0.5}))
-    answers = [ask(str(server.path), collect(folder)) for _ in range(2)]
+    answers = [ask(str(server.path), collect(folder), token=server.token) for _ in range(2)]
     assert server.close() == 1
     assert answers[0]["valid"] and "quota of 1" in answers[1]["refused"]
 

@@ -126,7 +126,7 @@ def test_an_earlier_cutoff_shortens_a_running_execution_and_a_lock_wait(tmp_path
     second = subprocess.Popen([*run, nodes[1], "proxy", "s0"])
     exec_b = ring / "nodes" / nodes[1] / "exec" / "proxy" / "s0"
     # Its box (working copy) is made before it waits for the weights lock.
-    assert wait_until(lambda: len(list((ring / "boxes").iterdir())) == 2, 30)
+    assert wait_until(lambda: len(list((ring.parent / ".boxes").iterdir())) == 2, 30)
     time.sleep(1)
     moved_at = time.time()
     assert CutoffFile(ring / "cutoff.json").move_earlier(moved_at + 1, why="test")
@@ -235,7 +235,7 @@ def test_a_sandboxed_program_writes_its_checkpoint_within_the_grace(tmp_path):
     proc = subprocess.Popen(run)
     exec_dir = ring / "nodes" / "n001-saver" / "exec" / "proxy" / "s0"
     # The program writes into its box's output; it lands in exec_dir/output when it ends.
-    assert wait_until(lambda: any(ring.glob("boxes/*/output/started")), 30)
+    assert wait_until(lambda: any(ring.parent.glob(".boxes/*/output/started")), 30)
     assert CutoffFile(ring / "cutoff.json").move_earlier(time.time(), why="test")
     proc.wait(timeout=20)
     result = json.loads((exec_dir / "result.json").read_text())

@@ -141,7 +141,7 @@ def test_a_replay_killed_mid_run_leaves_no_link_into_the_store_after_the_next_st
     assert _links_into(ring, store), "a kill leaves the box, links and all"
     remove_debris(ring, {"store": str(store)})  # what the ring's next start does
     assert _links_into(ring, store) == []
-    assert not any((ring / "boxes").iterdir())
+    assert not any((ring.parent / ".boxes").iterdir())
 
 
 def test_verify_reports_a_dead_registrations_leftover_but_not_a_live_one(tmp_path):

@@ -59,5 +59,5 @@ def test_a_killed_workflow_leaves_no_link_into_the_store(tmp_path):
             os.killpg(driver.pid, signal.SIGKILL)
         driver.wait()
     _wait_for(lambda: not _links_into(ring, store), "the killed replay's links removed", 90)
-    _wait_for(lambda: not any((ring / "boxes").iterdir()), "every box removed", 90)
+    _wait_for(lambda: not any((ring.parent / ".boxes").iterdir()), "every box removed", 90)
     _wait_for(lambda: not _janitors(ring), "the janitor ended", 90)

@@ -75,7 +75,7 @@ def test_weights_that_do_not_fit_the_store_stop_the_ring_without_spending_an_att
     assert _attempt_lines(ring) == [], "the attempt was withdrawn"
     assert not list((small_disk / "store").glob("objects/.incoming-*"))
     assert not list((small_disk / "store").glob("per_view/*/*.json"))
-    assert not any((ring / "boxes").iterdir()), "the box was removed"
+    assert not any((ring.parent / ".boxes").iterdir()), "the box was removed"
 
 
 def test_a_program_that_fills_the_disk_is_not_blamed_for_it(tmp_path, small_disk):

@@ -53,6 +53,23 @@ if kind == "snoop":
     report["cmdline1"] = open("/proc/1/cmdline", "rb").read().decode(errors="replace")
     report["ringflow"] = sorted(os.listdir("/ringflow"))
     report["inputs"] = sorted(os.listdir(os.environ["RINGFLOW_INPUT_DIR"]))
+    # How the inputs were made: what could tell a view-blind run from a real one.
+    import time
+    folder = os.environ["RINGFLOW_INPUT_DIR"]
+    now = time.time()
+    stats = {n: os.stat(os.path.join(folder, n)) for n in os.listdir(folder)}
+    report["made"] = {
+        "listing": os.listdir(folder),
+        "inode_order": sorted(stats, key=lambda n: stats[n].st_ino),
+        "nlink": {n: st.st_nlink for n, st in stats.items()},
+        "mode": {n: st.st_mode for n, st in stats.items()},
+        "size": {n: st.st_size for n, st in stats.items()},
+        "mtime_ns": {n: st.st_mtime_ns for n, st in stats.items()},
+        "ctime_age": {n: now - st.st_ctime for n, st in stats.items()},
+        "owner": {n: [st.st_uid, st.st_gid] for n, st in stats.items()},
+        "folder_nlink": os.stat(folder).st_nlink,
+        "folder_ctime_age": now - os.stat(folder).st_ctime,
+    }
     with open(os.path.join(out, "attacks.json"), "w") as f:
         json.dump(report, f)
     with open(os.path.join(out, "score.json"), "w") as f:
@@ -210,11 +227,52 @@ def test_a_blind_run_looks_like_a_real_one_from_inside(snooped, arena):
 
     def shape(text: str) -> str:
         text = re.sub(r"view-[0-9a-f]{8}", "VIEW", text)
-        text = re.sub(r"boxes/[0-9a-f]{16}", "boxes/BOX", text)
+        text = re.sub(r"\.boxes/[0-9a-f]{16}", ".boxes/BOX", text)
         return re.sub(r"\d+", "N", text)
 
     assert shape(real["mountinfo"]) == shape(blind["mountinfo"])
     assert shape(real["cmdline1"]) == shape(blind["cmdline1"])
+
+
+def _mounts(mountinfo: str) -> list[tuple[str, ...]]:
+    """Each mount as a program can compare it: point, options, type, source, super options
+    (the ids and the root column, the bound folder's host path, left out)."""
+    mounts = []
+    for line in mountinfo.splitlines():
+        fields, _, tail = line.partition(" - ")
+        parts = fields.split()
+        mounts.append((parts[4], parts[5], *tail.split()))
+    return mounts
+
+
+def test_a_blind_run_s_inputs_are_made_like_a_real_run_s(snooped):
+    real, blind, other = snooped["proxy"]["made"], snooped["blind"]["made"], snooped["x3"]["made"]
+    for key in ("listing", "inode_order", "nlink", "mode", "size", "owner", "folder_nlink"):
+        assert real[key] == blind[key], f"{key}: real {real[key]} blind {blind[key]}"
+    assert real["nlink"] == {"data.txt": 1}
+    # Modification times are the view's own; the change time is the run's start, in both.
+    assert real["mtime_ns"] == blind["mtime_ns"]
+    for made in (real, blind, other):
+        assert all(0 <= age < 120 for age in made["ctime_age"].values()), made["ctime_age"]
+        assert 0 <= made["folder_ctime_age"] < 120
+    assert _mounts(snooped["proxy"]["mountinfo"]) == _mounts(snooped["blind"]["mountinfo"])
+    assert len(_mounts(snooped["proxy"]["mountinfo"])) > 5
+
+
+def test_what_a_program_sees_names_no_ring_box_or_socket(snooped, arena):
+    ring = arena["ring"]
+    for run in ("proxy", "x3", "blind"):
+        report = snooped[run]
+        # Only the program's own environment is at its host path (docs/isolation.md).
+        env = {k: v for k, v in report["env"].items() if k != "PATH"}
+        for text in (json.dumps(env), report["cmdline1"]):
+            for word in (ring.name, str(ring.parent), ".boxes", "rfq-", str(arena["work"])):
+                assert word not in text, f"{word!r} in {text[:2000]}"
+        for mount in _mounts(report["mountinfo"]):
+            assert not any(ring.name in field or "boxes" in field for field in mount), mount
+        # The root column shows where a bound folder lies: never in the ring's folder.
+        roots = [line.split()[3] for line in report["mountinfo"].splitlines()]
+        assert not any(f"/{ring.name}/" in root for root in roots), roots
 
 
 @pytest.mark.parametrize(

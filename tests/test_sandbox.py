@@ -172,10 +172,9 @@ def ring(tmp_path: Path, program) -> Ring:
 
 def run_agent(plan: sandbox.SandboxPlan, actions: list[tuple[str, str]]) -> list[dict]:
     """Run the planned argv (the agent) and return one outcome per action."""
-    fds = () if plan.status_fd is None else (plan.status_fd,)
     done = subprocess.run(
         plan.argv, env=plan.env, cwd=plan.cwd, capture_output=True, text=True, timeout=60,
-        check=False, pass_fds=fds,
+        check=False, pass_fds=plan.pass_fds,
     )  # fmt: skip
     plan.confirm_started()
     assert done.returncode == 0, f"agent failed ({done.returncode}): {done.stderr}"
@@ -384,8 +383,8 @@ def test_tmp_is_fresh_and_size_limited(ring, info):
     assert not big["ok"] and big["error"] == "OSError", big
 
 
-@pytest.mark.skipif(ROOT, reason="as root the supervisor's pids cgroup bounds the tree")
 def test_process_limit_holds_inside_the_user_namespace(ring, info):
+    # As root too: each run has a user namespace and a host uid of its own.
     plan = start(ring, info, ring.request(max_processes=8))
     try:
         few, many = attempt(plan, [("fork", "2"), ("fork", "40")])

@@ -188,6 +188,8 @@ for f in {labels} {scorer}; do
 done
 ls /ringflow/library >/dev/null 2>&1 && echo "SAW the library" || echo "no library"
 echo "library=${{RINGFLOW_ENGINEER_LIBRARY:-none}}"
+echo "cmdline1=$(tr '\\0' ' ' < /proc/1/cmdline)"
+echo "socket=${{RINGFLOW_QUERY_SOCKET:-none}}"
 """
 
 
@@ -214,8 +216,14 @@ def test_sessions_query_the_scorer_only_in_native_mode_and_never_see_labels(tmp_
     assert "READ" not in log and log.count("unreadable") == 2, log
     # The candidates folder is the built-in engineer's draft library only: it may hold more.
     assert "no library" in log and "library=none" in log, log
+    # Neither bubblewrap's command line nor the socket's path names the ring or a box.
+    cmdline1 = next(line for line in log.splitlines() if line.startswith("cmdline1="))
+    assert str(ring) not in cmdline1 and ".boxes" not in cmdline1, cmdline1
+    session = json.loads((ring / "nodes" / node_id / "session.json").read_text())
+    assert session["sandbox"]["kernel_state"] == "user-namespace", session["sandbox"]
     record = node(ring, node_id)
     if feedback == "native":
+        assert "socket=/ringflow/score.sock" in log, log
         assert [a.get("score") for a in answers] == [0.4, 0.4, None], answers
         assert "quota of 2" in answers[2]["refused"]
         assert log.count("rc=0") == 2 and log.count("rc=3") == 1

@@ -35,6 +35,7 @@ from .ring.clock import deadline_for, load_node, load_ring, view_limits
 from .ring.inputs import check_inputs, program_inputs
 from .ring.layout import RingLayout
 from .ring.ledger import Ledger, emit_event, ledger_anchor
+from .ring.run_inputs import fresh_inputs
 from .ring.stop import refuse_if_stopped, stop_file, stop_ring
 from .sandbox.gpus import Allocation, allocate, default_lock_dir, device_nodes, machine_gpus
 from .selection.disguise import BLIND_COPIES, alias
@@ -103,7 +104,7 @@ class Execution:
     def blind(self) -> bool:
         return self.variant in BLIND_COPIES
 
-    box: Path | None = None  # runs/<ring>/boxes/<random>: this run's neutral folders
+    box: Path | None = None  # runs/.boxes/<random>: this run's neutral folders
     box_fd: int | None = None  # holds the box's flock while the run lives
     gpus_wanted: int = 0
     gpus: Allocation | None = None
@@ -427,6 +428,7 @@ def _sandbox_request(ex: Execution, inputs: Path, writable: tuple[Path, ...]):
         network=box["network"],
         uid=box["uid"],
         gid=box["gid"],
+        host_uids=box.get("host_uids"),
         tmp_mb=box["tmp_mb"],
         gpu_devices=tuple(device_nodes(ex.gpus.gpus)) if ex.gpus else (),
         max_processes=limits["max_processes"],
@@ -436,6 +438,10 @@ def _sandbox_request(ex: Execution, inputs: Path, writable: tuple[Path, ...]):
 
 def _run_program(ex: Execution, inputs: Path, training: bool) -> dict:
     health_dir = reset_dir(ex.dir / "health")
+    # Every run reads a fresh copy of its inputs, made alike for real and view-blind runs.
+    real = Path(ex.ring["views"][ex.view]["inputs_snapshot"])
+    shutil.rmtree(ex.box / "inputs", ignore_errors=True)
+    inputs = fresh_inputs(inputs, ex.box / "inputs", real)
     weights_rel = weights_dirs(ex.node["solution"]["per_view_paths"])
     writable = tuple(ex.work / d for d in weights_rel) if training else ()
     for folder in writable:
@@ -464,7 +470,7 @@ def _run_program(ex: Execution, inputs: Path, training: bool) -> dict:
             progress_file=ex.work / PROGRESS_FILE,
             wrappers=plan.wrappers,
             gpu_ids=[gpu.index for gpu in ex.gpus.gpus] if ex.gpus else None,
-            pass_fds=() if plan.status_fd is None else (plan.status_fd,),
+            pass_fds=plan.pass_fds,
             mark_environment=plan.mode == "none",
         )
         if outcome.events and outcome.events[0].get("event") == "start_failed":
@@ -486,6 +492,7 @@ def _run_program(ex: Execution, inputs: Path, training: bool) -> dict:
             "mode": plan.mode,
             "network_isolated": plan.network_isolated,
             "notes": plan.notes,
+            **plan.isolation,
         },
     }
 

@@ -1,5 +1,6 @@
-"""The ring's `boxes/`: one folder of neutral paths per running program (its working copy,
-its output, a replay's read-only hard links into the store).
+"""Boxes: one folder of neutral paths per running program (its working copy, its output, a
+replay's read-only hard links into the store), in `runs/.boxes/` beside the rings so that
+the paths a program's mount table shows name no ring (docs/isolation.md).
 
 A box is held with an flock on its folder by the process that made it, and removed when
 its run ends. A run killed before it could remove its box leaves it behind; the ring's
@@ -16,12 +17,17 @@ import shutil
 import stat
 from pathlib import Path
 
-BOXES = "boxes"
+from .layout import RingLayout
+
+
+def boxes_of(ring_dir: str | os.PathLike) -> Path:
+    """Where the ring's runs make their boxes (shared with the other rings of runs/)."""
+    return RingLayout(Path(ring_dir)).boxes
 
 
 def open_box(ring_dir: str | os.PathLike) -> tuple[Path, int]:
     """(a new box, the descriptor holding its flock): pass both to `close_box`."""
-    boxes = Path(ring_dir) / BOXES
+    boxes = boxes_of(ring_dir)
     boxes.mkdir(parents=True, exist_ok=True)
     while True:
         box = boxes / secrets.token_hex(8)
@@ -66,7 +72,7 @@ def _remove(box: Path) -> None:
 
 def remove_abandoned_boxes(ring_dir: str | os.PathLike) -> list[Path]:
     """Remove every box whose holder is gone (a killed run's); returns what was removed."""
-    boxes = Path(ring_dir) / BOXES
+    boxes = boxes_of(ring_dir)
     if not boxes.is_dir():
         return []
     removed = []

@@ -132,7 +132,7 @@ def remove_debris(ring_root: Path, config: dict) -> None:
     boxes = remove_abandoned_boxes(ring_root)
     if boxes:
         print(f"ringflow: the ring {ring_root}: removed {len(boxes)} folder(s) that killed "
-              f"runs left in {Path(ring_root) / 'boxes'}", file=sys.stderr)  # fmt: skip
+              f"runs left in {RingLayout(Path(ring_root)).boxes}", file=sys.stderr)  # fmt: skip
     store_root = _store_of(config)
     if (store_root / "objects").is_dir():
         removed, _in_use = WeightsStore(store_root).remove_dead_leftovers()

@@ -58,7 +58,7 @@ def _wait_for_exit(pid: int) -> None:
 
 def clean_after(driver_pid: int, rings: list[tuple[Path, Path]], settle_s: float) -> None:
     from ..weights.store import WeightsStore
-    from .boxes import BOXES, remove_abandoned_boxes
+    from .boxes import boxes_of, remove_abandoned_boxes
 
     _wait_for_exit(driver_pid)
     give_up = time.monotonic() + settle_s
@@ -67,7 +67,7 @@ def clean_after(driver_pid: int, rings: list[tuple[Path, Path]], settle_s: float
         for ring_dir, store in rings:
             remove_abandoned_boxes(ring_dir)
             with contextlib.suppress(OSError):
-                left += sum(1 for _ in (ring_dir / BOXES).iterdir())
+                left += sum(1 for _ in boxes_of(ring_dir).iterdir())
             if (store / "objects").is_dir():
                 with contextlib.suppress(OSError):
                     WeightsStore(store).remove_dead_leftovers()

@@ -18,6 +18,12 @@ class RingLayout:
     root: Path
 
     @property
+    def boxes(self) -> Path:
+        """Where runs' boxes are made: beside the rings, not in one, so that the paths the
+        mount table shows a program name no ring (docs/isolation.md)."""
+        return self.root.parent / ".boxes"
+
+    @property
     def ring_json(self) -> Path:
         return self.root / "RING.json"
 

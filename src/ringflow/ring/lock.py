@@ -128,7 +128,7 @@ def lock_sandbox(config: dict, layout: RingLayout, python: Path) -> tuple[dict, 
     try:
         info = sandbox.require_sandbox(config["sandbox"])
         program = describe_interpreter(python)
-        selftest(info, program, config["sandbox"], layout.root / "boxes")
+        selftest(info, program, config["sandbox"], layout.boxes)
     except SandboxError as exc:
         raise MachineryError(f"ring {layout.root} cannot start: {exc}") from None
     return info, program

@@ -1,7 +1,8 @@
 """Plan a bubblewrap sandbox for one program (docs/contracts.md#sandbox).
 
-As root, bwrap runs as root (so it can bind folders from anywhere) and setpriv drops to
-the sandbox uid with no capabilities inside. As an ordinary user, bwrap makes a user
+As root, bwrap runs as root in the run's own user namespace (so it can bind folders from
+anywhere) and setpriv drops to the sandbox uid with no capabilities inside; that uid is a
+host uid of the run's own (sandbox/identity.py). As an ordinary user, bwrap makes a user
 namespace: the program keeps the user's uid and holds no capability on the host. Either
 way the program sees the system folders, its interpreter's environment and the declared
 mounts read-only at their host paths, and its own folders under /ringflow; nothing else.
@@ -17,14 +18,17 @@ from ringflow.errors import SandboxError
 from ringflow.sandbox.commands import (
     GPU_FOLDERS,
     INSIDE,
+    args_through_pipe,
     base_argv,
     drop_privileges_argv,
+    fresh_session_keyring_argv,
     host_path_binds,
     limits_argv,
     namespace_argv,
     system_argv,
     visible,
 )
+from ringflow.sandbox.identity import USER_NAMESPACE, RunIdentity, claim_identity
 from ringflow.sandbox.layout import Layout
 from ringflow.sandbox.model import SandboxPlan, SandboxRequest
 from ringflow.sandbox.ownership import OwnershipLoan, refuse_shared_inodes
@@ -42,11 +46,20 @@ def plan_box(
     base_env: dict[str, str],
     info: dict,
 ) -> SandboxPlan:
-    """Build the bwrap argv; as root, lend the writable paths to the sandbox uid."""
+    """Build the bwrap argv; as root, lend the writable paths to the run's host uid."""
+    identity = claim_identity(info, request.uid, request.gid, request.host_uids)
+    try:
+        return _plan_box(request, layout, program_argv, base_env, info, identity)
+    except BaseException:
+        identity.close()
+        raise
+
+
+def _plan_box(request, layout, program_argv, base_env, info, identity) -> SandboxPlan:
     root = info["mode"] == "root"
     bound = [*request.environment_dirs, *request.mounts]
     argv = sandbox_head(info, network=request.network, tmp_mb=request.tmp_mb, bound=bound,
-                        hidden=layout.hidden)  # fmt: skip
+                        hidden=layout.hidden, identity=identity)  # fmt: skip
     argv += _execution_binds(layout)
     argv += _gpu_binds(request.gpu_devices)
     tail, read_status, write_status = sandbox_tail(
@@ -58,7 +71,7 @@ def plan_box(
     cleanups = []
     if root:
         try:
-            cleanups.append(_lend_writable(request, layout))
+            cleanups.append(_lend_writable(identity, layout))
         except BaseException:
             os.close(read_status)
             os.close(write_status)
@@ -76,28 +89,66 @@ def plan_box(
         weights=None if weights is None else INSIDE_SOLUTION / weights,
         home=PurePosixPath("/tmp"),
     )
+    return confined_plan(info, argv, env, identity, network_isolated=not request.network,
+                         status=(read_status, write_status), cleanups=cleanups)  # fmt: skip
+
+
+def confined_plan(
+    info: dict,
+    argv: list[str],
+    env: dict[str, str],
+    identity: RunIdentity,
+    *,
+    network_isolated: bool,
+    status: tuple[int, int],
+    cleanups: list,
+) -> SandboxPlan:
+    """The plan that starts bwrap with `argv` given through a pipe; finish() releases the
+    identity after the other cleanups (the loan goes back from its host uid first)."""
+    read_status, write_status = status
+    try:
+        short, args_fd = args_through_pipe(argv)
+    except OSError as exc:
+        os.close(read_status)
+        os.close(write_status)
+        raise SandboxError(f"cannot hand bubblewrap its arguments: {exc}") from None
+    own = (identity.userns_fd, identity.seccomp_fd)
+    fds = [fd for fd in (write_status, *own, args_fd) if fd is not None]
     return SandboxPlan(
         mode=info["mode"],
-        argv=argv,
+        argv=fresh_session_keyring_argv() + short,
         env=env,
         cwd="/",
-        network_isolated=not request.network,
+        network_isolated=network_isolated,
         notes=[],
         wrappers=[info["bwrap_path"]],
         status_fd=write_status,
+        isolation=identity.record(),
+        extra_fds=[fd for fd in fds if fd != write_status],
         _status_read=read_status,
-        _cleanups=cleanups,
+        _owned_fds=[args_fd],
+        _cleanups=[*cleanups, identity.close],
     )
 
 
 def sandbox_head(
-    info: dict, *, network: bool, tmp_mb: int, bound: list[Path], hidden: tuple[Path, ...]
+    info: dict,
+    *,
+    network: bool,
+    tmp_mb: int,
+    bound: list[Path],
+    hidden: tuple[Path, ...],
+    identity: RunIdentity | None = None,
 ) -> list[str]:
     """bwrap with its namespaces, the system folders, fresh /dev /proc /tmp, the read-only
     host binds (`bound`: an environment, mounts) and the hidden paths they would show.
     What the sandbox is for (an execution, an engineer session) is bound after it."""
     root = info["mode"] == "root"
-    argv = [info["bwrap_path"], *namespace_argv(userns=not root, network=network)]
+    userns_fd = identity.userns_fd if identity is not None else None
+    argv = [info["bwrap_path"], *namespace_argv(userns=not root, network=network,
+                                                userns_fd=userns_fd)]  # fmt: skip
+    if identity is not None and identity.seccomp_fd is not None:
+        argv += ["--seccomp", str(identity.seccomp_fd)]
     argv += system_argv() + base_argv(tmp_mb)
     argv += host_path_binds(list(bound))
     return argv + _hide(tuple(hidden), list(bound))
@@ -121,10 +172,12 @@ def sandbox_tail(
     argv = ["--chdir", str(chdir), "--", *started_marker_argv(write_status)]
     if root:
         argv += drop_privileges_argv(info["setpriv"], uid, gid)
-    # RLIMIT_NPROC counts a uid's processes in its user namespace: in our own namespace that
-    # is this sandbox alone; as root every program shares uid 65534, so the supervisor's
-    # pids cgroup bounds the tree instead.
-    nproc = None if root else max_processes
+    # RLIMIT_NPROC counts a uid's processes in its user namespace: in a run's own namespace
+    # (bubblewrap's, or as root ours with a host uid of its own) that is this sandbox alone.
+    # Runs that share one uid (no namespace could be had) leave it to the supervisor's
+    # pids cgroup.
+    own = not root or info.get("kernel_state", USER_NAMESPACE) == USER_NAMESPACE
+    nproc = max_processes if own else None
     return argv + limits_argv(info["prlimit"], nproc, max_file_bytes), read_status, write_status
 
 
@@ -155,13 +208,13 @@ def _low_fd(fd: int) -> int:
     return fd
 
 
-def _lend_writable(request: SandboxRequest, layout: Layout):
-    """Root mode: what the program writes must belong to the sandbox uid during the run."""
+def _lend_writable(identity: RunIdentity, layout: Layout):
+    """Root mode: what the program writes must belong to the run's host uid during the run."""
     lent = [layout.output, *(layout.solution / rel for rel in layout.writable_rels)]
     for path in [*lent, layout.progress]:
         if path.exists():
             refuse_shared_inodes(path)  # before anything changes
-    loan = OwnershipLoan(request.uid, request.gid)
+    loan = OwnershipLoan(identity.host_uid, identity.host_gid)
     created_progress = ensure_progress_file(layout.progress)
     try:
         for path in [*lent, layout.progress]:

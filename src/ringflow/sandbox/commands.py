@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import sys
 from pathlib import Path, PurePosixPath
 
 # Where the execution's folders appear inside the sandbox.
@@ -68,14 +70,17 @@ def base_argv(tmp_mb: int) -> list[str]:
     ]  # fmt: skip
 
 
-def namespace_argv(userns: bool, network: bool) -> list[str]:
-    """Namespaces: always pid, ipc and uts; the network unless asked for; user as non-root.
+def namespace_argv(userns: bool, network: bool, userns_fd: int | None = None) -> list[str]:
+    """Namespaces: always pid, ipc and uts; the network unless asked for; user as non-root,
+    and as root the run's own (`userns_fd`, sandbox/identity.py) where one is given.
 
     As root the capabilities are dropped by setpriv inside (it needs them to change uid);
     in a user namespace bubblewrap drops them itself."""
     args = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     if userns:
         args += ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
+    elif userns_fd is not None:
+        args += ["--userns", str(userns_fd)]
     if not network:
         args.append("--unshare-net")
     return [*args, "--die-with-parent", "--new-session"]
@@ -108,3 +113,55 @@ def host_path_binds(paths: list[Path], mode: str = "--ro-bind") -> list[str]:
             made.add(pure)
         args += [mode, str(path), str(path)]
     return args
+
+
+def args_through_pipe(argv: list[str]) -> tuple[list[str], int]:
+    """(short argv, fd): bwrap reads its options from the fd (`--args`); the command after
+    `--` stays on the command line (bwrap takes it from there only).
+
+    bubblewrap's own process is PID 1 in the sandbox and its command line is readable
+    there (/proc/1/cmdline): given this way, it names no host path. The pipe is drained by
+    bwrap before the program starts, so the fd it keeps open holds nothing either."""
+    split = argv.index("--")
+    data = b"".join(arg.encode() + b"\0" for arg in argv[1:split])
+    read_fd, write_fd = os.pipe()
+    try:
+        if len(data) > 65536:
+            fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, len(data))
+        view = memoryview(data)
+        while view:
+            view = view[os.write(write_fd, view) :]
+    except OSError:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+    return [argv[0], "--args", str(read_fd), *argv[split:]], read_fd
+
+
+# Joins a new, empty session keyring (KEYCTL_JOIN_SESSION_KEYRING with no name), then execs
+# the rest of argv. Exit 126 when it cannot: the run never starts (the machine's failure).
+_FRESH_SESSION_KEYRING = (
+    "import ctypes, errno, os, sys\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "libc.syscall.restype = ctypes.c_long\n"
+    "if libc.syscall({nr}, 1, None) < 0 and ctypes.get_errno() not in (errno.ENOSYS,):\n"
+    "    sys.exit('cannot give the run a session keyring of its own: '\n"
+    "             + os.strerror(ctypes.get_errno()))\n"
+    "os.execv(sys.argv[1], sys.argv[1:])\n"
+)
+KEYCTL = {"x86_64": 250, "aarch64": 219, "i686": 288, "armv7l": 311, "ppc64le": 271,
+          "s390x": 280, "riscv64": 219}  # fmt: skip
+
+
+def fresh_session_keyring_argv() -> list[str]:
+    """A prefix that starts bwrap with a session keyring of its own.
+
+    Every process inherits its parent's session keyring and may use it (it possesses it),
+    whatever its uid or user namespace: a ringflow started from a login session would hand
+    that keyring to every run, a channel between them. [] where the machine's keyctl
+    number is not known (docs/isolation.md)."""
+    number = KEYCTL.get(os.uname().machine)
+    if number is None:
+        return []
+    return [sys.executable, "-I", "-S", "-c", _FRESH_SESSION_KEYRING.format(nr=number)]

@@ -32,8 +32,9 @@ class SandboxRequest:
     hidden_paths: tuple[Path, ...] = ()  # never visible, even under a system folder
     network: bool = False  # sandbox.network: keep the host's network
     gpu_devices: tuple[tuple[str, str], ...] = ()  # (host, inside) device nodes of its GPUs
-    uid: int = NOBODY  # as root: the unprivileged uid the program runs as
+    uid: int = NOBODY  # as root: the unprivileged uid the program runs as (inside)
     gid: int = NOBODY
+    host_uids: dict | None = None  # as root: {first, count} of the run's host uid
     tmp_mb: int = 1024  # size of the fresh /tmp and of /dev/shm
     max_processes: int | None = None  # RLIMIT_NPROC inside the sandbox
     max_file_bytes: int | None = None  # RLIMIT_FSIZE inside the sandbox
@@ -61,9 +62,19 @@ class SandboxPlan:
     # them no SIGTERM (bubblewrap would die at once and SIGKILL the program).
     wrappers: list[str] = field(default_factory=list)
     status_fd: int | None = None
+    # What kept the run's kernel state its own (sandbox/identity.py), for result.json.
+    isolation: dict = field(default_factory=dict)
+    extra_fds: list[int] = field(default_factory=list)  # also passed to the child
     _status_read: int | None = field(default=None, repr=False)
+    _owned_fds: list[int] = field(default_factory=list, repr=False)
     _cleanups: list[Callable[[], list[str] | None]] = field(default_factory=list, repr=False)
     _finished: bool = field(default=False, repr=False)
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        """Every fd the child must be given: the started marker and bwrap's own."""
+        first = () if self.status_fd is None else (self.status_fd,)
+        return first + tuple(self.extra_fds)
 
     def confirm_started(self) -> None:
         """Raise SandboxError when bubblewrap never started the program (setup failed)."""
@@ -98,10 +109,11 @@ class SandboxPlan:
         if self._finished:
             return
         self._finished = True
-        for fd in (self.status_fd, self._status_read):
+        for fd in (self.status_fd, self._status_read, *self._owned_fds):
             if fd is not None:
                 _close(fd)
         self.status_fd = self._status_read = None
+        self._owned_fds = []
         failures: list[str] = []
         for cleanup in self._cleanups:
             try:

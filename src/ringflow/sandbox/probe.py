@@ -13,7 +13,15 @@ import subprocess
 from pathlib import Path
 
 from ringflow.errors import SandboxError
+from ringflow.sandbox import seccomp
 from ringflow.sandbox.commands import drop_privileges_argv, namespace_argv, system_argv
+from ringflow.sandbox.identity import (
+    HOST_UIDS,
+    SECCOMP,
+    SHARED_UID,
+    USER_NAMESPACE,
+    new_user_namespace,
+)
 
 MODES = ("auto", "bwrap", "none")
 PROBE_TIMEOUT_S = 20
@@ -25,7 +33,8 @@ def probe(uid: int = 65534, gid: int = 65534) -> dict:
     """What confinement works here, cached per process.
 
     Keys: mode ("root", "userns" or None when bubblewrap cannot be used), reason (why
-    not, with what to do; "works" otherwise), bwrap_path, setpriv, prlimit, root.
+    not, with what to do; "works" otherwise), bwrap_path, setpriv, prlimit, root,
+    kernel_state (what keeps a run's kernel state its own, sandbox/identity.py).
     """
     setpriv = shutil.which("setpriv")
     bwrap_path = shutil.which("bwrap")
@@ -48,8 +57,17 @@ def _probe_uncached(
         )
     elif root and setpriv is None:
         reason = "setpriv is not installed; install util-linux (apt-get install util-linux)"
-    else:
-        works, detail = _try_bwrap(bwrap_path, setpriv, uid, gid, root)
+    kernel_state, kernel_state_why = USER_NAMESPACE, None
+    if bwrap_path is not None and (setpriv is not None or not root):
+        works, detail = False, "not tried"
+        if root:
+            works, detail = _try_own_namespace(bwrap_path, setpriv, uid, gid)
+            if not works:
+                # Without a namespace of its own, a run shares its uid's kernel state.
+                kernel_state = SECCOMP if seccomp.supported() else SHARED_UID
+                kernel_state_why = f"no user namespace of its own: {detail}"
+        if not works:
+            works, detail = _try_bwrap(bwrap_path, setpriv, uid, gid, root)
         if works:
             mode = "root" if root else "userns"
         else:
@@ -61,20 +79,38 @@ def _probe_uncached(
         "bwrap_path": bwrap_path,
         "setpriv": setpriv,
         "prlimit": prlimit,
+        "kernel_state": kernel_state,
+        "kernel_state_why": kernel_state_why,
     }
 
 
-def _try_bwrap(bwrap: str, setpriv: str | None, uid: int, gid: int, root: bool) -> tuple[bool, str]:
+def _try_own_namespace(bwrap: str, setpriv: str | None, uid: int, gid: int) -> tuple[bool, str]:
+    """Root: whether a run can have a user namespace of its own (sandbox/identity.py)."""
+    try:
+        fd = new_user_namespace(uid, gid, HOST_UIDS["first"])
+    except SandboxError as exc:
+        return False, str(exc)
+    try:
+        return _try_bwrap(bwrap, setpriv, uid, gid, True, userns_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _try_bwrap(
+    bwrap: str, setpriv: str | None, uid: int, gid: int, root: bool, userns_fd: int | None = None
+) -> tuple[bool, str]:
     # The very form the plans use, so that a probe that passes means runs that start.
-    command = [bwrap, *namespace_argv(userns=not root, network=False), *system_argv()]
+    command = [bwrap, *namespace_argv(userns=not root, network=False, userns_fd=userns_fd)]
+    command += system_argv()
     command += ["--proc", "/proc", "--dev", "/dev", "--"]
     if root:
         command += drop_privileges_argv(setpriv, uid, gid)  # type: ignore[arg-type]
     command.append("true")
     try:
         done = subprocess.run(
-            command, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False
-        )
+            command, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False,
+            pass_fds=() if userns_fd is None else (userns_fd,),
+        )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, f"bubblewrap failed to run: {exc}"
     if done.returncode != 0:

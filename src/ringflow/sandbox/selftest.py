@@ -39,6 +39,7 @@ def selftest(info: dict, program: dict, settings: dict, scratch_parent: Path) ->
             mounts=tuple(Path(m) for m in settings.get("mounts", [])),
             uid=settings["uid"],
             gid=settings["gid"],
+            host_uids=settings.get("host_uids"),
         )
         argv = [program["executable"], "-c", "import encodings, sys; sys.exit(0)"]
         layout = resolve_layout(request, argv, None)
@@ -46,7 +47,7 @@ def selftest(info: dict, program: dict, settings: dict, scratch_parent: Path) ->
         try:
             done = subprocess.run(
                 plan.argv, env=plan.env, cwd=plan.cwd, capture_output=True, text=True,
-                timeout=SELFTEST_TIMEOUT_S, pass_fds=(plan.status_fd,), check=False,
+                timeout=SELFTEST_TIMEOUT_S, pass_fds=plan.pass_fds, check=False,
             )  # fmt: skip
             plan.confirm_started()
         finally:

@@ -9,15 +9,24 @@ the close is therefore either counted or refused, never lost. Blind rings start 
 (and this side refuses too). Predictions are scored on the proxy view (the first search
 view) with seed 0, by the same isolated evaluator as executions; the session never holds
 the scorer's files, labels or address beyond the socket it was handed.
+
+The socket is the session's alone: it lies in a folder (0700) and is a file (0600) of the
+session's own host uid; the server admits a connection only from that uid (SO_PEERCRED)
+and with the session's token (handed to it as `$RINGFLOW_QUERY_TOKEN`). Anything else is
+refused before it is read and costs nothing: no query is recorded.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hmac
 import json
+import os
+import secrets
 import shutil
 import socket
+import struct
 import tempfile
 import threading
 import time
@@ -43,7 +52,9 @@ class QueryServer:
     """Serve one session's queries until close(); then settle its count."""
 
     def __init__(self, ring: dict, layout: RingLayout, node_id: str, work: Path,
-                 quota: int | None = None):  # fmt: skip
+                 quota: int | None = None, peer: tuple[int, int] | None = None):  # fmt: skip
+        """`peer`: the session's host (uid, gid), this process's own by default; the socket
+        and its folder are made beside `work` (the session's box)."""
         self.ring = ring
         # A resume node's quota is what its earlier segments left (carryover/engineer.py).
         self.quota = ring["config"]["search"]["queries_per_node"] if quota is None else quota
@@ -51,16 +62,25 @@ class QueryServer:
         self.record = layout.node_dir(node_id) / "queries.jsonl"
         self.view = ring["search_views"][0]
         self.work = work
-        # AF_UNIX paths are short (108 bytes): the socket lives in a short private folder.
-        self.folder = Path(tempfile.mkdtemp(prefix="rfq-"))
-        self.folder.chmod(0o755)
+        self.peer = peer or (os.getuid(), os.getgid())
+        self.token = secrets.token_hex(16)
+        work.parent.mkdir(parents=True, exist_ok=True)
+        self.folder = Path(tempfile.mkdtemp(prefix="q-", dir=work.parent))  # 0700
         self.path = self.folder / "s"
         self._lock = threading.Lock()
         self._closed = False
         self._admitted = settled_count(self.record)  # a rerun session keeps its count
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.bind(str(self.path))
-        self.path.chmod(0o666)  # the sandbox uid connects to it
+        # AF_UNIX paths are short (108 bytes): bound through the folder's fd, not its path.
+        folder_fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            self._sock.bind(f"/proc/self/fd/{folder_fd}/s")
+        finally:
+            os.close(folder_fd)
+        self.path.chmod(0o600)
+        if self.peer != (os.getuid(), os.getgid()):
+            os.chown(self.path, *self.peer)
+            os.chown(self.folder, *self.peer)
         self._sock.listen(8)
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
@@ -82,7 +102,18 @@ class QueryServer:
 
     def _answer(self, conn: socket.socket) -> None:
         conn.settimeout(60)
+        uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                  struct.calcsize("3i")))[1]  # fmt: skip
+        if uid != self.peer[0]:
+            # Not the session: refused before anything is read, and never counted.
+            conn.sendall(json.dumps({"refused": f"score queries are refused: uid {uid} is "
+                                     "not this session's"}).encode() + b"\n")  # fmt: skip
+            return
         request = self._read(conn)
+        if not self._has_token(request):
+            conn.sendall(json.dumps({"refused": "score queries are refused: not this "
+                                     "session's token"}).encode() + b"\n")  # fmt: skip
+            return
         number, refused = self._admit()
         if refused:
             answer = {"refused": refused, "queries_left": self._left()}
@@ -98,6 +129,13 @@ class QueryServer:
                 break
             chunks.append(chunk)
         return b"".join(chunks)
+
+    def _has_token(self, request: bytes) -> bool:
+        try:
+            token = json.loads(request).get("token")
+        except (ValueError, AttributeError):
+            return False
+        return isinstance(token, str) and hmac.compare_digest(token, self.token)
 
     def _admit(self) -> tuple[int, str | None]:
         with self._lock:

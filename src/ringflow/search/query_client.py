@@ -2,9 +2,10 @@
 session `$RINGFLOW_PYTHON $RINGFLOW_QUERY_CLIENT PRED_DIR` (standard library only).
 
 Sends every regular file under PRED_DIR over the Unix socket the session was handed
-(`$RINGFLOW_QUERY_SOCKET`) and prints the scorer side's answer as JSON: the score on the
-proxy view, whether the output was valid, and the queries left. Exit 0 when scored or
-judged invalid, 3 when refused (blind feedback, quota used up, session closed).
+(`$RINGFLOW_QUERY_SOCKET`), with the session's token (`$RINGFLOW_QUERY_TOKEN`), and prints
+the scorer side's answer as JSON: the score on the proxy view, whether the output was
+valid, and the queries left. Exit 0 when scored or judged invalid, 3 when refused (blind
+feedback, quota used up, session closed, not this session's uid or token).
 """
 
 from __future__ import annotations
@@ -34,11 +35,13 @@ def collect(folder: Path) -> dict[str, str]:
     return files
 
 
-def ask(socket_path: str, files: dict[str, str], timeout: float = 3600) -> dict:
+def ask(socket_path: str, files: dict[str, str], timeout: float = 3600,
+        token: str | None = None) -> dict:  # fmt: skip
+    token = os.environ.get("RINGFLOW_QUERY_TOKEN", "") if token is None else token
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(timeout)
         conn.connect(socket_path)
-        conn.sendall(json.dumps({"files": files}).encode() + b"\n")
+        conn.sendall(json.dumps({"token": token, "files": files}).encode() + b"\n")
         conn.shutdown(socket.SHUT_WR)
         chunks = []
         while chunk := conn.recv(65536):

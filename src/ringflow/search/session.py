@@ -39,8 +39,9 @@ from ..ring.clock import load_node, load_ring
 from ..ring.layout import RingLayout
 from ..ring.ledger import Ledger, emit_event
 from ..ring.stop import refuse_if_stopped, stop_ring
-from ..sandbox.box import sandbox_head, sandbox_tail
+from ..sandbox.box import confined_plan, sandbox_head, sandbox_tail
 from ..sandbox.commands import INSIDE
+from ..sandbox.identity import RunIdentity, claim_identity
 from ..sandbox.model import SandboxPlan
 from ..sandbox.ownership import OwnershipLoan
 from ..supervisor import HealthSettings, ResourceLimits, supervise
@@ -161,6 +162,7 @@ def _session_env(ring: dict, node: dict, paths: dict, deadline: float) -> dict[s
     }
     if paths.get("socket"):
         env["RINGFLOW_QUERY_SOCKET"] = paths["socket"]
+        env["RINGFLOW_QUERY_TOKEN"] = paths["token"]
     if paths.get("validate"):
         env["RINGFLOW_VALIDATE"] = paths["validate"]
     if paths.get("parent"):
@@ -200,8 +202,10 @@ def draft_library(ring: dict) -> Path | None:
     return Path(folder) if folder and Path(folder).is_dir() else None
 
 
-def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: float, sock):
-    """bubblewrap around the session (or nothing with sandbox.mode none)."""
+def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: float, server,
+                  identity: RunIdentity):  # fmt: skip
+    """bubblewrap around the session (or nothing with sandbox.mode none), as `identity`."""
+    sock = server and server.path
     config = ring["config"]
     engineer, box_config = config["engineer"], config["sandbox"]
     workspace = box / "workspace"
@@ -218,6 +222,7 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
                  "inputs": str(inputs), "parent": parent and str(parent), "home": str(box),
                  "resume": snapshot and str(snapshot),
                  "library": library and str(library), "socket": sock and str(sock),
+                 "token": server and server.token,
                  "query_client": str(BUILTIN_SCRIPT.with_name("query_client.py")),
                  "validate": _validator_copy(ring, box, confined=False)}  # fmt: skip
         if argv[1:2] == [str(ENGINE / BUILTIN_SCRIPT.name)]:
@@ -230,7 +235,7 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
     hidden = (layout.root.parent, Path(ring["task"]["dir"]), Path(ring["store"]))
     bound = [*(Path(d) for d in ring["program"]["dirs"]), *(Path(m) for m in engineer["mounts"])]
     args = sandbox_head(info, network=engineer["network"], tmp_mb=box_config["tmp_mb"],
-                        bound=bound, hidden=hidden)  # fmt: skip
+                        bound=bound, hidden=hidden, identity=identity)  # fmt: skip
     args += ["--bind", str(workspace), str(WORKSPACE)]
     args += ["--ro-bind", str(box / "INSTRUCTIONS.md"), str(INSTRUCTIONS)]
     if parent is not None:
@@ -257,35 +262,43 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
     args += tail
     cleanups = []
     if root:
-        loan = OwnershipLoan(box_config["uid"], box_config["gid"])
+        loan = OwnershipLoan(identity.host_uid, identity.host_gid)
         loan.lend(workspace)
         cleanups.append(loan.take_back)
     paths = {"workspace": str(WORKSPACE), "instructions": str(INSTRUCTIONS),
              "inputs": str(INPUTS), "parent": parent and str(PARENT), "home": "/tmp",
              "resume": snapshot and str(RESUME),
              "library": library and str(LIBRARY), "socket": sock and str(SOCKET),
+             "token": server and server.token,
              "query_client": str(ENGINE / "query_client.py"), "validate": validate}  # fmt: skip
-    return SandboxPlan(mode=info["mode"], argv=args + argv,
-                       env=_session_env(ring, node, paths, deadline), cwd="/",
-                       network_isolated=not engineer["network"], wrappers=[info["bwrap_path"]],
-                       status_fd=write_status, _status_read=read_status,
-                       _cleanups=cleanups)  # fmt: skip
+    return confined_plan(info, args + argv, _session_env(ring, node, paths, deadline), identity,
+                         network_isolated=not engineer["network"],
+                         status=(read_status, write_status), cleanups=cleanups)  # fmt: skip
 
 
 def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
     config = ring["config"]
     argv, _ = _command_argv(ring)
     deadline = handover_at(ring)
-    # Native feedback: the session is handed a socket to the scorer side, nothing else.
+    # The session's own ids (as root: a host uid and user namespace of its own).
+    box_config = config["sandbox"]
+    info = {"mode": "none"} if ring["sandbox"]["mode"] == "none" else sandbox.require_sandbox(
+        box_config)  # fmt: skip
+    identity = claim_identity(info, box_config["uid"], box_config["gid"],
+                              box_config.get("host_uids"))  # fmt: skip
+    # Native feedback: the session is handed a socket to the scorer side, nothing else;
+    # the socket is its uid's alone, and its token is handed to it alone.
     server = None
-    if config["search"]["feedback"] == "native":
-        server = QueryServer(ring, layout, node["id"], box / "queries",
-                             quota=carried.queries_left(ring, node))  # fmt: skip
     try:
-        plan = _sandbox_plan(ring, layout, node, box, argv, deadline, server and server.path)
+        if config["search"]["feedback"] == "native":
+            server = QueryServer(ring, layout, node["id"], box / "queries",
+                                 quota=carried.queries_left(ring, node),
+                                 peer=(identity.host_uid, identity.host_gid))  # fmt: skip
+        plan = _sandbox_plan(ring, layout, node, box, argv, deadline, server, identity)
     except BaseException:
         if server is not None:
             server.close()
+        identity.close()
         raise
     # A session with no activity of its own for engineer.stall_min is stopped (`stalled`).
     health = {**config["exec_health"], "enforce": True, "hang_min": config["engineer"]["stall_min"]}
@@ -306,7 +319,7 @@ def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
             deadline=lambda: handover_at(ring),
             watch_writable=[box / "workspace"],
             wrappers=plan.wrappers,
-            pass_fds=() if plan.status_fd is None else (plan.status_fd,),
+            pass_fds=plan.pass_fds,
             mark_environment=plan.mode == "none",
         )
         if outcome.events and outcome.events[0].get("event") == "start_failed":
@@ -321,6 +334,7 @@ def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
         plan.finish()
         # The client is closed first, then its count settled from the scorer's record.
         queries_used = server.close() if server is not None else 0
+        identity.close()
     status = {statuses.OK: "ended", statuses.HUNG: "stalled"}.get(outcome.status, outcome.status)
     if outcome.budget_cut:
         status = "cut"
@@ -333,7 +347,11 @@ def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
         "cpu_s": outcome.cpu_s,
         "reap_left": outcome.reap_left,
         "reason": outcome.reason,
-        "sandbox": {"mode": plan.mode, "network_isolated": plan.network_isolated},
+        "sandbox": {
+            "mode": plan.mode,
+            "network_isolated": plan.network_isolated,
+            **identity.record(),
+        },
         "queries_used": queries_used,
         "queries_quota": server.quota if server is not None else None,
     }

@@ -1,5 +1,8 @@
-"""Disguised copies of search views for the view-blind check
-(docs/operations.md#final-selection)."""
+"""Disguised copies of search views for the view-blind check (docs/operations.md#final-selection).
+
+A copy is made once per ring; each run then reads a fresh copy of it in its own box, made
+as every run's inputs are (ring/run_inputs.py), so how the files were made tells nothing.
+"""
 
 from __future__ import annotations
 
@@ -32,14 +35,17 @@ def alias(ring: dict, view: str, copy: str = "disguised") -> str:
 
 
 def _reorder_csv(data: bytes, seed: int) -> bytes:
+    """The rows in another order; the same bytes, so the same size as the view's file."""
     lines = data.splitlines(keepends=True)
     if len(lines) < 3:
         return data
     header, rows = lines[0], lines[1:]
-    if not rows[-1].endswith(b"\n"):
+    ended = rows[-1].endswith(b"\n")
+    if not ended:
         rows[-1] += b"\n"
     random.Random(seed).shuffle(rows)
-    return header + b"".join(rows)
+    reordered = header + b"".join(rows)
+    return reordered if ended else reordered[:-1]
 
 
 def disguised_inputs(ring: dict, view: str, copy: str = "disguised") -> Path:

@@ -46,7 +46,6 @@ PRIVATE_RECORDS: list[tuple[str, str, str]] = [
     ("nodes/*/*.json", "engineer", "the session's plan and hand-over records"),
     ("nodes/*/*.md", "engineer", "the session's instructions"),
     ("final/*", "seat-baseline, decide, repro", "the deployable result, replaced whole"),
-    ("boxes/*", "execute", "a run's working copy while it runs"),
     ("STOPPED.json", "any step", "why the machinery stopped the ring"),
     ("package/*", "ringflow package", "a packaged result, on request"),
     ("*.html", "ringflow report", "reports written on request (chain page, screenshots)"),

@@ -1,0 +1,185 @@
+"""Who a confined run is on the host, and the kernel state it keeps to itself.
+
+As an ordinary user, bubblewrap makes a user namespace for every run. As root, a run
+dropped to one shared uid in the initial namespace would share that uid's keyrings and
+everything else the kernel keeps per uid; so every root-mode run gets a user namespace of
+its own and a host uid no other run holds while it runs, claimed from `sandbox.host_uids`
+under a lock. Inside, the program still is `sandbox.uid`: the namespace maps that uid to
+the claimed host uid (and back), every other id to itself, and allows no nested user
+namespace. See docs/isolation.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import random
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ringflow.errors import SandboxError
+from ringflow.sandbox import seccomp
+
+HOST_UIDS = {"first": 1879048192, "count": 65536}
+ID_LIMIT = 4294967295  # ids are 0 .. 2**32 - 2
+USER_NAMESPACE = "user-namespace"
+SECCOMP = "seccomp"  # no namespace: the keyring calls are refused instead
+SHARED_UID = "shared-uid"  # neither: recorded on every result
+MAKER_TIMEOUT_S = 20
+
+# Runs in the new user namespace: it waits until its maps are written, then forbids
+# further user namespaces there (the limit is that namespace's own) and stays until told.
+_MAKER = (
+    "import ctypes, sys\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "print(libc.unshare(0x10000000) or 'ok', ctypes.get_errno(), flush=True)\n"
+    "sys.stdin.readline()\n"
+    "open('/proc/sys/user/max_user_namespaces', 'w').write('0')\n"
+    "print('ok', flush=True)\n"
+    "sys.stdin.read()\n"
+)
+
+
+@dataclass
+class RunIdentity:
+    """One run's ids (inside and on the host) and, as root, its user namespace's fd."""
+
+    uid: int  # what the program is inside
+    gid: int
+    host_uid: int  # who owns what it writes, on the host
+    host_gid: int
+    isolation: str  # USER_NAMESPACE, SECCOMP, SHARED_UID, "none" for sandbox.mode none
+    userns_fd: int | None = None
+    seccomp_fd: int | None = None  # for bwrap --seccomp
+    why: str | None = None  # why no namespace could be had
+    _lock_fd: int | None = field(default=None, repr=False)
+
+    def record(self) -> dict:
+        """What result.json says about it."""
+        record = {"kernel_state": self.isolation, "host_uid": self.host_uid}
+        return record if self.why is None else {**record, "kernel_state_why": self.why}
+
+    def close(self) -> None:
+        """Release the namespace and the host uid; idempotent."""
+        for name in ("userns_fd", "seccomp_fd", "_lock_fd"):
+            fd = getattr(self, name)
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+                setattr(self, name, None)
+
+
+def claim_identity(info: dict, uid: int, gid: int, host_uids: dict | None = None) -> RunIdentity:
+    """The identity of one run under `info` (what `require_sandbox` returned).
+
+    In user-namespace mode the program is this user, in a namespace bubblewrap makes. As
+    root: a free host uid from `host_uids` ({first, count}), held until close(), and a
+    fresh user namespace mapping uid/gid to it. SandboxError when none can be had."""
+    if info["mode"] != "root":
+        own = os.getuid(), os.getgid()
+        return RunIdentity(uid, gid, *own, isolation=USER_NAMESPACE if info["mode"] else "none")
+    state = info.get("kernel_state", USER_NAMESPACE)
+    if state != USER_NAMESPACE:
+        # No namespace can be had here (the probe said why): the runs share uid, so the
+        # keyring calls are refused where a filter can be built; recorded either way.
+        why = info.get("kernel_state_why")
+        if state == SECCOMP:
+            return RunIdentity(uid, gid, uid, gid, SECCOMP, seccomp_fd=seccomp.filter_fd(),
+                               why=why)  # fmt: skip
+        return RunIdentity(uid, gid, uid, gid, isolation=state, why=why)
+    first, count = _range(host_uids or HOST_UIDS, uid, gid)
+    host, lock_fd = _claim_host_uid(first, count)
+    try:
+        fd = new_user_namespace(uid, gid, host)
+    except BaseException:
+        os.close(lock_fd)
+        raise
+    return RunIdentity(uid, gid, host, host, USER_NAMESPACE, userns_fd=fd, _lock_fd=lock_fd)
+
+
+def _range(host_uids: dict, uid: int, gid: int) -> tuple[int, int]:
+    first, count = int(host_uids["first"]), int(host_uids["count"])
+    if count < 1 or first <= max(uid, gid) or first + count >= ID_LIMIT:
+        raise SandboxError(
+            f"sandbox.host_uids {host_uids} must be a range of at least one id above "
+            f"sandbox.uid/gid ({uid}/{gid}) and below {ID_LIMIT}"
+        )
+    return first, count
+
+
+def lock_dir() -> Path:
+    """One per machine: host uids are the machine's, whatever the ring. Under /run, where
+    no other user can make the folder first; /tmp where there is no /run."""
+    if os.environ.get("RINGFLOW_UID_LOCKS"):
+        return Path(os.environ["RINGFLOW_UID_LOCKS"])
+    base = "/run" if os.access("/run", os.W_OK) else "/tmp"
+    return Path(base) / "ringflow-host-uids"
+
+
+def _claim_host_uid(first: int, count: int) -> tuple[int, int]:
+    """A host uid no live run holds, and the fd whose lock holds it.
+
+    The search starts at a random place, so that a run seldom gets the uid the run before
+    it had (nothing of that run is left to share: its namespace, keyrings and processes
+    are gone, and its files went back to their owner)."""
+    folder = lock_dir()
+    folder.mkdir(mode=0o700, exist_ok=True)
+    if folder.is_symlink() or folder.stat().st_uid != os.geteuid():
+        raise SandboxError(f"{folder} must be a folder of this user's (it holds the uid locks)")
+    start = random.randrange(count)
+    for step in range(count):
+        host = first + (start + step) % count
+        fd = os.open(folder / str(host), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return host, fd
+    raise SandboxError(f"all {count} host uids of sandbox.host_uids are held by running runs")
+
+
+def id_map(inside: int, host: int) -> str:
+    """Every id to itself, except `inside` and `host`, which trade places."""
+    assert inside < host
+    return (
+        f"0 0 {inside}\n{inside} {host} 1\n{inside + 1} {inside + 1} {host - inside - 1}\n"
+        f"{host} {inside} 1\n{host + 1} {host + 1} {ID_LIMIT - host - 1}\n"
+    )
+
+
+def new_user_namespace(uid: int, gid: int, host: int) -> int:
+    """An fd of a new user namespace (root only) where uid/gid are host; for bwrap --userns."""
+    try:
+        maker = subprocess.Popen(
+            [sys.executable, "-c", _MAKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+    except OSError as exc:
+        raise SandboxError(f"cannot start what makes the user namespace: {exc}") from None
+    try:
+        said = maker.stdout.readline().split()
+        if said[:1] != ["ok"]:
+            errno = int(said[1]) if len(said) > 1 else 0
+            raise SandboxError(f"cannot make a user namespace: {os.strerror(errno)}")
+        proc = Path(f"/proc/{maker.pid}")
+        (proc / "uid_map").write_text(id_map(uid, host))
+        (proc / "gid_map").write_text(id_map(gid, host))
+        maker.stdin.write("go\n")
+        maker.stdin.flush()
+        if maker.stdout.readline().strip() != "ok":
+            raise SandboxError("cannot forbid nested user namespaces in the run's namespace")
+        return os.open(proc / "ns" / "user", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SandboxError(f"cannot set up the run's user namespace: {exc}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            maker.stdin.close()
+        try:
+            maker.wait(timeout=MAKER_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            maker.kill()
+            maker.wait()
