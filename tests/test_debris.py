@@ -103,9 +103,11 @@ def _store_inodes(store: Path) -> set[tuple[int, int]]:
 
 
 def _links_into(ring: Path, store: Path) -> list[Path]:
+    """Hard links into the store's objects in the ring folder or in its runs' boxes."""
     objects = _store_inodes(store)
     found = []
-    for dirpath, _dirs, files in os.walk(ring):
+    walked = [*os.walk(ring), *os.walk(ring.parent / ".boxes")]
+    for dirpath, _dirs, files in walked:
         for name in files:
             st = os.lstat(Path(dirpath) / name)
             if (st.st_dev, st.st_ino) in objects:
