@@ -6,6 +6,7 @@ failure is never only inside a score.json or a stderr.log.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +50,23 @@ def last_line(path: Path) -> str:
         return ""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1][:300] if lines else ""
+
+
+# What ringflow's own refusals and stops look like inside Snakemake's log (a traceback of an
+# input function, or a failed job's stderr).
+ERROR_LINE = re.compile(
+    r"(?:ringflow: error: |\b(?:InputError|MachineryError|SandboxError|RingflowError): )(.+)"
+)
+
+
+def key_error_line(log: Path) -> str:
+    """The first line of ringflow's own error in a Snakemake log, or ""."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return ""
+    match = ERROR_LINE.search(text)
+    return match.group(1).strip()[:400] if match else ""
 
 
 def _read(path: Path) -> dict | None:

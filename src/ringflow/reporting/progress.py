@@ -166,9 +166,18 @@ def ring_start(ring_root: str | Path, terminal: dict) -> None:
         _running[str(ring_root)] = Progress(ring_root, terminal["progress_s"]).start()
 
 
-def ring_end(ring_root: str | Path, log: str | list | None, completed: bool) -> None:
+def ring_end(
+    ring_root: str | Path,
+    log: str | list | None,
+    completed: bool,
+    ring_name: str | None = None,
+) -> None:
     """onsuccess/onerror: the last progress line, the summary with its failure digest, and
-    where Snakemake's own log is (log: None to leave that to a later ring)."""
+    where Snakemake's own log is (log: None to leave that to a later ring); after a ring
+    that did not finish, the error that stopped it and the command that continues it."""
+    from ..ring.edits import find_edits
+    from ..ring.recovery import advice
+    from .digest import key_error_line
     from .summary import render_summary
 
     running = _running.pop(str(ring_root), None)
@@ -184,15 +193,21 @@ def ring_end(ring_root: str | Path, log: str | list | None, completed: bool) -> 
             print(render_summary(root), file=out)
         except Exception as exc:
             print(f"ringflow: the summary could not be written: {exc}", file=out)
-    if not completed and not (root / "RING.json").exists():
-        print(f"ringflow: the ring {root} was not started: see the error above.", file=out)
-    elif not completed and not (root / "stop_manifest.json").exists():
-        print(
-            f"ringflow: the ring {root} did not complete: a job failed or it was interrupted. "
-            "Run the same command again to continue it (after a kill: snakemake --unlock "
-            "first).",
-            file=out,
-        )
     for path in logs:
         print(f"Snakemake's log: {path}", file=out)
     out.flush()
+    if completed:
+        return
+    lines = []
+    error = next(filter(None, (key_error_line(Path(path)) for path in logs)), "")
+    if error:
+        lines.append(f"ringflow: the error: {error}")
+    if not (root / "RING.json").exists():
+        lines.append(f"ringflow: the ring {root} was not started: see the error above.")
+    elif not (root / "stop_manifest.json").exists():
+        try:
+            edits = find_edits(root)
+        except Exception:  # an unreadable record must not hide the advice
+            edits = []
+        lines += advice(root, ring_name=ring_name, edits=edits)
+    print("\n".join(lines), file=sys.stderr, flush=True)

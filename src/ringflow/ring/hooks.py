@@ -9,7 +9,6 @@ need (another ring of the demo chain, say) never refuses it.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import yaml
@@ -24,7 +23,6 @@ from .chain import inherit_config, refuse_task_switch
 from .edits import refuse_edits
 from .lock import check_existing_lock
 from .named import NamedRing
-from .stop import stopped_reason
 
 
 def prepare_config(config: dict, schema_path: str) -> None:
@@ -91,12 +89,8 @@ def start_rings(rings: list[NamedRing], configs: dict[str, dict], workflow) -> N
 
 def end_rings(rings: list[NamedRing], log, completed: bool) -> None:
     """onsuccess/onerror: every ring ends with its summary and failure digest, however it
-    ended; after a failure, why the machinery stopped a ring, if it did."""
+    ended; after a failure, why the ring stopped and the command that continues it."""
     for index, ring in enumerate(rings):
         timekeeper.tick_safely(ring.root)
         last = index == len(rings) - 1
-        ring_end(ring.root, log if last else None, completed)
-        if not completed:
-            reason = stopped_reason(ring.root)
-            if reason is not None:
-                print(f"ringflow: the ring {ring.root} stopped: {reason}", file=sys.stderr)
+        ring_end(ring.root, log if last else None, completed, ring.name if ring.prefix else None)
