@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,13 +33,15 @@ GUARD_OFF = {"enabled": False, "seeds": 5, "alpha": 0.05, "margin": 0.0}
 
 
 def printed_command(stderr: str) -> str:
-    """The command under the last `ringflow: the ring ...` paragraph (indented 4 spaces)."""
+    """The command of the last advice: an indented line after a line ending in "run:"."""
     lines = stderr.splitlines()
-    starts = [i for i, line in enumerate(lines) if line.startswith("ringflow: the ring ")]
-    assert starts, f"no advice printed:\n{stderr[-3000:]}"
-    commands = [line[4:] for line in lines[starts[-1] :] if line.startswith("    ")]
-    assert commands, f"no command printed:\n{stderr[-3000:]}"
-    return commands[0]
+    found = [
+        lines[i + 1][4:]
+        for i in range(len(lines) - 1)
+        if lines[i].rstrip().endswith("run:") and lines[i + 1].startswith("    ")
+    ]
+    assert found, f"no command printed:\n{stderr[-3000:]}"
+    return found[-1]
 
 
 def follow(command: str, cwd: Path | None = None, env: dict | None = None):
@@ -88,7 +91,7 @@ def test_the_same_command_after_a_fixed_scorer_names_the_continuation(tmp_path):
     (tmp_path / "runs" / "ed" / "STOPPED.json").unlink()
     refused = snakemake(tmp_path, config, check=False)
     assert refused.returncode != 0
-    assert "ringflow: the error: ring" in refused.stderr
+    assert "ringflow: error: ring " in refused.stderr
     command = printed_command(refused.stderr)
     assert "continue_from=runs/ed" in command
     again = follow(command)
@@ -96,28 +99,35 @@ def test_the_same_command_after_a_fixed_scorer_names_the_continuation(tmp_path):
     finished(tmp_path / "runs" / "ed-2")
 
 
-def test_a_sandbox_failure_continues_the_same_ring_once_fixed(tmp_path, broken_bwrap):
+BREAKABLE_BWRAP = """#!/bin/sh
+if [ -e {flag} ]; then echo 'bwrap: No permissions to create new namespace' >&2; exit 1; fi
+exec {real} "$@"
+"""
+
+
+def test_a_sandbox_failure_continues_the_same_ring_once_fixed(tmp_path, monkeypatch):
+    # A bwrap that works until the flag file exists (PATH, part of the environment, stays).
+    flag = tmp_path / "sandbox-broken"
+    fake = tmp_path / "fakebin" / "bwrap"
+    fake.parent.mkdir()
+    fake.write_text(BREAKABLE_BWRAP.format(flag=flag, real=shutil.which("bwrap")))
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
     cands = tmp_path / "cands"
     make_candidate(cands / "a", mean=0.5)
-    good_path = os.environ["PATH"].split(":", 1)[1]  # without the broken bwrap
-    env = {**os.environ, "PATH": good_path}
-    # Locked while the sandbox worked.
-    subprocess.run([sys.executable, "-c", "import sys; sys.path[:0] = sys.argv[1:2]\n"
-                    "from ringtools import locked_ring\nfrom pathlib import Path\n"
-                    f"locked_ring(Path({str(tmp_path)!r}), Path({str(cands)!r}), 'sb', "
-                    f"guard={GUARD_OFF!r})", str(Path(__file__).parent)],
-                   check=True, env=env)  # fmt: skip
+    ring = locked_ring(tmp_path, cands, "sb", guard=GUARD_OFF)
     config = tmp_path / "sb.yaml"
     config.write_text(yaml.safe_dump(full_config(
         ring_id="sb", task=str(tmp_path / "task"), candidates=str(cands), baseline=None,
         guard=GUARD_OFF)))  # fmt: skip
-    done = snakemake(tmp_path, config, check=False)  # PATH finds the broken bwrap
+    flag.touch()
+    done = snakemake(tmp_path, config, check=False)
     assert done.returncode != 0, done.stderr[-3000:]
-    ring = tmp_path / "runs" / "sb"
     assert json.loads((ring / "STOPPED.json").read_text())["cause"] == "machine"
     command = printed_command(done.stderr)
     assert command.startswith(f"rm {ring / 'STOPPED.json'} && ")
-    again = follow(command, env=env)
+    flag.unlink()  # the machine is fixed
+    again = follow(command)
     assert again.returncode == 0, again.stderr[-4000:]
     finished(ring)
 
@@ -162,11 +172,13 @@ def test_ctrl_c_prints_the_same_command_and_it_finishes_the_ring(tmp_path):
     gate = tmp_path / "gate"
     slow = make_candidate(tmp_path / "cands" / "slow", mean=0.6)
     (slow / "run.py").write_text(f"GATE = {str(gate)!r}\n" + SLOW)
+    unconfined = {**full_config()["sandbox"], "mode": "none"}  # the program sees the gate
     config = write_config(tmp_path, ring_id="cc", task=str(tmp_path / "task"),
                           candidates=str(tmp_path / "cands"), baseline=None,
-                          guard=GUARD_OFF, sandbox={**full_config()["sandbox"], "mode": "none"})  # fmt: skip
+                          guard=GUARD_OFF, sandbox=unconfined)  # fmt: skip
     driver = subprocess.Popen(snakemake_argv(tmp_path, config), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+                              stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)  # fmt: skip
     try:
         ring = tmp_path / "runs" / "cc"
         end = time.time() + 300

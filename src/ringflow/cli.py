@@ -295,7 +295,7 @@ def cmd_package(args) -> int:
 def cmd_check(args) -> int:
     from .precheck import check
 
-    report = check(args.task, args.candidates, run=not args.no_run)
+    report = check(args.task, args.candidates, run=not args.no_run, baseline=args.baseline)
     print(report.text(), end="")
     return 1 if report.failed else 0
 
@@ -419,6 +419,9 @@ def build_parser() -> argparse.ArgumentParser:
         "candidates", nargs="*", help="candidate folders, or folders of candidate folders"
     )
     check.add_argument("--no-run", action="store_true", help="do not run a candidate")
+    check.add_argument(
+        "--baseline", help="the baseline's folder: it runs once, and its output probes the scorer"
+    )
     check.set_defaults(func=cmd_check)
     add(
         "taint",

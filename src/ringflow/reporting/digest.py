@@ -52,10 +52,12 @@ def last_line(path: Path) -> str:
     return lines[-1][:300] if lines else ""
 
 
-# What ringflow's own refusals and stops look like inside Snakemake's log (a traceback of an
-# input function, or a failed job's stderr).
+# What ringflow's own refusals and stops look like inside Snakemake's log: a traceback of an
+# input function, or a failed job's stderr (`ringflow: error: ...`, `ringflow: ring ...`).
 ERROR_LINE = re.compile(
-    r"(?:ringflow: error: |\b(?:InputError|MachineryError|SandboxError|RingflowError): )(.+)"
+    r"^ringflow: (?:error: )?(.+)$|\b(?:InputError|MachineryError|SandboxError|RingflowError): "
+    r"(.+)$",
+    re.MULTILINE,
 )
 
 
@@ -66,7 +68,7 @@ def key_error_line(log: Path) -> str:
     except OSError:
         return ""
     match = ERROR_LINE.search(text)
-    return match.group(1).strip()[:400] if match else ""
+    return (match.group(1) or match.group(2)).strip()[:400] if match else ""
 
 
 def _read(path: Path) -> dict | None:

@@ -9,6 +9,7 @@ need (another ring of the demo chain, say) never refuses it.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import yaml
@@ -68,20 +69,30 @@ def refuse_locked(root: Path, config: dict, defaults_path: str) -> bool:
         # A ring of a chain read before its parent was locked took the parent's
         # configuration at its own lock: compare with that.
         inherit_config(config, config_defaults(defaults_path))
-    check_existing_lock(config)
-    refuse_edits(root, config["ring_id"])
-    if _parent_locked(config):
-        refuse_task_switch(config)
+    try:
+        check_existing_lock(config)
+        refuse_edits(root, config["ring_id"])
+        if _parent_locked(config):
+            refuse_task_switch(config)
+    except InputError as exc:
+        # Snakemake shows a refusal inside the traceback of an input function: say it first.
+        print(f"ringflow: error: {exc}", file=sys.stderr, flush=True)
+        raise
     return True
 
 
 def start_rings(rings: list[NamedRing], configs: dict[str, dict], workflow) -> None:
     """onstart: each ring's timekeeper, Ctrl-C relay and progress lines."""
+    # Jobs on a cluster's nodes bring their own GPUs (checked against the partition there);
+    # on this machine a profile that declares GPUs gets as many slots as NVML sees, 0 too.
+    local = not getattr(workflow, "non_local_exec", False)
+    declared = local and workflow.global_resources.get("gpu") is not None
     slots = gpu_slots(workflow.global_resources)
     for ring in rings:
         config = configs[ring.name]
         per_execution = config["gpus_per_execution"] or 1
-        timekeeper.record_slots(ring.root, workflow, slots or None, per_execution)
+        timekeeper.record_slots(ring.root, workflow, slots if declared else (slots or None),
+                                per_execution, gpu_profile=declared)  # fmt: skip
         timekeeper.start_in_background(ring.root)
         install_relay(ring.root)
         ring_start(ring.root, config["terminal"])

@@ -147,15 +147,15 @@ def advice(
     if cause is None and edits:
         return [
             f"ringflow: the ring {root} is locked and what it was given changed since "
-            f"({edits[0]}). A locked ring runs only what it was locked with; continue the "
-            "work in a new ring that takes this one's results and replays its weights:",
+            f"({edits[0]}). A locked ring runs only what it was locked with; to continue the "
+            "work in a new ring that takes this one's results and replays its weights, run:",
             f"    {continuation_command(root, ring_name, argv)}",
         ]
     if cause is None:
         return [
             f"ringflow: the ring {root} did not finish (interrupted, or a job failed). "
-            "Continue it with the same command (after a kill -9: `snakemake --unlock` "
-            "first):",
+            "To continue it (after a kill -9: `snakemake --unlock` first), run the same "
+            "command:",
             f"    {same}",
         ]
     reason = read_json(stop_file(root)).get("reason", "unknown")
@@ -163,18 +163,19 @@ def advice(
     if cause == MACHINE:
         return [
             head,
-            "  This is the machine's failure, not a candidate's. Fix it, then continue this ring:",
+            "  This is the machine's failure, not a candidate's. Fix it; to continue this "
+            "ring, run:",
             f"    rm {shlex.quote(_for_shell(stop_file(root), argv))} && {same}",
         ]
     why = {
         TASK: "The task's own program failed, not a candidate. Fix it; the fixed task "
         "runs in a new ring that continues this one (its weights are replayed, every "
-        "output is scored with the fixed scorer):",
+        "output is scored with the fixed scorer). Once fixed, run:",
         DATA: "The data changed under the locked ring. The changed data runs in a new ring "
-        "that continues this one:",
-        ENVIRONMENT: "The candidates' environment changed since the lock. To run with it, "
-        "continue in a new ring (or restore the old environment, remove "
-        f"{_for_shell(stop_file(root), argv)} and run the same command):",
+        "that continues this one; run:",
+        ENVIRONMENT: "The candidates' environment changed since the lock (or restore the old "
+        f"environment, remove {_for_shell(stop_file(root), argv)} and run the same "
+        "command). To continue in a new ring with the new environment, run:",
     }[cause]
     return [head, f"  {why}", f"    {continuation_command(root, ring_name, argv)}"]
 
