@@ -20,7 +20,7 @@ from ..errors import InputError
 from ..interrupts import install_relay
 from ..reporting.progress import ring_end, ring_start
 from ..sandbox.slots import gpu_slots
-from .chain import inherit_config, refuse_task_switch
+from .chain import inherit_config, refuse_task_switch, remember_command_line
 from .edits import refuse_edits
 from .lock import check_existing_lock
 from .named import NamedRing
@@ -29,6 +29,7 @@ from .named import NamedRing
 def prepare_config(config: dict, schema_path: str) -> None:
     """The workflow's configuration, coerced (values given on the command line are text) and
     checked, in place; each ring's overrides are checked with the ring."""
+    remember_command_line()
     coerce_config(config, schema_path)
     check_config(config, schema_path)
 
