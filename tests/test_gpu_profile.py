@@ -9,9 +9,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from snakemake.resources import Resource, Resources
 
 from ringflow.errors import InputError
 from ringflow.ring.lock import lock_ring
+from ringflow.sandbox.slots import gpu_declared, gpu_slots
 from ringflow.timekeeper import record_slots
 from ringtools import REPO, make_task, scripted_config, snakemake_argv, write_config
 
@@ -19,7 +21,18 @@ FAKE_DIR = Path(__file__).parent / "fake_nvml"
 
 
 def _workflow(gpu=None):
-    return SimpleNamespace(global_resources={"_cores": 2, "_nodes": 2, "gpu": gpu})
+    resources = Resources({"_cores": Resource("_cores", 2)})
+    if gpu is not None:
+        resources["gpu"] = gpu
+    return SimpleNamespace(global_resources=resources)
+
+
+def test_only_a_declared_gpu_resource_counts_as_a_gpu_profile():
+    # Snakemake answers .get("gpu") of an undeclared resource with an empty resource.
+    assert _workflow().global_resources.get("gpu") is not None
+    assert not gpu_declared(_workflow().global_resources)
+    assert gpu_slots(_workflow().global_resources) == 0
+    assert gpu_declared(_workflow(gpu=1).global_resources)
 
 
 def test_a_gpu_profile_without_gpus_is_refused_at_the_lock(tmp_path):
@@ -64,3 +77,9 @@ def test_snakemake_with_the_gpu_profile_on_a_machine_without_gpus_refuses(tmp_pa
     ring = tmp_path / "runs" / "g"
     assert not (ring / "RING.json").exists()
     assert json.loads((ring / "slots.json").read_text())["gpus"] == 0
+    # The local profile on the same machine locks the ring.
+    local = subprocess.run(snakemake_argv(tmp_path, config, "runs/g/RING.json"),
+                           capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    assert local.returncode == 0, local.stderr[-3000:]
+    assert (ring / "RING.json").exists()
+    assert json.loads((ring / "slots.json").read_text())["gpu_profile"] is False

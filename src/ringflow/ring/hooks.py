@@ -19,7 +19,7 @@ from ..config import check_config, coerce_config, config_defaults, config_proble
 from ..errors import InputError
 from ..interrupts import install_relay
 from ..reporting.progress import ring_end, ring_start
-from ..sandbox.slots import gpu_slots
+from ..sandbox.slots import gpu_declared, gpu_slots
 from .chain import inherit_config, refuse_task_switch, remember_command_line
 from .edits import refuse_edits
 from .lock import check_existing_lock
@@ -87,7 +87,7 @@ def start_rings(rings: list[NamedRing], configs: dict[str, dict], workflow) -> N
     # Jobs on a cluster's nodes bring their own GPUs (checked against the partition there);
     # on this machine a profile that declares GPUs gets as many slots as NVML sees, 0 too.
     local = not getattr(workflow, "non_local_exec", False)
-    declared = local and workflow.global_resources.get("gpu") is not None
+    declared = local and gpu_declared(workflow.global_resources)
     slots = gpu_slots(workflow.global_resources)
     for ring in rings:
         config = configs[ring.name]
