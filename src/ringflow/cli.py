@@ -273,11 +273,13 @@ def cmd_ledger_repair(args) -> int:
 
 
 def cmd_export(args) -> int:
+    from .reporting.summary import run_command
+    from .ring.clock import load_ring
     from .selection.deploy import export
 
     manifest = export(args.ring_dir, args.dest)
     print(f"{args.dest}: {manifest['node']} ({manifest['role']}), weights and MANIFEST.json")
-    print(f"run it: {manifest['run']['example']}")
+    print(f"run it: {run_command(load_ring(args.ring_dir), manifest, args.dest)}")
     return 0
 
 
