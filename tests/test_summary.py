@@ -67,3 +67,17 @@ def test_a_node_row_says_what_happened():
     assert node_happened(ready, [], []) == "not run"
     assert node_happened({"id": "n2", "status": "rejected"}, [], []) == "rejected"
     assert node_happened({"id": "n3", "status": "carried_over"}, [], []) == "carried over"
+
+
+def test_the_progress_line_counts_failures_as_the_digest_does(tmp_path):
+    from ringflow.reporting.digest import failure_digest
+    from ringflow.reporting.progress import progress_line, snapshot
+    from test_failure_digest import _ring_with_failures
+
+    ring = _ring_with_failures(tmp_path)
+    _lock(ring)
+    runs = [f for f in failure_digest(ring) if f.kind != "rejected"]
+    snap = snapshot(ring)
+    assert snap["failed"] == sum(f.count for f in runs) == 4  # the clock's cut is no failure
+    assert snap["failed_nodes"] == len({f.node for f in runs}) == 3
+    assert ", 4 failed (of 3 nodes) |" in progress_line(snap)

@@ -62,6 +62,7 @@ def snapshot(ring_root: str | Path, now: float | None = None) -> dict:
             variants = ["s0"] if node.get("rescore") else []
         known |= {(node["id"], v, var) for v in views for var in variants}
     done = running = failed = 0
+    failed_nodes: set[str] = set()
     seed0: dict[str, dict[str, float]] = {}
     for exec_dir in layout.root.glob("nodes/*/exec/*/*"):
         node, view, variant = exec_dir.parts[-4], exec_dir.parts[-2], exec_dir.parts[-1]
@@ -72,8 +73,11 @@ def snapshot(ring_root: str | Path, now: float | None = None) -> dict:
             continue
         done += 1
         score = _read(exec_dir / "score.json") or {}
-        if result.get("status") != "ok" or (score and not score.get("valid")):
+        # As the failure digest counts them: a run cut by the ring's own clock has not failed.
+        cut = result.get("budget_cut") or score.get("budget_cut")
+        if not cut and (result.get("status") != "ok" or (score and not score.get("valid"))):
             failed += 1
+            failed_nodes.add(node)
         if variant == "s0" and view in views and score.get("scored") and score.get("valid"):
             seed0.setdefault(node, {})[view] = score["score"]
     means = {n: sum(s.values()) / len(views) for n, s in seed0.items() if len(s) == len(views)}
@@ -89,6 +93,7 @@ def snapshot(ring_root: str | Path, now: float | None = None) -> dict:
         "total": len(known),
         "running": running,
         "failed": failed,
+        "failed_nodes": len(failed_nodes),
         "best": best,
         "to_cutoff": None if cutoff is None else cutoff - now,
         "decided": layout.decision.exists(),
@@ -105,7 +110,12 @@ def progress_line(snap: dict) -> str:
         clock = f"cutoff in {format_duration(snap['to_cutoff'])}"
     else:
         clock = f"final selection (cutoff passed {format_duration(-snap['to_cutoff'])} ago)"
-    failed = f", {snap['failed']} failed" if snap["failed"] else ""
+    nodes = snap.get("failed_nodes", 0)
+    failed = (
+        f", {snap['failed']} failed (of {nodes} node{'s' if nodes != 1 else ''})"
+        if snap["failed"]
+        else ""
+    )
     return (
         f"[{time.strftime('%H:%M:%S')}] ring {snap['ring_id']}: executions "
         f"{snap['done']}/{snap['total']} done, {snap['running']} running{failed} | "
