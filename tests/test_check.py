@@ -1,6 +1,6 @@
 """`ringflow check` passes a working task, validator included, and names each mistake a
 new user makes: a missing or crashing scorer, a missing validator file, a candidate that
-does not compile (docs/first-steps.md)."""
+does not compile."""
 
 from __future__ import annotations
 
