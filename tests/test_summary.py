@@ -81,3 +81,15 @@ def test_the_progress_line_counts_failures_as_the_digest_does(tmp_path):
     assert snap["failed"] == sum(f.count for f in runs) == 4  # the clock's cut is no failure
     assert snap["failed_nodes"] == len({f.node for f in runs}) == 3
     assert ", 4 failed (of 3 nodes) |" in progress_line(snap)
+
+
+def test_a_stopped_ring_says_why_near_the_top(tmp_path):
+    ring = hand_ring(tmp_path)
+    _lock(ring)
+    write(ring / "STOPPED.json", {"reason": "the task's scorer failed on the baseline's output",
+                                  "cause": "task"})  # fmt: skip
+    lines = render_summary(ring).splitlines()
+    assert lines[2] == (
+        "the ring stopped (task failure, not a candidate's): the task's scorer failed on the "
+        "baseline's output"
+    )

@@ -252,6 +252,17 @@ def decision_lines(ring: dict, layout: RingLayout) -> list[str]:
     return lines
 
 
+def stop_lines(layout: RingLayout) -> list[str]:
+    """Why the ring stopped early, if it did (the way on: docs/recovery.md)."""
+    from ..ring.recovery import stop_cause
+    from ..ring.stop import stopped_reason
+
+    reason = stopped_reason(layout.root)
+    if reason is None:
+        return []
+    return [f"the ring stopped ({stop_cause(layout.root)} failure, not a candidate's): {reason}"]
+
+
 def chain_lines(ring: dict) -> list[str]:
     """A continuation: the ring it continues and every key that differs from it."""
     chain = ring.get("chain")
@@ -278,6 +289,7 @@ def render_summary(ring_dir) -> str:
         f"ring {ring['ring_id']}  task {ring['task']['name']} ({ring['task']['direction']}): "
         f"{better} scores are better",
         *decision_lines(ring, layout),
+        *stop_lines(layout),
         *chain_lines(ring),
         "",
         f"  folder   {layout.root}",

@@ -154,8 +154,8 @@ def advice(
     if cause is None:
         return [
             f"ringflow: the ring {root} did not finish (interrupted, or a job failed). "
-            "To continue it (after a kill -9: `snakemake --unlock` first), run the same "
-            "command:",
+            "To continue it with the same command (after a kill -9, `snakemake --unlock` "
+            "first), run:",
             f"    {same}",
         ]
     reason = read_json(stop_file(root)).get("reason", "unknown")
