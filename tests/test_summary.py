@@ -93,3 +93,18 @@ def test_a_stopped_ring_says_why_near_the_top(tmp_path):
         "the ring stopped (task failure, not a candidate's): the task's scorer failed on the "
         "baseline's output"
     )
+
+
+def test_a_failing_scorer_is_the_tasks_fault_in_the_digest_and_the_row(tmp_path):
+    from ringflow.reporting.digest import failure_digest
+
+    ring = hand_ring(tmp_path)
+    _lock(ring)
+    finished(ring, "n001-good", "a", "s0", 0.5, ended_at=START + 30)
+    score = ring / "nodes/n001-good/exec/a/s0/score.json"
+    write(score, {"valid": False, "evaluator_failed": "scorer", "score": None,
+                  "reason": "scorer failed: can't open file 'scorer.py'"})  # fmt: skip
+    [failure] = failure_digest(ring)
+    assert failure.kind == "scorer failed" and "can't open file" in failure.reason
+    row = next(x for x in render_summary(ring).splitlines() if x.startswith("n001-good"))
+    assert "scorer failed 1/1" in row and "invalid" not in row

@@ -21,7 +21,9 @@ TAIL_BYTES = 8192
 @dataclass(frozen=True)
 class Failure:
     node: str
-    kind: str  # rejected, crash, hung, timeout, interrupted, invalid, not scored
+    # rejected, crash, hung, timeout, interrupted, invalid, not scored, or "scorer failed" /
+    # "validator failed" (the task's own program failed on the output: not the node's fault)
+    kind: str
     count: int  # executions with this kind of failure (1 for a rejection)
     example: str  # "view/variant" of the first one ("" for a rejection)
     reason: str  # first line of the reason
@@ -95,6 +97,10 @@ def execution_failure(exec_dir: Path, result: dict | None, score: dict | None):
         return None
     if score.get("budget_cut"):
         return None
+    if score.get("evaluator_failed"):
+        # The task's own program failed on this output: the task's fault, not the program's.
+        which = score["evaluator_failed"]
+        return f"{which} failed", first_line(score.get("reason")) or f"the {which} failed"
     if not score.get("valid") and (score.get("scored") or score.get("reason")):
         # Invalid output has no score (a pointer, the validator's or the scorer's verdict,
         # or the scorer failing on it): it is the execution's failure, with its reason.

@@ -145,6 +145,8 @@ HAPPENED = {
     "invalid": "invalid",
     "not scored": "not scored",
     "skipped": "skipped",
+    "scorer failed": "scorer failed",
+    "validator failed": "validator failed",
 }
 WEIGHTS_WORDS = {
     "train": "trained and stored",
