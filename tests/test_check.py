@@ -87,3 +87,14 @@ def test_command_files_reads_scripts_modules_and_helpers(tmp_path):
     ]
     assert command_files("python -m pkg", tmp_path) == [("pkg", tmp_path / "pkg" / "__main__.py")]
     assert command_files("./score.sh", tmp_path) == [("./score.sh", tmp_path / "score.sh")]
+
+
+def test_a_broken_baseline_is_named_and_the_first_candidate_probes_instead(tmp_path):
+    task = make_task(tmp_path)
+    base = make_candidate(tmp_path / "base", mean=0.4)
+    (base / "run.py").write_text("def f(:\n")
+    report = check(task, [make_candidate(tmp_path / "cands" / "a", mean=0.6)], baseline=base)
+    text = report.text()
+    assert "FAIL  baseline base: " in text and "does not compile" in text
+    assert "one run of n001-a on proxy" in text and "score 0.6 (valid)" in text
+    assert report.failed == 1

@@ -203,7 +203,9 @@ def check(
     """Check a task and candidates as a ring would; nothing outside a temporary folder is
     written. The probe run is the baseline's when one is given, else the first
     candidate's."""
+    from .jsonio import read_json
     from .nodes import import_static
+    from .ring.layout import RingLayout
     from .ring.lock import lock_ring
     from .task import load_task
 
@@ -251,9 +253,13 @@ def check(
         report.ok(_views_line(ring))
         index = import_static(ring)
         ready = [n for n in index["nodes"] if n["status"] == "ready"]
-        if baseline_dir is not None and index.get("baseline") is None:
-            report.fail(f"baseline {baseline_dir}: not importable (see its error above)")
-        probe = index.get("baseline") or next(
+        base = next((n for n in index["nodes"] if n["role"] == "baseline"), None)
+        if base is not None and base["status"] != "ready":
+            error = read_json(RingLayout(work / "runs" / "check").node_json(base["id"]))
+            report.fail(f"baseline {baseline_dir.name}: {error.get('error')}")
+        elif base is not None:
+            report.ok(f"baseline {baseline_dir.name}: passes the import checks")
+        probe = next((n["id"] for n in ready if n["role"] == "baseline"), None) or next(
             (n["id"] for n in ready if n["role"] != "baseline"), None
         )
         if not run:
