@@ -69,12 +69,14 @@ def progress_lines(progress: dict) -> list[str]:
     evaluations = sum(b["evaluations"] for b in progress["background"].values())
     scored = sum(b["scored"] for b in progress["background"].values())
     how = "background evaluation" if first["source"] == "background" else "seed 0"
-    return [
+    lines = [
         f"best so far on {progress['view']}: {best['score']:.4f} ({best['node']}, after "
         f"{_after(best['t'])}); first valid result after {_after(first['t'])} "
         f"({first['node']}, {how})",
-        f"background evaluations: {evaluations} ({scored} scored)",
     ]
+    if evaluations:  # an engineer's evaluations of its own drafts, where there were any
+        lines.append(f"background evaluations: {evaluations} ({scored} scored)")
+    return lines
 
 
 def origin_label(layout: RingLayout, entry: dict) -> str:
@@ -154,15 +156,14 @@ WEIGHTS_WORDS = {
     "fresh": "trained from scratch, not stored (reproduction checks)",
     "none": "of programs without weights",
 }
-GLOSSARY = [
-    "Words used here:",
-    "  run       one execution of a program on one view (a part of the data) with one seed",
-    "  seed-0    the program's mean score over the search views with seed 0 (every program)",
-    "  3-seed    the mean over seeds 0, 1 and 2, for the programs promoted to final selection",
-    "  guard     the last check before final/: the finalist against the baseline on fresh "
-    "seeds and rows no program was chosen on; it replaces the baseline only when its lower "
-    "bound (the improvement it is sure of, at the stated confidence) beats the margin",
-]
+GLOSSARY = (
+    "Words used here: a run is one execution of a program on one view (a part of the data) "
+    "with one seed; seed-0 is a program's mean score over the search views with seed 0, "
+    "3-seed the mean over seeds 0-2 of the programs promoted to final selection; the guard "
+    "checks a finalist against the baseline on fresh seeds and rows no program was chosen "
+    "on, and replaces the baseline only when the improvement it is sure of (its lower "
+    "bound, at the stated confidence) beats the margin."
+)
 
 
 def node_happened(node: dict, runs: list[dict], failures: list) -> str:
@@ -294,8 +295,8 @@ def render_summary(ring_dir) -> str:
         *stop_lines(layout),
         *chain_lines(ring),
         "",
-        f"  folder   {layout.root}",
-        f"  final    {layout.final_dir}" + ("" if layout.final_dir.exists() else " (not written)"),
+        f"  folder   {layout.root}"
+        + ("" if layout.final_dir.exists() else "  (final/ not written)"),
         f"  report   {layout.report}",
         "",
         f"{'node':<22} {'origin':<10} {'what happened':<22} {'runs ok':>8} {'scored':>8} "
@@ -326,6 +327,6 @@ def render_summary(ring_dir) -> str:
         "",
         *digest_lines(digest),
         "",
-        *GLOSSARY,
+        GLOSSARY,
     ]
     return "\n".join(lines) + "\n"
