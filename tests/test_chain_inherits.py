@@ -11,7 +11,7 @@ import yaml
 
 from ringflow.errors import InputError
 from ringflow.nodes import import_static
-from ringflow.ring.chain import inherit_config, refuse_task_switch
+from ringflow.ring.chain import command_line_keys, inherit_config, refuse_task_switch
 from ringflow.ring.lock import lock_ring
 from ringtools import DEFAULTS, full_config, make_candidate, make_task
 
@@ -86,3 +86,35 @@ def test_a_first_ring_inherits_nothing(tmp_path):
     config = full_config(ring_id="solo")
     assert inherit_config(config, full_config(), tmp_path) == []
     refuse_task_switch(config, tmp_path)
+
+
+def test_a_key_given_on_the_command_line_wins_even_null_or_the_default(parent, tmp_path):
+    work, _ = parent
+    r1 = json.loads((work / "runs" / "r1" / "RING.json").read_text())
+    assert r1["config"]["engineer"]["command"] is None
+    # A parent with the built-in engineer, and a continuation that turns it off with null.
+    r1["config"]["engineer"] = {**r1["config"]["engineer"], "command": "builtin"}
+    (work / "runs" / "r1" / "RING.json").chmod(0o644)
+    (work / "runs" / "r1" / "RING.json").write_text(json.dumps(r1))
+    argv = ["snakemake", "--config", "ring_id=r2", "engineer={command: null}",
+            "promote_top_k=3"]  # fmt: skip
+    given = set(command_line_keys(argv))
+    assert given == {"ring_id", "engineer.command", "promote_top_k"}
+    config = _continuation()
+    taken = inherit_config(config, full_config(), work, given=given)
+    assert config["engineer"]["command"] is None and "engineer.command" not in taken
+    assert config["promote_top_k"] == 3  # the default's own value, given: kept
+    from ringflow.ring.chain import describe, parent_lock
+
+    changed = describe(parent_lock(config, work), config, {
+        "task": r1["task"]["dir"], "candidates": r1["candidates_dir"],
+        "baseline": r1["baseline_dir"]})["changed"]  # fmt: skip
+    assert changed["engineer.command"] == {"parent": "builtin", "this": None}
+    assert changed["promote_top_k"] == {"parent": 1, "this": 3}
+
+
+def test_command_line_keys_come_from_every_config_option():
+    argv = ["snakemake", "-C", "a=1", "--profile", "p", "--config=b.c=2", "--config",
+            "d={e: {f: null}, g: 1}"]  # fmt: skip
+    # The last --config option replaces earlier ones in Snakemake; every key is noted.
+    assert set(command_line_keys(argv)) == {"a", "b.c", "d.e.f", "d.g"}

@@ -69,7 +69,9 @@ def test_summary_status_and_report_show_the_digest(tmp_path):
     assert "n003-syntax: rejected: run.py: does not compile (line 2)" in summary
     # A crashed candidate is not "ok", and an unscored baseline run is not "scored".
     base = next(ln for ln in summary.splitlines() if ln.startswith("n000-base"))
-    assert base.split()[3:5] == ["2/2", "1/2"]
+    assert "invalid 1/2, ok 1/2" in base and base.split()[-4:-2] == ["2/2", "1/2"]
+    good = next(ln for ln in summary.splitlines() if ln.startswith("n001-good"))
+    assert "crashed 2/2" in good and "ready" not in good
     status = render_status(ring, now=START + 100)
     assert "n001-good: crash (2x, e.g. a/s0)" in status
     page = render_report(ring, now=START + 100)

@@ -54,8 +54,6 @@ def test_check_runs_the_checks_the_scorer_and_one_candidate(tmp_path):
     text = report.text()
     assert "ok    a-good: python run.py" in text
     assert "FAIL  b-broken:" in text and "does not compile" in text
-    # The scripted scorer answers a prediction made from the inputs with a record.
-    assert "answered with a well-formed record: invalid" in text
     assert "one run of n001-a-good on proxy" in text and "score 0.75 (valid)" in text
     assert report.failed == 1
 
@@ -63,10 +61,11 @@ def test_check_runs_the_checks_the_scorer_and_one_candidate(tmp_path):
 def test_check_finds_a_crashing_scorer_and_a_crashing_candidate(tmp_path):
     task = make_task(tmp_path)
     (task / "scorer.py").write_text("raise SystemExit('scorer: labels unreadable')\n")
-    cand = make_candidate(tmp_path / "cands" / "crashy", mean=0.5, crash_seeds=[0])
-    report = check(task, [cand])
-    text = report.text()
-    assert "FAIL  scorer failed: scorer: labels unreadable" in text
+    cand = make_candidate(tmp_path / "cands" / "fine", mean=0.5)
+    text = check(task, [cand]).text()
+    assert "FAIL  the task's scorer failed: scorer: labels unreadable" in text
+    crashy = make_candidate(tmp_path / "cands2" / "crashy", mean=0.5, crash_seeds=[0])
+    text = check(make_task(tmp_path / "t2"), [crashy]).text()
     assert "FAIL  crash: exited with code 1; stderr: crashing on purpose for seed 0" in text
 
 

@@ -352,11 +352,13 @@ def cmd_ledger_repair(args) -> int:
 
 
 def cmd_export(args) -> int:
+    from .reporting.summary import run_command
+    from .ring.clock import load_ring
     from .selection.deploy import export
 
     manifest = export(args.ring_dir, args.dest)
     print(f"{args.dest}: {manifest['node']} ({manifest['role']}), weights and MANIFEST.json")
-    print(f"run it: {manifest['run']['example']}")
+    print(f"run it: {run_command(load_ring(args.ring_dir), manifest, args.dest)}")
     return 0
 
 
@@ -374,7 +376,7 @@ def cmd_package(args) -> int:
 def cmd_check(args) -> int:
     from .precheck import check
 
-    report = check(args.task, args.candidates, run=not args.no_run)
+    report = check(args.task, args.candidates, run=not args.no_run, baseline=args.baseline)
     print(report.text(), end="")
     return 1 if report.failed else 0
 
@@ -508,6 +510,9 @@ def build_parser() -> argparse.ArgumentParser:
         "candidates", nargs="*", help="candidate folders, or folders of candidate folders"
     )
     check.add_argument("--no-run", action="store_true", help="do not run a candidate")
+    check.add_argument(
+        "--baseline", help="the baseline's folder: it runs once, and its output probes the scorer"
+    )
     check.set_defaults(func=cmd_check)
     add(
         "taint",

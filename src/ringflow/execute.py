@@ -130,7 +130,7 @@ def _load(ring_dir, node_id: str, view: str, variant: str, gpus: int = 0) -> Exe
         check_environment(ring)
     except RingflowError as exc:
         # The machine no longer has the environment the ring was locked with.
-        raise stop_ring(ring["ring_dir"], str(exc)) from None
+        raise stop_ring(ring["ring_dir"], str(exc), cause="environment") from None
     layout = RingLayout(Path(ring["ring_dir"]))
     node = load_node(ring, node_id)
     if node["status"] == statuses.CARRIED_OVER:
@@ -266,6 +266,7 @@ def _check_view(ex: Execution, inputs: Path, when: str) -> None:
             ex.layout.root,
             f"view {ex.view} changed under the locked ring ({problem}, noticed {when}); "
             "start a new ring_id to use the changed data",
+            cause="data",
             view=ex.view,
         )
 

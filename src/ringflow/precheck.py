@@ -1,16 +1,17 @@
 """`ringflow check TASK [CANDIDATE...]`: what a ring would find wrong, found before one runs.
 
 It runs the ring's own code on a throwaway ring in a temporary folder (removed afterwards):
-the task is read and its views listed; each candidate passes the import checks (contract,
-declared files, the program compiles); the scorer and validator are fed a prediction made
-from a view's inputs (its files copied as output), which they must answer with a
-well-formed record rather than a crash; and one candidate runs once on the first search
-view, in the sandbox, under the supervisor, and is scored.
+the task is read, every file its scorer and validator commands name is there and compiles,
+and its views are listed by role; each candidate passes the import checks (contract,
+declared files, the program compiles); and one program (the baseline with `--baseline`,
+else the first candidate) runs once on the first search view, in the sandbox, under the
+supervisor, and its output is validated and scored by the task, as a ring would.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import tempfile
 from pathlib import Path
@@ -19,11 +20,9 @@ import yaml
 
 from .candidate import load_solution
 from .errors import InputError, RingflowError
-from .jsonio import atomic_write_json
 from .reporting.digest import first_line, last_line
 
 REPO_CONFIG = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
-SHAPE_NODE = "n999-shape-check"
 
 
 class Report:
@@ -87,45 +86,75 @@ def _check_candidates(report: Report, folders: list[Path], max_bytes: int) -> li
     return good
 
 
-def _score_shaped_prediction(report: Report, ring: dict) -> None:
-    from .ring.layout import RingLayout
-    from .scoring import score_execution
+def command_files(command: str, task_dir: Path) -> list[tuple[str, Path]]:
+    """(word, path) for each file a task command names: the script after `python` (or the
+    module after `python -m`), and any other word that names a file of the task folder
+    or looks like one (a `.py` or `.sh` word)."""
+    words = shlex.split(command)
+    named: list[tuple[str, Path]] = []
+    rest = words
+    if words and (words[0] in ("python", "python3") or "python" in Path(words[0]).name):
+        rest = words[1:]
+        while rest and rest[0].startswith("-") and rest[0] != "-m":
+            rest = rest[1:]  # interpreter options (-u, -B)
+        if rest[:1] == ["-m"] and len(rest) > 1:
+            module = task_dir / Path(*rest[1].split("."))
+            named.append((rest[1], module.with_suffix(".py") if not module.is_dir() else
+                          module / "__main__.py"))  # fmt: skip
+            rest = rest[2:]
+        elif rest:
+            named.append((rest[0], task_dir / rest[0]))
+            rest = rest[1:]
+    elif words and not shutil.which(words[0]):
+        named.append((words[0], task_dir / words[0]))
+        rest = words[1:]
+    for word in rest:
+        if word.startswith("-"):
+            continue
+        path = task_dir / word
+        if path.suffix in (".py", ".sh") or path.is_file():
+            named.append((word, path))
+    return named
 
-    view = ring["search_views"][0]
-    layout = RingLayout(Path(ring["ring_dir"]))
-    report.head(f"scorer and validator on a prediction made from {view}'s inputs:")
-    exec_dir = layout.exec_dir(SHAPE_NODE, view, "s0")
-    shutil.copytree(Path(ring["views"][view]["dir"]) / "inputs", exec_dir / "output")
-    atomic_write_json(exec_dir / "result.json", {"status": "ok", "budget_cut": False})
-    try:
-        score = score_execution(ring["ring_dir"], SHAPE_NODE, view, "s0")
-    except RingflowError as exc:
-        report.fail(f"scoring failed: {exc}")
-        return
-    if score.get("scored"):
-        validity = "valid" if score["valid"] else "invalid"
-        report.ok(
-            f"answered with a well-formed record: {validity}, "
-            + ("no score" if score["score"] is None else f"score {score['score']:g}")
-            + (f", reason: {first_line(score.get('reason'))}" if score.get("reason") else "")
-        )
-        if score["valid"]:
-            report.warn("the inputs' own files were scored as a valid prediction")
-    else:
-        report.fail(
-            f"{first_line(score.get('reason')) or 'no score'} (a scorer must write "
-            '{"score": 0.0, "valid": false, "reason": "..."} for output it cannot use, and '
-            "exit 0)"
-        )
+
+def _check_commands(report: Report, spec) -> None:
+    """Every file the scorer and validator commands name exists, and Python compiles: a
+    missing scorer would otherwise stop the ring after its first runs."""
+    for role, command in (("scorer", spec.scorer), ("validator", spec.validator)):
+        if command is None:
+            continue
+        problems = []
+        for word, path in command_files(command, spec.dir):
+            if not path.is_file():
+                problems.append(f"{word!r} is not a file of {spec.dir}")
+                continue
+            if path.suffix == ".py":
+                try:
+                    compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+                except SyntaxError as exc:
+                    problems.append(f"{path}: does not compile: {exc.msg} (line {exc.lineno})")
+                except ValueError as exc:
+                    problems.append(f"{path}: does not compile: {exc}")
+        if problems:
+            for problem in problems:
+                report.fail(f"{role} {command!r}: {problem}")
+        else:
+            report.ok(f"{role} {command!r}: its files are there and compile")
+    if spec.validator is None:
+        report.ok("no validator (the scorer alone judges an output)")
 
 
 def _run_one(report: Report, ring: dict, node: str) -> None:
+    """Run `node` once on the first search view and score its output with the task's
+    validator and scorer: a real output, so a working validator and scorer pass."""
     from .execute import run_execution
     from .ring.layout import RingLayout
     from .scoring import score_execution
 
     view = ring["search_views"][0]
-    report.head(f"one run of {node} on {view} (seed 0), scored:")
+    report.head(
+        f"one run of {node} on {view} (seed 0), its output validated and scored by the task:"
+    )
     result = run_execution(ring["ring_dir"], node, view, "s0")
     exec_dir = RingLayout(Path(ring["ring_dir"])).exec_dir(node, view, "s0")
     if result["status"] != "ok":
@@ -136,19 +165,47 @@ def _run_one(report: Report, ring: dict, node: str) -> None:
         )
         return
     report.ok(f"exited 0 in {result['wall_s']:.1f}s (weights: {result['weights_mode']})")
-    score = score_execution(ring["ring_dir"], node, view, "s0")
+    try:
+        score = score_execution(ring["ring_dir"], node, view, "s0")
+    except RingflowError as exc:  # a scorer failing on the baseline stops a ring
+        report.fail(f"{first_line(str(exc))} (fix the task)")
+        return
     if score.get("scored") and score.get("valid"):
         report.ok(f"score {score['score']:.6g} (valid)")
-    elif score.get("scored"):
-        report.fail(f"invalid output: {first_line(score.get('reason'))}")
-    else:
+    elif score.get("evaluator_failed"):
+        report.fail(
+            f"the task's {first_line(score.get('reason'))} (a ring stops on this: fix the task)"
+        )
+    elif not score.get("scored") and not str(score.get("reason", "")).startswith("invalid"):
         report.fail(f"not scored: {first_line(score.get('reason'))}")
+    else:
+        report.fail(
+            f"{node}'s output was judged invalid: {first_line(score.get('reason'))} (for "
+            'output it cannot use, a scorer writes {"score": null, "valid": false, '
+            '"reason": "..."} and exits 0; a validator exits non-zero with the reason)'
+        )
 
 
-def check(task: str | Path, candidates: list[str | Path], run: bool = True) -> Report:
+def _views_line(ring: dict) -> str:
+    guard = ", ".join(ring.get("guard_views") or []) or "none (the guard re-uses search rows)"
+    return (
+        f"search {', '.join(ring['search_views'])}; guard {guard}; final {ring['final_view']}; "
+        f"{sum(v['files'] for v in ring['views'].values())} files hashed"
+    )
+
+
+def check(
+    task: str | Path,
+    candidates: list[str | Path],
+    run: bool = True,
+    baseline: str | Path | None = None,
+) -> Report:
     """Check a task and candidates as a ring would; nothing outside a temporary folder is
-    written."""
+    written. The probe run is the baseline's when one is given, else the first
+    candidate's."""
+    from .jsonio import read_json
     from .nodes import import_static
+    from .ring.layout import RingLayout
     from .ring.lock import lock_ring
     from .task import load_task
 
@@ -162,10 +219,12 @@ def check(task: str | Path, candidates: list[str | Path], run: bool = True) -> R
         report.fail(str(exc))
         return report
     report.head(f"task {task_dir}:")
-    report.ok(
-        f"{spec.name} ({spec.direction}); views {', '.join(spec.views)}; scorer "
-        f"{spec.scorer!r}; validator {spec.validator!r}"
-    )
+    report.ok(f"{spec.name} ({spec.direction})")
+    _check_commands(report, spec)
+    baseline_dir = None if baseline is None else Path(baseline).resolve()
+    if baseline_dir is not None and not baseline_dir.is_dir():
+        report.fail(f"baseline {baseline_dir} is not a folder")
+        return report
     folders = solution_folders([Path(c).resolve() for c in candidates])
     max_bytes = int(config["max_weights_gb"] * 1024**3)
     good = _check_candidates(report, folders, max_bytes)
@@ -181,7 +240,7 @@ def check(task: str | Path, candidates: list[str | Path], run: bool = True) -> R
             resources_dir=str(work / "resources"),
             task=str(task_dir),
             candidates=str(work / "candidates"),
-            baseline=None,
+            baseline=None if baseline_dir is None else str(baseline_dir),
             continue_from=None,
         )
         try:
@@ -191,15 +250,24 @@ def check(task: str | Path, candidates: list[str | Path], run: bool = True) -> R
             report.fail(str(exc))
             return report
         report.head("views:")
-        report.ok(
-            f"search {', '.join(ring['search_views'])}; final {ring['final_view']}; "
-            f"{sum(v['files'] for v in ring['views'].values())} files hashed"
-        )
+        report.ok(_views_line(ring))
         index = import_static(ring)
-        _score_shaped_prediction(report, ring)
-        ready = [n["id"] for n in index["nodes"] if n["status"] == "ready"]
-        if run and ready:
-            _run_one(report, ring, ready[0])
+        ready = [n for n in index["nodes"] if n["status"] == "ready"]
+        base = next((n for n in index["nodes"] if n["role"] == "baseline"), None)
+        if base is not None and base["status"] != "ready":
+            error = read_json(RingLayout(work / "runs" / "check").node_json(base["id"]))
+            report.fail(f"baseline {baseline_dir.name}: {error.get('error')}")
+        elif base is not None:
+            report.ok(f"baseline {baseline_dir.name}: passes the import checks")
+        probe = next((n["id"] for n in ready if n["role"] == "baseline"), None) or next(
+            (n["id"] for n in ready if n["role"] != "baseline"), None
+        )
+        if not run:
+            report.warn("--no-run: the scorer and validator were not tried on an output")
+        elif probe is None:
+            report.warn("no candidate to run: the scorer and validator were not tried")
+        else:
+            _run_one(report, ring, probe)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return report

@@ -278,7 +278,7 @@ def _count_evaluator_failure(ring: dict, layout: RingLayout, node: str, record: 
     which = record["evaluator_failed"]
     if node == index.get("baseline"):
         raise stop_ring(layout.root, f"the task's {which} failed on the baseline's output "
-                        f"({record['reason']})", node=node)  # fmt: skip
+                        f"({record['reason']})", cause="task", node=node)  # fmt: skip
     folder = layout.root / "evaluator_failures"
     folder.mkdir(exist_ok=True)
     (folder / node).touch()
@@ -287,7 +287,7 @@ def _count_evaluator_failure(ring: dict, layout: RingLayout, node: str, record: 
     if len(failed) >= limit:
         raise stop_ring(layout.root, f"the task's {which} failed on {len(failed)} distinct "
                         f"nodes ({', '.join(failed)}); last: {record['reason']}",
-                        nodes=failed)  # fmt: skip
+                        cause="task", nodes=failed)  # fmt: skip
 
 
 def score_execution(ring_dir: str | Path, node: str, view: str, variant: str) -> dict:

@@ -50,15 +50,21 @@ def _resource_value(value):
 
 
 def record_slots(
-    ring_dir: str | Path, workflow, gpus: int | None = None, gpus_per_execution: int = 1
+    ring_dir: str | Path,
+    workflow,
+    gpus: int | None = None,
+    gpus_per_execution: int = 1,
+    gpu_profile: bool = False,
 ) -> dict:
-    """Write slots.json: the cores, jobs and GPU slots the running Snakemake gives."""
+    """Write slots.json: the cores, jobs and GPU slots the running Snakemake gives
+    (`gpu_profile`: the profile asks for GPUs on this machine, as profiles/gpu does)."""
     resources = getattr(workflow, "global_resources", {}) or {}
     info = {
         "cores": _resource_value(resources.get("_cores")),
         "jobs": _resource_value(resources.get("_nodes")),
         "gpus": gpus if gpus is not None else _resource_value(resources.get("gpu")),
         "gpus_per_execution": gpus_per_execution,
+        "gpu_profile": gpu_profile,
         "at": time.time(),
     }
     layout = RingLayout(Path(ring_dir))

@@ -6,6 +6,7 @@ failure is never only inside a score.json or a stderr.log.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +21,9 @@ TAIL_BYTES = 8192
 @dataclass(frozen=True)
 class Failure:
     node: str
-    kind: str  # rejected, crash, hung, timeout, interrupted, invalid, not scored
+    # rejected, crash, hung, timeout, interrupted, invalid, not scored, or "scorer failed" /
+    # "validator failed" (the task's own program failed on the output: not the node's fault)
+    kind: str
     count: int  # executions with this kind of failure (1 for a rejection)
     example: str  # "view/variant" of the first one ("" for a rejection)
     reason: str  # first line of the reason
@@ -51,6 +54,25 @@ def last_line(path: Path) -> str:
     return lines[-1][:300] if lines else ""
 
 
+# What ringflow's own refusals and stops look like inside Snakemake's log: a traceback of an
+# input function, or a failed job's stderr (`ringflow: error: ...`, `ringflow: ring ...`).
+ERROR_LINE = re.compile(
+    r"^ringflow: (?:error: )?(.+)$|\b(?:InputError|MachineryError|SandboxError|RingflowError): "
+    r"(.+)$",
+    re.MULTILINE,
+)
+
+
+def key_error_line(log: Path) -> str:
+    """The first line of ringflow's own error in a Snakemake log, or ""."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return ""
+    match = ERROR_LINE.search(text)
+    return (match.group(1) or match.group(2)).strip()[:400] if match else ""
+
+
 def _read(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
@@ -75,6 +97,10 @@ def execution_failure(exec_dir: Path, result: dict | None, score: dict | None):
         return None
     if score.get("budget_cut"):
         return None
+    if score.get("evaluator_failed"):
+        # The task's own program failed on this output: the task's fault, not the program's.
+        which = score["evaluator_failed"]
+        return f"{which} failed", first_line(score.get("reason")) or f"the {which} failed"
     if not score.get("valid") and (score.get("scored") or score.get("reason")):
         # Invalid output has no score (a pointer, the validator's or the scorer's verdict,
         # or the scorer failing on it): it is the execution's failure, with its reason.

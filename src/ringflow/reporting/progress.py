@@ -63,6 +63,7 @@ def snapshot(ring_root: str | Path, now: float | None = None) -> dict:
             variants = ["s0"] if node.get("rescore") else []
         known |= {(node["id"], v, var) for v in views for var in variants}
     done = running = failed = 0
+    failed_nodes: set[str] = set()
     seed0: dict[str, dict[str, float]] = {}
     for exec_dir in layout.root.glob("nodes/*/exec/*/*"):
         node, view, variant = exec_dir.parts[-4], exec_dir.parts[-2], exec_dir.parts[-1]
@@ -73,8 +74,11 @@ def snapshot(ring_root: str | Path, now: float | None = None) -> dict:
             continue
         done += 1
         score = _read(exec_dir / "score.json") or {}
-        if result.get("status") != "ok" or (score and not score.get("valid")):
+        # As the failure digest counts them: a run cut by the ring's own clock has not failed.
+        cut = result.get("budget_cut") or score.get("budget_cut")
+        if not cut and (result.get("status") != "ok" or (score and not score.get("valid"))):
             failed += 1
+            failed_nodes.add(node)
         if variant == "s0" and view in views and score.get("scored") and score.get("valid"):
             seed0.setdefault(node, {})[view] = score["score"]
     means = {n: sum(s.values()) / len(views) for n, s in seed0.items() if len(s) == len(views)}
@@ -90,6 +94,7 @@ def snapshot(ring_root: str | Path, now: float | None = None) -> dict:
         "total": len(known),
         "running": running,
         "failed": failed,
+        "failed_nodes": len(failed_nodes),
         "best": best,
         "to_cutoff": None if cutoff is None else cutoff - now,
         "decided": layout.decision.exists(),
@@ -106,7 +111,12 @@ def progress_line(snap: dict) -> str:
         clock = f"cutoff in {format_duration(snap['to_cutoff'])}"
     else:
         clock = f"final selection (cutoff passed {format_duration(-snap['to_cutoff'])} ago)"
-    failed = f", {snap['failed']} failed" if snap["failed"] else ""
+    nodes = snap.get("failed_nodes", 0)
+    failed = (
+        f", {snap['failed']} failed (of {nodes} node{'s' if nodes != 1 else ''})"
+        if snap["failed"]
+        else ""
+    )
     return (
         f"[{time.strftime('%H:%M:%S')}] ring {snap['ring_id']}: executions "
         f"{snap['done']}/{snap['total']} done, {snap['running']} running{failed} | "
@@ -167,9 +177,18 @@ def ring_start(ring_root: str | Path, terminal: dict) -> None:
         _running[str(ring_root)] = Progress(ring_root, terminal["progress_s"]).start()
 
 
-def ring_end(ring_root: str | Path, log: str | list | None, completed: bool) -> None:
+def ring_end(
+    ring_root: str | Path,
+    log: str | list | None,
+    completed: bool,
+    ring_name: str | None = None,
+) -> None:
     """onsuccess/onerror: the last progress line, the summary with its failure digest, and
-    where Snakemake's own log is (log: None to leave that to a later ring)."""
+    where Snakemake's own log is (log: None to leave that to a later ring); after a ring
+    that did not finish, the error that stopped it and the command that continues it."""
+    from ..ring.edits import find_edits
+    from ..ring.recovery import advice
+    from .digest import key_error_line
     from .summary import render_summary
 
     running = _running.pop(str(ring_root), None)
@@ -185,15 +204,21 @@ def ring_end(ring_root: str | Path, log: str | list | None, completed: bool) -> 
             print(render_summary(root), file=out)
         except Exception as exc:
             print(f"ringflow: the summary could not be written: {exc}", file=out)
-    if not completed and not (root / "RING.json").exists():
-        print(f"ringflow: the ring {root} was not started: see the error above.", file=out)
-    elif not completed and not (root / "stop_manifest.json").exists():
-        print(
-            f"ringflow: the ring {root} did not complete: a job failed or it was interrupted. "
-            "Run the same command again to continue it (after a kill: snakemake --unlock "
-            "first).",
-            file=out,
-        )
     for path in logs:
         print(f"Snakemake's log: {path}", file=out)
     out.flush()
+    if completed:
+        return
+    lines = []
+    error = next(filter(None, (key_error_line(Path(path)) for path in logs)), "")
+    if error:
+        lines.append(f"ringflow: the error: {error}")
+    if not (root / "RING.json").exists():
+        lines.append(f"ringflow: the ring {root} was not started: see the error above.")
+    elif not (root / "stop_manifest.json").exists():
+        try:
+            edits = find_edits(root)
+        except Exception:  # an unreadable record must not hide the advice
+            edits = []
+        lines += advice(root, ring_name=ring_name, edits=edits)
+    print("\n".join(lines), file=sys.stderr, flush=True)

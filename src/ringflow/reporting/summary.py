@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shlex
 import time
 from collections import Counter
 from pathlib import Path
@@ -67,12 +69,14 @@ def progress_lines(progress: dict) -> list[str]:
     evaluations = sum(b["evaluations"] for b in progress["background"].values())
     scored = sum(b["scored"] for b in progress["background"].values())
     how = "background evaluation" if first["source"] == "background" else "seed 0"
-    return [
+    lines = [
         f"best so far on {progress['view']}: {best['score']:.4f} ({best['node']}, after "
         f"{_after(best['t'])}); first valid result after {_after(first['t'])} "
         f"({first['node']}, {how})",
-        f"background evaluations: {evaluations} ({scored} scored)",
     ]
+    if evaluations:  # an engineer's evaluations of its own drafts, where there were any
+        lines.append(f"background evaluations: {evaluations} ({scored} scored)")
+    return lines
 
 
 def origin_label(layout: RingLayout, entry: dict) -> str:
@@ -135,19 +139,168 @@ def _seal_block(sealed: list | None, refused: list | None, what: str, title: str
     return lines
 
 
+# What a failure kind is called in a node's row: what happened, in plain words.
+HAPPENED = {
+    "crash": "crashed",
+    "hung": "hung",
+    "timeout": "timed out",
+    "interrupted": "interrupted",
+    "invalid": "invalid",
+    "not scored": "not scored",
+    "skipped": "skipped",
+    "scorer failed": "scorer failed",
+    "validator failed": "validator failed",
+}
+WEIGHTS_WORDS = {
+    "train": "trained and stored",
+    "replay": "reused from the store (no training)",
+    "fresh": "trained from scratch, not stored (reproduction checks)",
+    "none": "of programs without weights",
+}
+GLOSSARY = (
+    "Words used here: a run is one execution of a program on one view (a part of the data) "
+    "with one seed; seed-0 is a program's mean score over the search views with seed 0, "
+    "3-seed the mean over seeds 0-2 of the programs promoted to final selection; the guard "
+    "checks a finalist against the baseline on fresh seeds and rows no program was chosen "
+    "on, and replaces the baseline only when the improvement it is sure of (its lower "
+    "bound, at the stated confidence) beats the margin."
+)
+
+
+def node_happened(node: dict, runs: list[dict], failures: list) -> str:
+    """What happened to a node, e.g. `ok 8/8`, `crashed 4/4`, `invalid 1/4, ok 3/4`."""
+    if node["status"] == "rejected":
+        return "rejected"
+    if node["status"] != "ready":
+        return node["status"].replace("_", " ")
+    if not runs:
+        return "history" if node.get("imported") else "not run"
+    total = len(runs)
+    parts = [f"{HAPPENED.get(f.kind, f.kind)} {f.count}/{total}" for f in failures]
+    cut = sum(1 for r in runs if r.get("budget_cut"))
+    good = total - sum(f.count for f in failures) - cut
+    if good:
+        parts.append(f"ok {good}/{total}")
+    if cut:
+        parts.append(f"cut {cut}/{total}")
+    return ", ".join(parts)
+
+
+def _shown_path(path: Path) -> str:
+    relative = os.path.relpath(path, Path.cwd())
+    return str(path) if relative.startswith("..") else relative
+
+
+def deploy_lines(ring: dict, layout: RingLayout) -> list[str]:
+    """The commands that take final/ out of the ring and run it on new inputs."""
+    manifest_path = layout.final_dir / "solution" / "MANIFEST.json"
+    if not manifest_path.exists():
+        return []
+    manifest = read_json(manifest_path)
+    dest = f"{ring['ring_id']}-model"
+    return [
+        f"  to deploy it: ringflow export {_shown_path(layout.root)} {dest}",
+        "    then run it on new inputs: " + run_command(ring, manifest, dest),
+    ]
+
+
+def run_command(ring: dict, manifest: dict, folder: str) -> str:
+    """How to run an exported program in `folder`: its own command, with the interpreter
+    the ring ran it with in place of `python`."""
+    argv = shlex.split((manifest.get("run") or {}).get("command") or "python run.py --seed 0")
+    if argv and argv[0] in ("python", "python3") and ring.get("program_python"):
+        argv[0] = ring["program_python"]
+    return (
+        f"cd {shlex.quote(folder)} && RINGFLOW_INPUT_DIR=/path/to/new/inputs "
+        f"RINGFLOW_OUTPUT_DIR=/path/to/predictions RINGFLOW_SEED=0 {shlex.join(argv)}"
+    )
+
+
+def decision_lines(ring: dict, layout: RingLayout) -> list[str]:
+    """The decision first: what final/ holds, why, and how much better it is."""
+    if not layout.decision.exists():
+        return ["final decision: not made yet (the ring is running, or stopped before it)"]
+    decision = read_json(layout.decision)
+    kind, chosen, base = decision["decision"], decision.get("chosen"), decision.get("baseline")
+    reason = decision.get("reason", "")
+    if kind == "candidate":
+        beat = f"it beat the baseline {base}" if base else "there is no baseline to beat"
+        lines = [f"final decision: candidate -> {chosen}: final/ holds it; {beat}"]
+    elif kind == "baseline":
+        lines = [f"final decision: baseline -> {chosen}: final/ keeps the baseline; no "
+                 "finalist was surely better"]  # fmt: skip
+    else:
+        lines = [f"final decision: {kind}: nothing was written to final/"]
+    guard = decision.get("guard") or {}
+    if kind != "candidate" or guard.get("lcb") is None:
+        lines.append(f"  why: {reason}")
+    if guard.get("lcb") is not None:
+        seeds = guard.get("seeds") or []
+        views = ", ".join(guard.get("views") or []) or "the search views"
+        confidence = 100 * (1 - float(guard["alpha"]))
+        better = "better" if ring["task"]["direction"] == "maximize" else "lower (better)"
+        mean = f"{guard['mean']:+.4f} on average, " if guard.get("mean") is not None else ""
+        lines.append(
+            f"  how much better: {mean}at least {guard['lcb']:+.4f} {better} with "
+            f"{confidence:.1f}% confidence (guard: {len(seeds)} fresh seeds on view(s) {views}; "
+            f"it needed more than {guard.get('margin', 0)})"
+        )
+    final_view = decision.get("final_view") or {}
+    if final_view.get("chosen") is not None:
+        line = f"  on the final view {final_view.get('view')}: {chosen} {final_view['chosen']:.4f}"
+        if final_view.get("baseline") is not None and chosen != base:
+            line += f", baseline {final_view['baseline']:.4f}"
+        lines.append(line)
+    if kind in ("candidate", "baseline"):
+        lines += deploy_lines(ring, layout)
+    return lines
+
+
+def stop_lines(layout: RingLayout) -> list[str]:
+    """Why the ring stopped early, if it did (the way on: docs/recovery.md)."""
+    from ..ring.recovery import stop_cause
+    from ..ring.stop import stopped_reason
+
+    reason = stopped_reason(layout.root)
+    if reason is None:
+        return []
+    return [f"the ring stopped ({stop_cause(layout.root)} failure, not a candidate's): {reason}"]
+
+
+def chain_lines(ring: dict) -> list[str]:
+    """A continuation: the ring it continues and every key that differs from it."""
+    chain = ring.get("chain")
+    if not chain:
+        return []
+    changed = chain.get("changed") or {}
+    lines = [f"continues ring {chain['continues']} ({chain['parent_dir']}); "
+             + (f"{len(changed)} key(s) differ from it:" if changed else "no key differs "
+                "from it")]  # fmt: skip
+    for key, values in sorted(changed.items()):
+        lines.append(f"  {key}: {values.get('parent')!r} -> {values.get('this')!r}")
+    return lines
+
+
 def render_summary(ring_dir) -> str:
     ring = load_ring(ring_dir)
     layout = RingLayout(Path(ring["ring_dir"]))
     index = read_json(layout.nodes_index) if layout.nodes_index.exists() else {"nodes": []}
     ranking = read_json(layout.ranking) if layout.ranking.exists() else {"ranked": []}
     three_seed = {row["node"]: row["score"] for row in ranking["ranked"]}
+    better = "higher" if ring["task"]["direction"] == "maximize" else "lower"
+    digest = failure_digest(layout.root, index["nodes"])
     lines = [
-        f"ring {ring['ring_id']}  task {ring['task']['name']} ({ring['task']['direction']})",
-        f"  folder   {layout.root}",
-        f"  final    {layout.final_dir}" + ("" if layout.final_dir.exists() else " (not written)"),
+        f"ring {ring['ring_id']}  task {ring['task']['name']} ({ring['task']['direction']}): "
+        f"{better} scores are better",
+        *decision_lines(ring, layout),
+        *stop_lines(layout),
+        *chain_lines(ring),
+        "",
+        f"  folder   {layout.root}"
+        + ("" if layout.final_dir.exists() else "  (final/ not written)"),
         f"  report   {layout.report}",
         "",
-        f"{'node':<22} {'origin':<10} {'status':<12} {'runs ok':>8} {'scored':>8} "
+        f"{'node':<22} {'origin':<10} {'what happened':<22} {'runs ok':>8} {'scored':>8} "
         f"{'seed-0':>8} {'3-seed':>8}",
     ]
     runs = list(executions(layout))
@@ -157,33 +310,24 @@ def render_summary(ring_dir) -> str:
         mine = [(n, v, var, r) for n, v, var, r in runs if n == node["id"]]
         ok = f"{sum(r['status'] == 'ok' for *_, r in mine)}/{len(mine)}"
         scored = f"{sum(_valid(layout, n, v, var) for n, v, var, _ in mine)}/{len(mine)}"
+        happened = node_happened(node, [r for *_, r in mine],
+                                 [f for f in digest if f.node == node["id"]])  # fmt: skip
         lines.append(
-            f"{node['id']:<22} {origin_label(layout, node):<10} {node['status']:<12} "
+            f"{node['id']:<22} {origin_label(layout, node):<10} {happened:<22} "
             f"{ok:>8} {scored:>8} {_fmt(s0):>8} {_fmt(three_seed.get(node['id'])):>8}"
         )
     modes = Counter(r["weights_mode"] for *_, r in runs)
+    order = [*WEIGHTS_WORDS, *sorted(set(modes) - set(WEIGHTS_WORDS))]
     statuses = Counter(r["status"] for *_, r in runs)
     lines += [
         "",
-        "executions: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())),
-        "weights:    " + ", ".join(f"{k} {v}" for k, v in sorted(modes.items())),
+        "runs: " + ", ".join(f"{v} {HAPPENED.get(k, k)}" for k, v in sorted(statuses.items())),
+        "weights: " + "; ".join(f"{modes[k]} {WEIGHTS_WORDS.get(k, k)}" for k in order if modes[k]),
         *progress_lines(ring_progress(ring, layout)),
         *carryover_lines(layout, index["nodes"]),
         "",
-        *digest_lines(failure_digest(layout.root, index["nodes"])),
+        *digest_lines(digest),
+        "",
+        GLOSSARY,
     ]
-    if layout.decision.exists():
-        decision = read_json(layout.decision)
-        lines += [
-            "",
-            f"final decision: {decision['decision']}"
-            + (f" -> {decision.get('chosen')}" if decision.get("chosen") else ""),
-            f"  {decision.get('reason', '')}",
-        ]
-        guard = decision.get("guard")
-        if guard and guard.get("lcb") is not None:
-            lines.append(
-                f"  guard: LCB {guard['lcb']:.4f} at alpha {guard['alpha']:.4g}, "
-                f"margin {guard['margin']}, seeds {guard['seeds']}"
-            )
     return "\n".join(lines) + "\n"

@@ -2,13 +2,19 @@
 candidates, baseline and configuration; another task or direction is refused.
 
 A key left at its default (`config/config.yaml`) takes the parent ring's value; a key given
-another value is a deliberate change, listed under `chain.changed` in RING.json.
+another value, or given on the command line (`--config key=value`, `null` and the default's
+own value included), is a deliberate change, kept and listed under `chain.changed` in
+RING.json.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 from pathlib import Path
+
+import yaml
 
 from ..errors import InputError
 from ..jsonio import read_json
@@ -17,6 +23,52 @@ from ..jsonio import read_json
 OWN_KEYS = ("ring_id", "runs_dir", "continue_from", "resources_dir", "rings")
 # Paths resolved by the lock from the parent's RING.json when left empty.
 PATH_KEYS = ("task", "candidates", "baseline")
+
+
+# The dotted keys the command line gave (`--config`), handed from the Snakemake process that
+# reads them to the jobs it starts (the lock job inherits again), as a JSON list.
+GIVEN_VAR = "RINGFLOW_GIVEN_KEYS"
+
+
+def _leaf_names(value, prefix: str) -> list[str]:
+    if isinstance(value, dict) and value:
+        return [n for k, v in value.items() for n in _leaf_names(v, f"{prefix}.{k}")]
+    return [prefix]
+
+
+def command_line_keys(argv: list[str]) -> list[str]:
+    """Every dotted key `--config KEY=VALUE ...` sets in argv (a mapping value: its leaves)."""
+    from .recovery import _split_config
+
+    names = []
+    for item in _split_config(argv)[1]:
+        key, _, raw = item.partition("=")
+        try:
+            value = yaml.safe_load(raw) if raw else None
+        except yaml.YAMLError:
+            value = raw
+        names += _leaf_names(value, key.strip())
+    return names
+
+
+def remember_command_line(argv: list[str] | None = None) -> None:
+    """In the Snakemake process the user started: note the keys its command line gives,
+    for this process and the jobs it starts (which see other command lines)."""
+    argv = sys.argv if argv is None else argv
+    if GIVEN_VAR in os.environ or not argv or "snakemake" not in argv[0]:
+        return  # a job (its parent noted the keys), or not Snakemake's command line
+    os.environ[GIVEN_VAR] = json.dumps(sorted(set(command_line_keys(argv))))
+
+
+def given_keys() -> set[str]:
+    try:
+        return set(json.loads(os.environ.get(GIVEN_VAR) or "[]"))
+    except ValueError:
+        return set()
+
+
+def _is_given(name: str, given: set[str]) -> bool:
+    return any(name == g or name.startswith(f"{g}.") for g in given)
 
 
 def _resolve(path: str, workdir: Path) -> Path:
@@ -35,29 +87,39 @@ def parent_lock(config: dict, workdir: Path | None = None) -> dict | None:
     return read_json(lock, what=str(lock))
 
 
-def _inherit(given: dict, default: dict, parent: dict, prefix: str, taken: list[str]) -> dict:
-    out = dict(given)
+def _inherit(
+    config: dict, default: dict, parent: dict, prefix: str, taken: list[str], given: set[str]
+) -> dict:
+    out = dict(config)
     for key, value in parent.items():
         name = f"{prefix}{key}"
         if prefix == "" and key in (*OWN_KEYS, *PATH_KEYS):
             continue
-        if key not in default or key not in out:
+        if key not in default or key not in out or name in given:
             continue
         if isinstance(value, dict) and isinstance(out[key], dict):
-            out[key] = _inherit(out[key], default[key] or {}, value, f"{name}.", taken)
-        elif out[key] == default[key] and value != out[key]:
+            out[key] = _inherit(out[key], default[key] or {}, value, f"{name}.", taken, given)
+        elif out[key] == default[key] and value != out[key] and not _is_given(name, given):
             out[key] = value
             taken.append(name)
     return out
 
 
-def inherit_config(config: dict, defaults: dict, workdir: Path | None = None) -> list[str]:
-    """Give every key left at its default the parent's value, in place; the keys taken."""
+def inherit_config(
+    config: dict,
+    defaults: dict,
+    workdir: Path | None = None,
+    given: set[str] | None = None,
+) -> list[str]:
+    """Give every key left at its default the parent's value, in place; the keys taken.
+    `given`: dotted keys the command line set, which always keep their value (by default
+    those the Snakemake process noted: remember_command_line)."""
     parent = parent_lock(config, workdir)
     if parent is None:
         return []
     taken: list[str] = []
-    config.update(_inherit(config, defaults, parent["config"], "", taken))
+    given = given_keys() if given is None else given
+    config.update(_inherit(config, defaults, parent["config"], "", taken, given))
     return taken
 
 

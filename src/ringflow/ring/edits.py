@@ -125,12 +125,15 @@ def find_edits(ring_dir: str | Path) -> list[str]:
 
 def refuse_edits(ring_dir: str | Path, ring_id: str) -> None:
     """At workflow start: a locked ring does not run on after what it was given changed."""
+    from .recovery import continuation_command, user_argv
+
     edits = find_edits(ring_dir)
     if edits:
         raise InputError(
             f"ring {ring_dir} is locked, and what it was given has changed since:\n  "
             + "\n  ".join(edits)
-            + f"\nThe ring would ignore edited candidates and use an edited task unnoticed. "
-            f"Run the edits as a new ring (for example ring_id={ring_id}-2, with "
-            f"continue_from={ring_dir} to keep the chain), or undo them to resume this one."
+            + "\nThe ring would ignore edited candidates and use an edited task unnoticed. "
+            "Undo the edits to resume this ring, or, to run them in a new ring that continues "
+            "this one (its results taken, its weights replayed), run:\n    "
+            + continuation_command(Path(ring_dir), None, user_argv())
         )

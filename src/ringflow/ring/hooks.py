@@ -21,22 +21,23 @@ from ..errors import InputError
 from ..interrupts import install_relay
 from ..reporting import notify
 from ..reporting.progress import ring_end, ring_start
-from ..sandbox.slots import gpu_slots
+from ..sandbox.slots import gpu_declared, gpu_slots
 from ..weights.store import WeightsStore
 from .boxes import remove_abandoned_boxes
-from .chain import inherit_config, refuse_task_switch
+from .chain import inherit_config, refuse_task_switch, remember_command_line
 from .edits import refuse_edits
 from .janitor import start_janitor
 from .layout import RingLayout
 from .lease import hold_leases, release_leases
 from .lock import check_existing_lock
 from .named import NamedRing
-from .stop import keep_stop_reserve, stopped_reason
+from .stop import keep_stop_reserve
 
 
 def prepare_config(config: dict, schema_path: str) -> None:
     """The workflow's configuration, coerced (values given on the command line are text) and
     checked, in place; each ring's overrides are checked with the ring."""
+    remember_command_line()
     coerce_config(config, schema_path)
     check_config(config, schema_path)
 
@@ -77,10 +78,15 @@ def refuse_locked(root: Path, config: dict, defaults_path: str) -> bool:
         # A ring of a chain read before its parent was locked took the parent's
         # configuration at its own lock: compare with that.
         inherit_config(config, config_defaults(defaults_path))
-    check_existing_lock(config)
-    refuse_edits(root, config["ring_id"])
-    if _parent_locked(config):
-        refuse_task_switch(config)
+    try:
+        check_existing_lock(config)
+        refuse_edits(root, config["ring_id"])
+        if _parent_locked(config):
+            refuse_task_switch(config)
+    except InputError as exc:
+        # Snakemake shows a refusal inside the traceback of an input function: say it first.
+        print(f"ringflow: error: {exc}", file=sys.stderr, flush=True)
+        raise
     return True
 
 
@@ -98,11 +104,16 @@ def start_rings(rings: list[NamedRing], configs: dict[str, dict], workflow) -> N
         remove_debris(ring.root, configs[ring.name])
         keep_stop_reserve(ring.root)
     _JANITOR[:] = [_start_janitor(rings, configs)]
+    # Jobs on a cluster's nodes bring their own GPUs (checked against the partition there);
+    # on this machine a profile that declares GPUs gets as many slots as NVML sees, 0 too.
+    local = not getattr(workflow, "non_local_exec", False)
+    declared = local and gpu_declared(workflow.global_resources)
     slots = gpu_slots(workflow.global_resources)
     for ring in rings:
         config = configs[ring.name]
         per_execution = config["gpus_per_execution"] or 1
-        timekeeper.record_slots(ring.root, workflow, slots or None, per_execution)
+        timekeeper.record_slots(ring.root, workflow, slots if declared else (slots or None),
+                                per_execution, gpu_profile=declared)  # fmt: skip
         timekeeper.start_in_background(ring.root)
         install_relay(ring.root)
         ring_start(ring.root, config["terminal"])
@@ -143,16 +154,12 @@ def remove_debris(ring_root: Path, config: dict) -> None:
 
 def end_rings(rings: list[NamedRing], log, completed: bool) -> None:
     """onsuccess/onerror: every ring ends with its summary and failure digest, however it
-    ended; after a failure, why the machinery stopped a ring, if it did."""
+    ended; after a failure, why the ring stopped and the command that continues it."""
     for index, ring in enumerate(rings):
         timekeeper.tick_safely(ring.root)
         last = index == len(rings) - 1
         notify.ring_end(ring.root)
-        ring_end(ring.root, log if last else None, completed)
-        if not completed:
-            reason = stopped_reason(ring.root)
-            if reason is not None:
-                print(f"ringflow: the ring {ring.root} stopped: {reason}", file=sys.stderr)
+        ring_end(ring.root, log if last else None, completed, ring.name if ring.prefix else None)
         # A job killed on its own (not the driver) leaves its box: the run ends without it.
         remove_abandoned_boxes(ring.root)
     release_leases()

@@ -218,9 +218,30 @@ def timeline_problem(config: dict) -> str | None:
     return None
 
 
+def gpu_problem(config: dict, layout: RingLayout) -> str | None:
+    """Why a ring run with a GPU profile cannot have the GPUs it asks for, or None.
+
+    slots.json is written as the workflow starts, before the lock: it says whether the
+    profile declared GPUs and how many NVML found here. Running on the CPU instead would
+    record `gpus` it never had and train weights keyed for no GPU."""
+    if not layout.slots.is_file() or not config.get("gpus_per_execution"):
+        return None
+    slots = read_json(layout.slots)
+    if not slots.get("gpu_profile") or slots.get("gpus"):
+        return None
+    why = gpu_facts().get("reason") or "NVML sees no GPU on this machine"
+    return (
+        f"the profile asks for GPUs (gpus_per_execution: {config['gpus_per_execution']}) and "
+        f"this machine has none ({why}). Run on the CPU with `--config gpus_per_execution=0`, "
+        "or with the local profile (`--profile profiles/local`)"
+    )
+
+
 def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
     if problem := timeline_problem(config):
         raise InputError(f"ring {config['ring_id']}: {problem}")
+    if problem := gpu_problem(config, layout):
+        raise InputError(f"ring {config['ring_id']} cannot start: {problem}")
     task = load_task(paths["task"])
     sandbox_info, program = lock_sandbox(config, layout, program_python(config))
     alias_salt = secrets.token_hex(16)

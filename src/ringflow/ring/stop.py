@@ -4,8 +4,9 @@ A failure of ringflow or of the machine (the sandbox cannot start, the view chan
 under the lock, the scorer fails on the baseline or on too many nodes) must not be
 recorded as a bad candidate. The first such failure writes `STOPPED.json` with its
 reason; every later job refuses to start, so the workflow ends non-zero and the summary
-says why. Running the ring again after fixing the cause clears nothing by itself: the
-user deletes STOPPED.json (the message says so) or starts a new ring.
+says why. Its `cause` decides how the work goes on (ring/recovery.py prints the command):
+a machine failure continues the same ring once STOPPED.json is removed; a failing scorer,
+changed data or a changed environment continue in a new ring with `continue_from`.
 
 A full disk must not keep the stop from being recorded: each driver keeps a small reserve
 file in the ring folder, given up to write STOPPED.json when the disk has no room left.
@@ -47,11 +48,14 @@ def keep_stop_reserve(ring_dir: str | os.PathLike) -> None:
             os.close(fd)
 
 
-def stop_ring(ring_dir: str | os.PathLike, reason: str, **fields) -> MachineryError:
-    """Record why the ring stops (the first reason wins); returns the error to raise."""
+def stop_ring(
+    ring_dir: str | os.PathLike, reason: str, cause: str = "machine", **fields
+) -> MachineryError:
+    """Record why the ring stops (the first reason wins) and its cause (task, data,
+    environment or machine: ring/recovery.py); returns the error to raise."""
     path = stop_file(ring_dir)
     if not path.exists():
-        record = {"reason": reason, "at": time.time(), **fields}
+        record = {"reason": reason, "cause": cause, "at": time.time(), **fields}
         try:
             atomic_write_json(path, record)
         except OSError as exc:
@@ -60,7 +64,7 @@ def stop_ring(ring_dir: str | os.PathLike, reason: str, **fields) -> MachineryEr
             (Path(ring_dir) / RESERVE).unlink(missing_ok=True)  # room for the record
             atomic_write_json(path, record)
         with contextlib.suppress(OSError):  # the record is what counts; the event is extra
-            emit_event(Path(ring_dir), "ring_stopped", reason=reason, **fields)
+            emit_event(Path(ring_dir), "ring_stopped", reason=reason, cause=cause, **fields)
     return MachineryError(f"the ring stopped: {reason}")
 
 
@@ -73,9 +77,8 @@ def stopped_reason(ring_dir: str | os.PathLike) -> str | None:
 
 def refuse_if_stopped(ring_dir: str | os.PathLike) -> None:
     """Raise MachineryError when the ring was stopped by a machinery failure."""
+    from .recovery import refusal_hint
+
     reason = stopped_reason(ring_dir)
     if reason is not None:
-        raise MachineryError(
-            f"the ring stopped earlier: {reason} (fix the cause, then delete "
-            f"{stop_file(ring_dir)} to continue this ring, or start a new ring_id)"
-        )
+        raise MachineryError(f"the ring stopped earlier: {reason} ({refusal_hint(ring_dir)})")

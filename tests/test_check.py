@@ -1,0 +1,100 @@
+"""`ringflow check` passes a working task, validator included, and names each mistake a
+new user makes: a missing or crashing scorer, a missing validator file, a candidate that
+does not compile."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from ringflow import demo
+from ringflow.precheck import check, command_files
+from ringtools import VALIDATOR, make_candidate, make_task
+
+
+def _with_validator(task: Path) -> Path:
+    spec = yaml.safe_load((task / "task.yaml").read_text())
+    spec["validator"] = "python validator.py"
+    (task / "task.yaml").write_text(yaml.safe_dump(spec))
+    (task / "validator.py").write_text(VALIDATOR)
+    return task
+
+
+def test_the_demo_task_passes_with_exit_0(tmp_path):
+    task = demo.materialise_task(tmp_path / "demo" / "task")
+    done = subprocess.run(
+        [sys.executable, "-m", "ringflow", "check", str(task), str(demo.candidates_dir()),
+         "--baseline", str(demo.baseline_dir())],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "check: no problem found" in done.stdout
+    assert "validated and scored by the task" in done.stdout
+
+
+def test_a_task_with_a_working_validator_passes(tmp_path):
+    task = _with_validator(make_task(tmp_path))
+    report = check(task, [make_candidate(tmp_path / "cands" / "a", mean=0.6)])
+    text = report.text()
+    assert report.failed == 0, text
+    assert "validator 'python validator.py': its files are there and compile" in text
+    assert "score 0.6 (valid)" in text
+
+
+def test_a_missing_scorer_file_fails_before_any_run(tmp_path):
+    task = make_task(tmp_path)
+    (task / "scorer.py").unlink()
+    report = check(task, [make_candidate(tmp_path / "cands" / "a", mean=0.6)])
+    text = report.text()
+    assert f"FAIL  scorer 'python scorer.py': 'scorer.py' is not a file of {task}" in text
+    assert report.failed >= 1
+
+
+def test_a_missing_validator_file_and_a_scorer_syntax_error_are_named(tmp_path):
+    task = _with_validator(make_task(tmp_path))
+    (task / "validator.py").unlink()
+    (task / "scorer.py").write_text("def broken(:\n")
+    text = check(task, [], run=False).text()
+    assert "FAIL  validator 'python validator.py': 'validator.py' is not a file" in text
+    assert "FAIL  scorer 'python scorer.py': " in text and "does not compile" in text
+
+
+def test_a_validator_that_rejects_the_candidate_output_says_whose_fault(tmp_path):
+    task = _with_validator(make_task(tmp_path))
+    cand = make_candidate(tmp_path / "cands" / "a", mean=3.0)  # out of [0, 1]
+    text = check(task, [cand]).text()
+    assert "FAIL  n001-a's output was judged invalid: invalid: value 3.0" in text
+    assert '{"score": null, "valid": false' in text
+
+
+def test_views_are_listed_by_role_and_no_validator_is_said_in_words(tmp_path):
+    roles = {"search": ["proxy"], "guard": ["x3"], "final": "final"}
+    task = make_task(tmp_path, roles=roles)
+    text = check(task, [], run=False).text()
+    assert "search proxy; guard x3; final final" in text
+    assert "no validator" in text and "None" not in text
+
+
+def test_command_files_reads_scripts_modules_and_helpers(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "helper.py").write_text("")
+    assert command_files("python -u score.py --extra helper.py", tmp_path) == [
+        ("score.py", tmp_path / "score.py"),
+        ("helper.py", tmp_path / "helper.py"),
+    ]
+    assert command_files("python -m pkg", tmp_path) == [("pkg", tmp_path / "pkg" / "__main__.py")]
+    assert command_files("./score.sh", tmp_path) == [("./score.sh", tmp_path / "score.sh")]
+
+
+def test_a_broken_baseline_is_named_and_the_first_candidate_probes_instead(tmp_path):
+    task = make_task(tmp_path)
+    base = make_candidate(tmp_path / "base", mean=0.4)
+    (base / "run.py").write_text("def f(:\n")
+    report = check(task, [make_candidate(tmp_path / "cands" / "a", mean=0.6)], baseline=base)
+    text = report.text()
+    assert "FAIL  baseline base: " in text and "does not compile" in text
+    assert "one run of n001-a on proxy" in text and "score 0.6 (valid)" in text
+    assert report.failed == 1
