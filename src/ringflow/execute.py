@@ -26,11 +26,11 @@ from .errors import (
     RingflowError,
     SandboxError,
 )
-from .jsonio import atomic_write_json
 from .ring.clock import deadline_for, load_node, load_ring, view_limits
 from .ring.inputs import check_inputs, program_inputs
 from .ring.layout import RingLayout
 from .ring.ledger import Ledger, emit_event, ledger_anchor
+from .ring.records import write_record
 from .ring.stop import refuse_if_stopped, stop_ring
 from .sandbox.gpus import Allocation, allocate, default_lock_dir, device_nodes, machine_gpus
 from .selection.disguise import BLIND_COPIES, alias
@@ -452,7 +452,7 @@ def _register(ex: Execution, store: WeightsStore, result: dict) -> bool:
 def _finish(ex: Execution, result: dict) -> dict:
     result["ended_at"] = time.time()
     result["ledger_head"] = ledger_anchor(ex.layout.ledger)
-    atomic_write_json(ex.dir / "result.json", result)
+    write_record(ex.layout.root, ex.dir / "result.json", result)
     emit_event(ex.layout.root, "execution_finished", node=result["node"], view=result["view"],
                variant=result["variant"], status=result["status"],
                budget_cut=result["budget_cut"], weights_mode=result["weights_mode"])  # fmt: skip

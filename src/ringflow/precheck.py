@@ -19,7 +19,6 @@ import yaml
 
 from .candidate import load_solution
 from .errors import InputError, RingflowError
-from .jsonio import atomic_write_json
 from .reporting.digest import first_line, last_line
 
 REPO_CONFIG = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
@@ -89,6 +88,7 @@ def _check_candidates(report: Report, folders: list[Path], max_bytes: int) -> li
 
 def _score_shaped_prediction(report: Report, ring: dict) -> None:
     from .ring.layout import RingLayout
+    from .ring.records import write_record
     from .scoring import score_execution
 
     view = ring["search_views"][0]
@@ -96,7 +96,7 @@ def _score_shaped_prediction(report: Report, ring: dict) -> None:
     report.head(f"scorer and validator on a prediction made from {view}'s inputs:")
     exec_dir = layout.exec_dir(SHAPE_NODE, view, "s0")
     shutil.copytree(Path(ring["views"][view]["dir"]) / "inputs", exec_dir / "output")
-    atomic_write_json(exec_dir / "result.json", {"status": "ok", "budget_cut": False})
+    write_record(layout.root, exec_dir / "result.json", {"status": "ok", "budget_cut": False})
     try:
         score = score_execution(ring["ring_dir"], SHAPE_NODE, view, "s0")
     except RingflowError as exc:
