@@ -22,6 +22,7 @@ import json
 import os
 import secrets
 import tempfile
+import time
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -176,6 +177,7 @@ class StoreAnchors:
 
     def _append(self, path: Path, line: dict[str, Any]) -> None:
         secret = self.secret()
+        line = {**line, "ts": time.time()}
         data = canonical_json({**line, "mac": self.mac(line, secret)}) + b"\n"
         (self.store / "locks").mkdir(exist_ok=True)
         with self._lock:
