@@ -12,7 +12,7 @@ import pytest
 
 from ringflow.errors import ReplayCheckFailed
 from ringflow.weights import store as store_module
-from ringflow.weights.heal import check_store, repair_store
+from ringflow.weights.heal import check_store, check_store_index, repair_store
 from ringflow.weights.store import WeightsStore
 from test_store import KEY, LIMIT, OTHER_KEY, PATHS, TREE, WHO, train
 
@@ -119,6 +119,9 @@ def test_an_entry_pointing_at_another_valid_object_is_damage_and_repaired(store,
     report = check_store(store)
     (damage,) = report.damaged
     assert damage.key == KEY and "other objects than its registration anchored" in damage.reason
+    # `ringflow verify` of every ring on the store says so too.
+    (problem,) = check_store_index(store, {})
+    assert f"damaged: key {KEY}" in problem
     done = repair_store(store, report)
     assert [r["key"] for r in done["restored"]] == [KEY] and done["quarantined"] == []
     assert check_store(store).problems == []
@@ -167,3 +170,31 @@ def test_an_interrupted_registration_anchored_before_its_entry_is_restored(store
     done = repair_store(store, check_store(store))
     assert [r["key"] for r in done["restored"]] == [KEY]
     assert store.entry(TREE, KEY)["who"] == WHO
+
+
+def settle(tmp_path: Path, store: WeightsStore, variant: str) -> tuple[str, str]:
+    """The weights an execution of `variant` settles on, against a registered key."""
+    from contextlib import ExitStack
+
+    from ringflow.execute import Execution, _settle_weights
+    from ringflow.ring.layout import RingLayout
+
+    ring = {"config": {"replay_verify": "stat", "max_train_attempts": 2}}
+    ex = Execution(ring, RingLayout(tmp_path / "ring"), {"id": "n1", "tree_hash": TREE},
+                   "proxy", variant, {"weights": "key", "key": KEY}, tmp_path / variant,
+                   lambda: float("inf"))  # fmt: skip
+    ex.box = tmp_path / f"box-{variant}"
+    with ExitStack() as lock:
+        return _settle_weights(ex, store, lock)
+
+
+def test_an_execution_hashes_guard_replays_and_refuses_a_lost_entry(store, two_keys, tmp_path,
+                                                                    hashes):  # fmt: skip
+    entry, _ = two_keys
+    assert settle(tmp_path, store, "s1") == ("replay", "hardlink")
+    assert hashes == []  # stat mode, the object unchanged since registration
+    assert settle(tmp_path, store, "g7") == ("replay", "hardlink")
+    assert sorted(hashes) == sorted(f["sha256"] for f in entry["files"])
+    (store.per_view / TREE / f"{KEY}.json").unlink()
+    with pytest.raises(ReplayCheckFailed, match="is missing, but the store's anchors"):
+        settle(tmp_path, store, "s2")  # never a silent retrain
