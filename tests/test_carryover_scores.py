@@ -22,6 +22,7 @@ from ringflow.nodes import import_static
 from ringflow.ring.clock import load_ring
 from ringflow.ring.layout import RingLayout
 from ringflow.ring.lock import lock_ring
+from ringflow.ring.records import write_record
 from ringflow.search.instructions import context, refuted_directions, render
 from ringflow.search.plan import own_nodes, parent_scores
 from ringflow.selection.promote import node_mean, promote
@@ -37,18 +38,15 @@ def read(path: Path):
     return json.loads(path.read_text())
 
 
-def write(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj))
-
-
 def record_run(ring: Path, node: str, view: str, variant: str, score: float | None) -> None:
-    """An execution's records as a ring writes them: ok and scored, or crashed."""
+    """An execution's records as a ring writes them (hashed into its ledger): ok and
+    scored, or crashed."""
     folder = ring / "nodes" / node / "exec" / view / variant
     ok = score is not None
-    write(folder / "result.json", {"status": "ok" if ok else "crash", "budget_cut": False})
-    write(folder / "score.json", {"score": score, "valid": ok, "scored": ok,
-                                  "reason": "" if ok else "not scored"})  # fmt: skip
+    write_record(ring, folder / "result.json", {"status": "ok" if ok else "crash",
+                                                "budget_cut": False})  # fmt: skip
+    write_record(ring, folder / "score.json", {"score": score, "valid": ok, "scored": ok,
+                                               "reason": "" if ok else "not scored"})  # fmt: skip
 
 
 def scored_parent(work: Path, means=MEANS, **overrides) -> Path:
@@ -202,7 +200,7 @@ def test_refuted_directions_include_imported_ones(tmp_path):
     ids = {read(a / "nodes" / n / "node.json")["name"]: n for n in nodes_of(a)}
     # delta was an improvement of alpha that scored worse: a refuted direction.
     path = a / "nodes" / ids["delta"] / "node.json"
-    write(path, {**read(path), "parent": ids["alpha"]})
+    write_record(a, path, {**read(path), "parent": ids["alpha"]})
     (a / "nodes" / ids["delta"] / "solution").chmod(0o755)
     b, _ = continued(tmp_path, a, limits={"memory_gb": 4, "time_limit_min": 9, "threads": 1},
                      continue_rescore_top_k=1)  # fmt: skip

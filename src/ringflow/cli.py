@@ -319,8 +319,16 @@ def cmd_store(args) -> int:
     if args.action == "check":
         return 1 if report.problems else 0
     done = repair_store(store, report, Ledger(Path(ring["ring_dir"]) / "ledger.jsonl"))
+    for record in done["restored"]:
+        print(f"restored the index entry of key {record['key']} from the store's anchors")
     for record in done["quarantined"]:
         print(f"quarantined key {record['key']} -> {record['quarantine']}")
+    for who in done["retrain"]:
+        print(
+            f"key {who['key']} must be trained again (registered by ring {who.get('ring')}, "
+            f"node {who.get('node')}, {who.get('execution')}): the next ring that runs it "
+            "trains it once"
+        )
     for path in done["removed"]:
         print(f"removed leftover {path}")
     for key in done["busy"]:

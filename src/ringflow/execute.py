@@ -29,15 +29,17 @@ from .errors import (
     RingflowError,
     SandboxError,
 )
-from .jsonio import atomic_write_json, read_json
+from .jsonio import read_json
 from .ring.boxes import close_box, open_box
 from .ring.clock import deadline_for, load_node, load_ring, view_limits
 from .ring.inputs import check_inputs, program_inputs
 from .ring.layout import RingLayout
 from .ring.ledger import Ledger, emit_event, ledger_anchor
+from .ring.records import write_record
 from .ring.run_inputs import fresh_inputs
 from .ring.stop import refuse_if_stopped, stop_file, stop_ring
 from .sandbox.gpus import Allocation, allocate, default_lock_dir, device_nodes, machine_gpus
+from .scoring import is_guard_variant
 from .selection.disguise import BLIND_COPIES, alias
 from .supervisor import HealthSettings, ResourceLimits, supervise
 from .task import command_argv
@@ -341,12 +343,14 @@ def _settle_weights(ex: Execution, store: WeightsStore, lock: ExitStack):
     key = ex.spec["key"]
     ex.attempts = TrainAttempts(ex.layout.root, key, f"{ex.node['id']}/{ex.view}/{ex.variant}",
                                 ex.config["max_train_attempts"])  # fmt: skip
-    if store.entry(ex.node["tree_hash"], key) is None:
+    if store.replay_entry(ex.node["tree_hash"], key) is None:
         ex.attempts.check(holding_lock=False)  # a failed key frees the slot without waiting
     lock.enter_context(store.key_lock(key, should_stop=ex.should_stop))
-    entry = store.entry(ex.node["tree_hash"], key)
+    entry = store.replay_entry(ex.node["tree_hash"], key)
     if entry is not None:
-        method = store.replay_into(entry, ex.work, verify=ex.config["replay_verify"])
+        # The guard decides what reaches final/: its replays are hashed whatever the mode.
+        verify = "full" if is_guard_variant(ex.variant) else ex.config["replay_verify"]
+        method = store.replay_into(entry, ex.work, verify=verify)
         lock.close()
         return statuses.REPLAY, method
     ex.attempts.check(holding_lock=True)
@@ -555,7 +559,7 @@ def _register(ex: Execution, store: WeightsStore, result: dict) -> bool:
 def _finish(ex: Execution, result: dict) -> dict:
     result["ended_at"] = time.time()
     result["ledger_head"] = ledger_anchor(ex.layout.ledger)
-    atomic_write_json(ex.dir / "result.json", result)
+    write_record(ex.layout.root, ex.dir / "result.json", result)
     emit_event(ex.layout.root, "execution_finished", node=result["node"], view=result["view"],
                variant=result["variant"], status=result["status"],
                budget_cut=result["budget_cut"], weights_mode=result["weights_mode"])  # fmt: skip

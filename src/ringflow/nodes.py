@@ -23,6 +23,7 @@ from .jsonio import atomic_write_json, read_json
 from .ring.edits import record_sources
 from .ring.layout import RingLayout, variant_seed
 from .ring.ledger import Ledger, emit_event
+from .ring.records import write_record
 from .weights import keys
 from .weights.hashing import solution_tree_hash
 from .weights.store import WeightsStore
@@ -215,12 +216,12 @@ def import_static(ring: dict) -> dict:
             shutil.rmtree(layout.node_dir(node_id))
             twin = next(n for n in nodes if n["id"] == imported_trees[node["tree_hash"]])
             twin["imported"]["candidate"] = str(source)  # a static candidate of this ring
-            atomic_write_json(layout.node_json(twin["id"]), twin)
+            write_record(layout.root, layout.node_json(twin["id"]), twin)
             emit_event(layout.root, "candidate_imported", candidate=str(source),
                        node=twin["id"])  # fmt: skip
             continue
         number += 1
-        atomic_write_json(layout.node_json(node_id), node)
+        write_record(layout.root, layout.node_json(node_id), node)
         nodes.append(node)
         if node["status"] == REJECTED:
             emit_event(layout.root, "candidate_rejected", node=node_id, error=node["error"])

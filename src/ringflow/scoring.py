@@ -18,10 +18,11 @@ from pathlib import Path
 
 from . import sandbox, statuses
 from .errors import InputError
-from .jsonio import atomic_write_json, read_json
+from .jsonio import read_json
 from .ring.clock import load_ring, scoring_deadline_for
 from .ring.inputs import program_inputs
 from .ring.layout import RingLayout, variant_seed
+from .ring.records import write_record
 from .ring.stop import stop_ring
 from .sandbox.evaluator import (
     INSIDE_INPUTS,
@@ -310,7 +311,7 @@ def score_execution(ring_dir: str | Path, node: str, view: str, variant: str) ->
         started = time.time()
         record.update(_evaluate(ring, layout.exec_dir(node, view, variant), view, variant, seed))
         record["scoring_s"] = time.time() - started
-    atomic_write_json(layout.score(node, view, variant), record)
+    write_record(layout.root, layout.score(node, view, variant), record)
     if record.get("evaluator_failed"):
         _count_evaluator_failure(ring, layout, node, record)
     return record

@@ -1,5 +1,6 @@
-"""`ringflow verify`: the ledger chain and its anchors, every registered object, and the
-ring's ancestors."""
+"""`ringflow verify`: the ledger chain and its anchors (in the ring and in the store), every
+deciding record against its ledger hash, every registered object, and the ring's ancestors
+(docs/integrity.md)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from .ring.edits import find_edits
 from .ring.layout import RingLayout
 from .ring.ledger import Ledger
 from .ring.lock import lock_anchor_problems
+from .ring.records import record_problems
 from .selection.seeds import chain_rings
 from .weights.heal import check_store_index, rings_of_store
 from .weights.store import WeightsStore
@@ -53,6 +55,7 @@ def verify_ring(ring_dir) -> list[str]:
     else:
         problems += [f"ledger: {p}" for p in Ledger(layout.ledger).verify(ledger_anchors(layout))]
         problems += lock_anchor_problems(layout.root)
+        problems += [f"record: {p}" for p in record_problems(layout.root)]
     store = WeightsStore(ring["store"])
     problems += [f"store: {p}" for p in store.verify()]
     # The store's index and the ledgers of the rings that wrote it tell the same story.

@@ -4,7 +4,8 @@ Every seal recorded in the ledger of a ring of the chain (the parent first) whos
 not been resumed yet (a `carryover_sealed` line: evidence seals, `evidence_sealed`, are
 never imported) is checked before anything is copied: its ledger line's own hash, the
 sha256 of SEAL.json against that line, the lock it was sealed under, and every file of the
-snapshot against SEAL.json (changed, missing, added, a link instead of a file). The copy
+snapshot against SEAL.json (changed, missing, added, a link instead of a file), and the
+sealing ring's whole ledger against the anchors in its folder and in its store. The copy
 into `carryover/imported/<ring>--<node>/` is hashed again as it is written and renamed into
 place whole. Work that fails any check is `carryover_rejected` with the reason and nothing
 of it is copied; the rest is imported. The verified work is the resume queue: oldest seal
@@ -24,6 +25,7 @@ from ..jsonio import atomic_write_json, fsync_dir, fsync_tree, read_json
 from ..ring.clock import load_ring
 from ..ring.layout import RingLayout
 from ..ring.ledger import Ledger, emit_event, record_hash
+from ..ring.records import RingEvidence
 from ..selection.seeds import chain_rings
 from .engineer import KIND as ENGINEER_KIND
 from .engineer import parent_ring_dir, segment_details
@@ -39,11 +41,16 @@ class Rejected(Exception):
     """A seal that fails a check: the reason names what and where."""
 
 
-def _check_seal(ancestor: Path, record: dict) -> tuple[Path, dict]:
+def _check_seal(ancestor: Path, record: dict, evidence: RingEvidence) -> tuple[Path, dict]:
     """The snapshot folder and its SEAL.json, once every check passes; else Rejected."""
     if record.get("hash") != record_hash(record):
         raise Rejected(f"its ledger line {record.get('seq')} in {ancestor / 'ledger.jsonl'} does "
                        "not match its own hash (the line was edited)")  # fmt: skip
+    # A seal counts only in a ledger the store vouches for: one rebuilt by an editor of
+    # the ring folder, re-chained and re-headed, does not verify (docs/integrity.md).
+    untrusted = evidence.untrusted()
+    if untrusted is not None:
+        raise Rejected(untrusted)
     snapshot = ancestor / "nodes" / str(record.get("node")) / "carryover"
     if snapshot.is_symlink() or not snapshot.is_dir():
         raise Rejected(f"{snapshot}: the snapshot folder is missing")
@@ -162,6 +169,7 @@ def _import_chain(ring: dict, layout: RingLayout, chain: list[dict], out: dict) 
     target = layout.root / "carryover" / "imported"
     for ancestor in chain:
         root = Path(ancestor["ring_dir"])
+        evidence = RingEvidence(root)
         for node, record in sorted(sealed_records(root / "ledger.jsonl").items(),
                                    key=lambda item: item[1].get("seq", 0)):  # fmt: skip
             ident = str(record.get("identity") or f"{ancestor['ring_id']}#{node}")
@@ -172,7 +180,7 @@ def _import_chain(ring: dict, layout: RingLayout, chain: list[dict], out: dict) 
                 continue
             copy = target / f"{ancestor['ring_id']}--{node}"
             try:
-                snapshot, seal = _check_seal(root, record)
+                snapshot, seal = _check_seal(root, record, evidence)
                 _copy_verified(snapshot, seal, copy)
             except Rejected as exc:
                 reason = str(exc)

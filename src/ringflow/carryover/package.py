@@ -24,6 +24,7 @@ from ..errors import InputError
 from ..jsonio import atomic_write_json, fsync_dir, fsync_tree, read_json
 from ..ring.clock import load_ring
 from ..ring.layout import RingLayout
+from ..ring.records import RingEvidence
 from ..weights.hashing import listing
 from .ancestry import ancestor_problems, chain_problems
 from .engineer import is_resume, parent_layout
@@ -93,7 +94,7 @@ def _copy_segment(segment: dict, dest: Path) -> None:
         raise InputError(f"package: {root} no longer records the seal of {segment['identity']} "
                          f"(sha256 {segment['seal_sha256'][:12]})")  # fmt: skip
     try:
-        snapshot, seal = _check_seal(root, record)
+        snapshot, seal = _check_seal(root, record, RingEvidence(root))
         _copy_verified(snapshot, seal, dest)
     except Rejected as exc:
         raise InputError(f"package: the snapshot of {segment['identity']} fails: {exc}") from None

@@ -18,7 +18,8 @@ from ..errors import CandidateError, RingflowError
 from ..jsonio import read_json
 from ..ring.clock import load_ring
 from ..ring.layout import RingLayout
-from ..ring.ledger import Ledger
+from ..ring.ledger import Ledger, emit_event
+from ..ring.records import RingEvidence
 from ..weights.hashing import solution_tree_hash
 from ..weights.store import WeightsStore
 from .rescoring import choose_rescores, inherited_obligations, obligations
@@ -45,13 +46,51 @@ def _store_index(ring: dict, parent: dict) -> dict:
             "keys": len(keys), "keys_in_store": len(held)}  # fmt: skip
 
 
+def score_fault(evidence: RingEvidence, parent_id: str, entry: dict) -> str | None:
+    """Why an exported node's scores cannot be trusted: its node.json, or a result.json or
+    score.json its sheet was made from, is not what the parent's ledger hashed (or that
+    ledger does not verify against its store's anchors); None when every one verifies."""
+    node = entry["node"]
+    paths = [f"nodes/{node}/node.json"]
+    for view, variants in sorted(entry["scores"].items()):
+        for variant, record in sorted(variants.items()):
+            if record.get("ring") == parent_id and record.get("node") == node:
+                folder = f"nodes/{node}/exec/{view}/{variant}"
+                paths += [f"{folder}/result.json", f"{folder}/score.json"]
+    for rel in paths:
+        fault = evidence.fault(rel)
+        if fault is not None:
+            return fault
+    return None
+
+
+def _reject_scores(layout: RingLayout, out: dict, entry: dict, reason: str) -> None:
+    ident = entry["identity"]
+    out.setdefault("scores_rejected", []).append(
+        {"identity": ident, "ring_dir": entry["ring_dir"], "node": entry["node"],
+         "reason": reason})  # fmt: skip
+    if not _logged(layout.ledger, "carryover_rejected", ident):
+        Ledger(layout.ledger).append("carryover_rejected", identity=ident, what="scores",
+                                     reason=reason)  # fmt: skip
+    emit_event(layout.root, "carryover_rejected", identity=ident, what="scores", reason=reason)
+
+
 def import_scored(ring: dict, layout: RingLayout, previous: Path, out: dict) -> None:
-    """What this ring takes of its parent's scored work, and what it re-executes."""
+    """What this ring takes of its parent's scored work, and what it re-executes.
+
+    A node whose scores do not verify against the parent's ledger and its store's anchors
+    is not imported at all (`carryover_rejected`, with the reason): an edited score is
+    never ranked here, nor counted as a refuted direction or a reason to rescore."""
     parent = load_ring(previous)
     hidden = {*(ring.get("guard_views") or []), ring["final_view"]}
     direction = ring["task"]["direction"]
+    evidence = RingEvidence(previous)
     entries = []
     for entry in exported(previous):
+        fault = score_fault(evidence, parent["ring_id"], entry)
+        if fault is not None:
+            _reject_scores(layout, out, entry, fault)
+            continue
         entry["scores"] = without_views(entry["scores"], hidden)
         entry["views"] = [v for v in entry["views"] if v not in hidden]
         entry["old_mean"] = s0_mean(entry["scores"], entry["views"]) if entry["views"] else None
@@ -91,10 +130,13 @@ def import_scored(ring: dict, layout: RingLayout, previous: Path, out: dict) -> 
         )
 
 
-def _logged(ledger_path: Path, kind: str) -> bool:
+def _logged(ledger_path: Path, kind: str, identity: str | None = None) -> bool:
     for line in ledger_path.read_bytes().splitlines() if ledger_path.exists() else []:
         try:
-            if json.loads(line).get("kind") == kind:
+            record = json.loads(line)
+            if record.get("kind") == kind and (
+                identity is None or record.get("identity") == identity
+            ):
                 return True
         except (ValueError, AttributeError):
             continue

@@ -47,6 +47,7 @@ from ..errors import RingflowError
 from ..jsonio import atomic_write_json, canonical_json, fsync_dir, fsync_tree, read_json
 from ..ring.layout import RingLayout
 from ..ring.ledger import Ledger, emit_event
+from ..ring.records import write_record
 from .snapshot import copy_hashing, file_sha256, walk_entries, why_skipped
 
 SEAL_FILE = "SEAL.json"
@@ -258,7 +259,7 @@ def _settle(layout: RingLayout, request: SealRequest, record: dict) -> dict | No
     if node.get("status") == statuses.CARRIED_OVER and node.get("carryover") == block:
         return node
     node.update(status=statuses.CARRIED_OVER, carryover=block)
-    atomic_write_json(path, node)
+    write_record(layout.root, path, node)
     return node
 
 

@@ -20,6 +20,7 @@ from ..nodes import node_slug
 from ..ring.clock import current_cutoff, load_ring
 from ..ring.layout import RingLayout
 from ..ring.ledger import Ledger
+from ..ring.records import write_record
 from ..ring.stop import refuse_if_stopped
 from ..selection.promote import node_mean
 from .index import next_number, set_entry, update_index
@@ -121,7 +122,7 @@ def plan_generation(ring_dir: str | Path, generation: int) -> dict:
         number += 1
         stubs.append(_stub(ring, node_id, name, kind, parent, generation, now))
     for stub in stubs:
-        atomic_write_json(layout.node_json(stub["id"]), stub)
+        write_record(layout.root, layout.node_json(stub["id"]), stub)
 
     def add(index: dict) -> None:
         for stub in stubs:

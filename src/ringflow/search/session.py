@@ -38,6 +38,7 @@ from ..ring.boxes import close_box, open_box
 from ..ring.clock import load_node, load_ring
 from ..ring.layout import RingLayout
 from ..ring.ledger import Ledger, emit_event
+from ..ring.records import write_record
 from ..ring.stop import refuse_if_stopped, stop_ring
 from ..sandbox.box import confined_plan, sandbox_head, sandbox_tail
 from ..sandbox.commands import INSIDE
@@ -410,7 +411,7 @@ def _settle(ring, layout, node: dict, workspace: Path, record: dict) -> dict:
         node.update(status=REJECTED, error=f"the engineer session left no runnable program: "
                     f"{problem}")  # fmt: skip
     node["timestamps"]["settled_at"] = time.time()
-    atomic_write_json(layout.node_json(node["id"]), node)
+    write_record(layout.root, layout.node_json(node["id"]), node)
 
     def settle(index: dict) -> None:
         set_entry(index, {"id": node["id"], "name": node["name"], "role": node["role"],

@@ -18,6 +18,7 @@ from ..jsonio import atomic_write_json, fsync_dir, fsync_tree, read_json, sha256
 from ..ring.clock import final_top_k, load_node, load_ring, stage_deadline
 from ..ring.layout import RingLayout
 from ..ring.ledger import Ledger, emit_event
+from ..ring.records import hash_record, write_record
 from ..scoring import read_score, usable
 from ..weights.hashing import listing, listing_hash
 from ..weights.store import WeightsStore
@@ -77,6 +78,7 @@ def write_final(layout: RingLayout, node: str, record: dict) -> None:
         layout.final_dir.rename(old)
     staging.rename(layout.final_dir)
     fsync_dir(layout.root)
+    hash_record(layout.root, layout.final_dir / "FINAL.json")
     if old.exists():
         shutil.rmtree(old)
 
@@ -481,7 +483,7 @@ def decide(ring_dir) -> dict:
     seated = read_json(layout.seated)
     if seated["refused"]:
         record = {"decision": "refused", "reason": seated["reason"], "final_written": False}
-        atomic_write_json(layout.decision, record)
+        write_record(layout.root, layout.decision, record)
         return record
     verdicts = verdicts_in_order(ring, layout) if ring["config"]["guard"]["enabled"] else []
     ranking = read_json(layout.ranking)
@@ -493,7 +495,7 @@ def decide(ring_dir) -> dict:
             "reason": "no baseline and no finalist",
             "final_written": False,
         }
-        atomic_write_json(layout.decision, record)
+        write_record(layout.root, layout.decision, record)
         return record
     rows, baseline = finalists_story(ring, layout, ranking, verdicts, base)
     guarded = [v for v in verdicts if v.get("guard")]
@@ -554,7 +556,7 @@ def decide(ring_dir) -> dict:
         "decided_at": time.time(),
     }  # fmt: skip
     write_final(layout, chosen, record)
-    atomic_write_json(layout.decision, record)
+    write_record(layout.root, layout.decision, record)
     Ledger(layout.ledger).append(
         "final_decided", decision=record["decision"], chosen=chosen, baseline=base
     )
@@ -599,7 +601,7 @@ def complete_story(ring_dir) -> dict | None:
         ring, record["chosen"], record["finalists"], record.get("baseline_scores")
     )
     if (layout.final_dir / "FINAL.json").exists():
-        atomic_write_json(layout.final_dir / "FINAL.json", record)
+        write_record(layout.root, layout.final_dir / "FINAL.json", record)
     return record
 
 

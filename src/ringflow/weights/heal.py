@@ -5,10 +5,16 @@ leftovers of killed registrations, and compare the index with the ledgers of the
 that wrote it (a registration in a ledger without its index entry, an entry without its
 ledger record, or the two listing different files).
 
-repair: move every damaged entry and its damaged objects to `quarantine/<stamp>/` (kept,
-never deleted), record that in the ring's ledger, and remove the leftovers whose
-registration is gone (its flock is free), so the key is missing again and the next ring
-trains it exactly once.
+The index is also checked against the registrations the store's anchors recorded (key →
+objects, docs/integrity.md): an entry that lists other objects than its registration (even
+valid ones), or a registered key without an entry, is damage.
+
+repair: an entry whose anchored objects are all present and intact is restored from the
+anchors (the wrong entry, if any, kept in quarantine). Every other damaged entry and its
+damaged objects are moved to `quarantine/<stamp>/` (kept, never deleted), the key's
+registration is closed in the anchors, and the ring that registered it is named: the key is
+missing again and the next ring that runs it trains it exactly once. Both are recorded in
+the ring's ledger; leftovers whose registration is gone (its flock is free) are removed.
 """
 
 from __future__ import annotations
@@ -23,9 +29,10 @@ from typing import Any
 
 from ..errors import DeadlineReached
 from ..jsonio import atomic_write_json, fsync_dir
-from .hashing import hash_files
+from .anchors import same_files
+from .hashing import hash_files, sha256_file
 from .keys import SHA256_PATTERN
-from .store import WeightsStore, _index_fault, remove_if_owner_gone
+from .store import OBJECT_MODE, WeightsStore, _index_fault, remove_if_owner_gone
 
 # How long repair waits for a key that an execution is training or replaying.
 KEY_LOCK_WAIT_S = 30.0
@@ -40,6 +47,8 @@ class Damage:
     tree: str
     reason: str
     objects: list[str] = field(default_factory=list)
+    # The registration the store's anchors recorded for the key, when there is one.
+    anchored: dict | None = None
 
 
 @dataclass
@@ -90,10 +99,47 @@ def _ledger_registrations(ledgers: dict[str, Path]) -> dict[str, list[tuple[str,
 
 
 def check_store_index(store: WeightsStore, ledgers: dict[str, Path]) -> list[str]:
-    """Where the index and the ledgers disagree (without rehashing any object)."""
+    """Where the index, the store's anchors and the ledgers disagree (without rehashing
+    any object)."""
     report = StoreReport()
-    _compare_with_ledgers(report, _read_entries(store, report), ledgers)
-    return report.ledger_problems
+    entries = _read_entries(store, report)
+    _compare_with_anchors(store, report, entries)
+    _compare_with_ledgers(report, entries, ledgers)
+    # Malformed entries are the store's own verify's to report; these are the anchors'.
+    anchored = [d for d in report.damaged if d.anchored is not None]
+    return [f"damaged: key {d.key} ({d.index}): {d.reason}" for d in anchored] + \
+        report.ledger_problems  # fmt: skip
+
+
+def _compare_with_anchors(store: WeightsStore, report: StoreReport, entries) -> None:
+    """Each registration the anchors recorded has its entry, listing the same objects."""
+    anchored, problems = store.anchors.registrations()
+    report.ledger_problems += [f"store anchors: {p}" for p in problems]
+    indexed = {entry["key"]: (path, entry) for path, entry in entries}
+    damaged = {d.key for d in report.damaged}
+    for path, entry in entries:
+        registration = anchored.get(entry["key"])
+        if entry["key"] in damaged:
+            continue
+        if registration is None:
+            report.notes.append(f"key {entry['key']} has no registration in the store's "
+                                "anchors (registered by an older ringflow)")  # fmt: skip
+        elif not same_files(entry["files"], registration["files"]):
+            listed = ", ".join(sorted(f["sha256"][:12] for f in registration["files"]))
+            report.damaged.append(Damage(path, entry["key"], entry["tree"],
+                                         "lists other objects than its registration anchored "
+                                         f"({listed})", [], registration))  # fmt: skip
+    for key, registration in sorted(anchored.items()):
+        if key in indexed or any(d.key == key for d in report.damaged):
+            continue
+        tree = registration.get("tree")
+        if not isinstance(tree, str) or not SHA256_PATTERN.fullmatch(tree):
+            continue
+        who = registration.get("who") or {}
+        report.damaged.append(Damage(store.per_view / tree / f"{key}.json", key, tree,
+                                     "index entry missing, though the store's anchors record "
+                                     f"its registration (ring {who.get('ring')}, node "
+                                     f"{who.get('node')})", [], registration))  # fmt: skip
 
 
 def _read_entries(store: WeightsStore, report: StoreReport) -> list[tuple[Path, dict]]:
@@ -155,6 +201,10 @@ def check_store(store: WeightsStore, ledgers: dict[str, Path] | None = None) -> 
         if faults:
             report.damaged.append(Damage(index_path, entry["key"], entry["tree"],
                                          "; ".join(faults), objects))  # fmt: skip
+    for damage in report.damaged:
+        if damage.anchored is None:
+            damage.anchored = store.anchors.registration(damage.key)
+    _compare_with_anchors(store, report, entries)
     if ledgers is not None:
         _compare_with_ledgers(report, entries, ledgers)
     return report
@@ -210,7 +260,8 @@ def repair_store(
     quarantined key is recorded in `ledger` (a ring's Ledger) as weights_quarantined.
     """
     now = time.time() if now is None else now
-    done: dict[str, Any] = {"quarantined": [], "removed": [], "in_use": [], "busy": []}
+    done: dict[str, Any] = {"quarantined": [], "restored": [], "retrain": [], "removed": [],
+                            "in_use": [], "busy": []}  # fmt: skip
     if report.damaged:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"-{os.getpid()}"
         folder = store.root / "quarantine" / stamp
@@ -218,11 +269,16 @@ def repair_store(
         moved: set[str] = set()
         for damage in report.damaged:
             target = folder / "per_view" / damage.tree / damage.index.name
+            restorable = _restorable(store, damage)
             try:
                 with _key_lock(store, damage.key, lock_wait_s):
                     target.parent.mkdir(parents=True, exist_ok=True)
                     if damage.index.exists():
                         os.replace(damage.index, target)
+                    if restorable is not None:
+                        _write_restored(store, damage, restorable)
+                    elif damage.anchored is not None:
+                        store.anchors.anchor_quarantine(damage.key, damage.reason)
             except DeadlineReached:
                 done["busy"].append(damage.key)
                 continue
@@ -230,7 +286,15 @@ def repair_store(
             record = {"key": damage.key, "tree": damage.tree, "reason": damage.reason,
                       "objects": damage.objects,
                       "quarantine": str(target.relative_to(store.root))}  # fmt: skip
+            if restorable is not None:
+                done["restored"].append(record)
+                if ledger is not None:
+                    ledger.append("weights_restored", **record)
+                continue
             done["quarantined"].append(record)
+            who = (damage.anchored or {}).get("who") or {}
+            if who:
+                done["retrain"].append({"key": damage.key, **who})
             if ledger is not None:
                 ledger.append("weights_quarantined", **record)
         # An object goes only once every entry that uses it went (its bytes are kept).
@@ -248,6 +312,33 @@ def repair_store(
         elif removed is False:
             done["in_use"].append(str(path))
     return done
+
+
+def _restorable(store: WeightsStore, damage: Damage) -> dict | None:
+    """The entry the anchors say the key has, when every object it lists is intact."""
+    registration = damage.anchored
+    if registration is None or registration.get("tree") != damage.tree:
+        return None
+    files = []
+    for item in registration.get("files") or []:
+        obj = store.objects / str(item.get("sha256"))
+        if obj.is_symlink() or not obj.is_file() or sha256_file(obj) != item["sha256"]:
+            return None
+        st = os.stat(obj)
+        if st.st_size != item.get("size"):
+            return None
+        files.append({**item, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino})
+    if not files:
+        return None
+    return {"key": damage.key, "tree": damage.tree, "files": files,
+            "who": registration.get("who"), "registered_at": registration.get("ts"),
+            "restored_at": time.time()}  # fmt: skip
+
+
+def _write_restored(store: WeightsStore, damage: Damage, entry: dict) -> None:
+    path = store.per_view / damage.tree / f"{damage.key}.json"
+    path.unlink(missing_ok=True)
+    atomic_write_json(path, entry, mode=OBJECT_MODE)
 
 
 def _key_lock(store: WeightsStore, key: str, wait_s: float):

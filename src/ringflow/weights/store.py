@@ -6,11 +6,20 @@ Layout under the store root (mode 0700, shared by the rings of a chain):
     per_view/<tree>/<key>.json    index of one trained state: its files and who wrote it
     locks/<key>.lock              exclusive lock held while a key is trained or looked up
 
+    checked/<sha256>.json         the stat (with ctime) at which an object last hashed right
+    anchors/                      what the store vouches for (anchors.py)
+
 Objects reach an execution as read-only hardlinks (a copy across
 filesystems), never as symlinks. Each index entry records the size, mtime_ns
-and inode its objects had at registration; a replay rehashes an object only
-when one of them differs, so an altered object is caught without rehashing
-gigabytes on every replay. Callers hold the key lock and write the ledger.
+and inode its objects had at registration, and `checked/` the ctime of each
+object when it last hashed to its name; a replay rehashes an object when any of
+them differs. An editor can restore size, mtime and inode, never the ctime
+(restoring mtime sets it), so an altered object is caught without rehashing
+gigabytes on every replay (docs/integrity.md#replays). Ringflow's own hard links
+change the ctime too: each re-records it under the object's lock, when the object
+was intact just before. Every registration is anchored (key → objects) before
+its index entry is written, and a replay's entry must list what was anchored.
+Callers hold the key lock and write the ledger.
 
 A registration writes through temporary files (`objects/.incoming-*`, `per_view/<tree>/
 .*.tmp`) that it holds an flock on while it lives; one a killed registration left is
@@ -43,12 +52,15 @@ from ..errors import (
     StoreError,
 )
 from ..jsonio import fsync_dir
+from .anchors import StoreAnchors, same_files
 from .hashing import CHUNK_BYTES, hash_files, is_cache, sha256_file
 from .keys import SHA256_PATTERN
 
 OBJECT_MODE = 0o444
 PRIVATE_MODE = 0o644
 VERIFY_MODES = ("stat", "full")
+# Room for a checked-stat record of four integers of up to 20 digits each.
+CHECKED_WIDTH = 160
 WHO_FIELDS = ("ring", "node", "execution")
 
 # A hardlink is refused across filesystems (EXDEV), past the link-count limit
@@ -225,13 +237,16 @@ class WeightsStore:
         self.objects = self.root / "objects"
         self.per_view = self.root / "per_view"
         self.locks = self.root / "locks"
+        self.checked = self.root / "checked"
+        self.anchors = StoreAnchors(self.root)
+        self._names: dict[tuple[int, int], str] | None = None
         if not self.root.exists():
             self.root.parent.mkdir(parents=True, exist_ok=True)
             with suppress(FileExistsError):
                 self.root.mkdir(mode=0o700)
             # mkdir's mode is filtered by the umask; the store must not be readable by others.
             os.chmod(self.root, 0o700)
-        for folder in (self.objects, self.per_view, self.locks):
+        for folder in (self.objects, self.per_view, self.locks, self.checked):
             folder.mkdir(exist_ok=True)
 
     # ----------------------------------------------------------------- lookup
@@ -258,6 +273,27 @@ class WeightsStore:
             return self._read_index(path)
         except FileNotFoundError:
             return None
+
+    def replay_entry(self, tree: str, key: str) -> dict[str, Any] | None:
+        """The index entry of a key, checked against the registration the store's anchors
+        recorded: ReplayCheckFailed when the entry is missing or lists other objects (never
+        a silent retrain); None when the key was never registered."""
+        entry = self.entry(tree, key)
+        anchored = self.anchors.registration(key)
+        if anchored is None or anchored.get("tree") != tree:
+            return entry
+        who = anchored.get("who") or {}
+        by = f"ring {who.get('ring')}, node {who.get('node')}"
+        where = f"per_view/{tree[:12]}…/{key}.json"
+        if entry is None:
+            raise ReplayCheckFailed("index entry", f"{where} is missing, but the store's "
+                                    f"anchors record its registration ({by}): `ringflow store "
+                                    "repair` restores it")  # fmt: skip
+        if not same_files(entry["files"], anchored["files"]):
+            raise ReplayCheckFailed("index entry", f"{where} lists other objects than its "
+                                    f"registration anchored ({by}): `ringflow store repair` "
+                                    "restores it")  # fmt: skip
+        return entry
 
     def find(self, key: str) -> dict[str, Any] | None:
         """The index entry of a key under any tree, or None."""
@@ -302,6 +338,61 @@ class WeightsStore:
             yield
         finally:
             lock.release()
+
+    @contextmanager
+    def _object_lock(self, sha: str) -> Iterator[None]:
+        """Hold an object's lock while its links or checked stat change. An flock of our
+        own: opening a lock file without truncating it costs a fraction of a replay."""
+        fd = os.open(self.locks / f"object-{sha}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the flock
+
+    # ------------------------------------------------------------ checked stat
+
+    @staticmethod
+    def _stat_of(st: os.stat_result) -> dict[str, int]:
+        return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino,
+                "ctime_ns": st.st_ctime_ns}  # fmt: skip
+
+    def _checked_matches(self, sha: str, st: os.stat_result) -> bool:
+        """The object's stat is the one at which it last hashed right."""
+        try:
+            record = json.loads((self.checked / f"{sha}.json").read_bytes())
+        except (FileNotFoundError, ValueError):
+            return False
+        return isinstance(record, dict) and all(
+            record.get(k) == v for k, v in self._stat_of(st).items()
+        )
+
+    def _record_checked(self, sha: str, st: os.stat_result) -> None:
+        """Record the stat of an object known intact, under its lock (so in place, not by a
+        rename, which costs more than the rest of a replay). No fsync: a record lost or torn
+        in a crash does not parse or match, and only costs one more hash."""
+        # Padded to one width and written over the old record: no truncation either.
+        data = json.dumps(self._stat_of(st)).encode().ljust(CHECKED_WIDTH)
+        fd = os.open(self.checked / f"{sha}.json", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            os.pwrite(fd, data, 0)
+        finally:
+            os.close(fd)
+
+    def _relinked(self, sha: str, change: Callable[[], Any]) -> Any:
+        """Run `change` (it adds or removes a hard link of the object, which moves its
+        ctime), keeping the checked stat current when the object was intact before."""
+        obj = self.objects / sha
+        with self._object_lock(sha):
+            try:
+                trusted = self._checked_matches(sha, os.lstat(obj))
+            except FileNotFoundError:
+                trusted = False
+            done = change()
+            if trusted:
+                with suppress(FileNotFoundError):
+                    self._record_checked(sha, os.lstat(obj))
+        return done
 
     # ------------------------------------------------------------ acceptance
 
@@ -437,6 +528,9 @@ class WeightsStore:
             "who": {field: who[field] for field in WHO_FIELDS},
             "registered_at": time.time(),
         }
+        # Anchored first: a kill before the entry is written leaves a registration that
+        # `store repair` restores, never a key that trains again unnoticed.
+        self.anchors.anchor_registration(tree, key, files, entry["who"])
         if not self._write_index_once(index_path, entry):
             return self._read_index(index_path), False
         return entry, True
@@ -448,14 +542,18 @@ class WeightsStore:
             sha = _copy_hashing(source, fd)
             os.fchmod(fd, OBJECT_MODE)
             final = self.objects / sha
-            try:
-                os.link(tmp, final)
-            except FileExistsError:
-                if not self._object_intact(final, sha):
-                    # A damaged object must not be trusted by a new entry's stat record.
-                    os.replace(tmp, final)
-            fsync_dir(self.objects)
-            return sha, os.stat(final)
+            with self._object_lock(sha):
+                try:
+                    os.link(tmp, final)
+                except FileExistsError:
+                    if not self._object_intact(final, sha):
+                        # A damaged object must not be trusted by a new entry's stat record.
+                        os.replace(tmp, final)
+                tmp.unlink(missing_ok=True)
+                fsync_dir(self.objects)
+                st = os.stat(final)
+                self._record_checked(sha, st)
+            return sha, st
         finally:
             tmp.unlink(missing_ok=True)
             os.close(fd)  # the flock goes last: the file is gone by then
@@ -529,12 +627,17 @@ class WeightsStore:
                 f"was altered in the store: object {sha} is {st.st_size} bytes, "
                 f"registered as {item['size']}",
             )
-        if full or (st.st_mtime_ns, st.st_ino) != (item["mtime_ns"], item["inode"]):
-            actual = sha256_file(obj)
-            if actual != sha:
-                raise ReplayCheckFailed(
-                    rel, f"does not match its registered sha256 {sha} (it now hashes to {actual})"
-                )
+        with self._object_lock(sha):
+            st = os.lstat(obj)
+            registered = (st.st_mtime_ns, st.st_ino) == (item["mtime_ns"], item["inode"])
+            if full or not registered or not self._checked_matches(sha, st):
+                actual = sha256_file(obj)
+                if actual != sha:
+                    raise ReplayCheckFailed(
+                        rel,
+                        f"does not match its registered sha256 {sha} (it now hashes to {actual})",
+                    )
+                self._record_checked(sha, st)
         return st
 
     def _place(self, item: dict[str, Any], checked: os.stat_result, dest: Path) -> str:
@@ -547,10 +650,8 @@ class WeightsStore:
         tmp = _temp_beside(dest, "replay")
         try:
             try:
-                os.link(obj, tmp)
-                how = "hardlink"
-                if os.lstat(tmp).st_ino != checked.st_ino:
-                    raise ReplayCheckFailed(rel, f"was replaced in the store during replay ({sha})")
+                self._link_checked(item, checked, tmp, dest)
+                return "hardlink"
             except OSError as exc:
                 if exc.errno not in LINK_FALLBACK_ERRNOS:
                     raise
@@ -563,11 +664,32 @@ class WeightsStore:
                     raise ReplayCheckFailed(
                         rel, f"does not match its registered sha256 {sha} (copy hashed {copied})"
                     ) from None
-                how = "copy"
             os.replace(tmp, dest)
         finally:
             tmp.unlink(missing_ok=True)
-        return how
+        return "copy"
+
+    def _link_checked(
+        self, item: dict[str, Any], checked: os.stat_result, tmp: Path, dest: Path
+    ) -> None:
+        """Hard link a checked object to dest (through tmp) under its lock, and record its
+        new ctime (the link and the rename both move it): the object is the one checked,
+        rehashed when another link moved its stat meanwhile."""
+        rel, sha = item["path"], item["sha256"]
+        obj = self.objects / sha
+        with self._object_lock(sha):
+            now = os.lstat(obj)
+            if now.st_ino != checked.st_ino:
+                raise ReplayCheckFailed(rel, f"was replaced in the store during replay ({sha})")
+            moved = self._stat_of(now) != self._stat_of(checked)
+            if moved and not self._checked_matches(sha, now):
+                actual = sha256_file(obj)
+                if actual != sha:
+                    raise ReplayCheckFailed(rel, f"was altered in the store during replay "
+                                            f"(now hashes to {actual})")  # fmt: skip
+            os.link(obj, tmp)
+            os.replace(tmp, dest)
+            self._record_checked(sha, os.lstat(obj))
 
     # --------------------------------------------------------------- training
 
@@ -582,6 +704,7 @@ class WeightsStore:
         dest = Path(dest_root)
         copied: list[str] = []
         object_inodes: set[tuple[int, int]] | None = None
+        self._names = None
         objects_real = os.path.realpath(self.objects)
         for raw in paths:
             try:
@@ -608,7 +731,11 @@ class WeightsStore:
                     try:
                         shutil.copyfile(source, tmp)
                         os.chmod(tmp, PRIVATE_MODE)
-                        os.replace(tmp, path)
+                        sha = self._object_name(os.lstat(source))
+                        if sha is None:
+                            os.replace(tmp, path)
+                        else:
+                            self._relinked(sha, lambda tmp=tmp, path=path: os.replace(tmp, path))
                     finally:
                         tmp.unlink(missing_ok=True)
                     copied.append(path.relative_to(dest).as_posix())
@@ -623,20 +750,25 @@ class WeightsStore:
         root = Path(root)
         if not root.is_dir():
             return []
-        object_inodes: set[tuple[int, int]] | None = None
         removed = []
+        self._names = None
         for dirpath, _dirnames, filenames in os.walk(root):
             for name in filenames:
                 path = Path(dirpath) / name
                 st = os.lstat(path)
                 if not stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
                     continue
-                if object_inodes is None:
-                    object_inodes = self._object_inodes()
-                if (st.st_dev, st.st_ino) in object_inodes:
-                    path.unlink()
+                sha = self._object_name(st)
+                if sha is not None:
+                    self._relinked(sha, path.unlink)
                     removed.append(path.relative_to(root).as_posix())
         return removed
+
+    def _object_name(self, st: os.stat_result) -> str | None:
+        """The object a file is a hard link of, or None."""
+        if self._names is None:
+            self._names = self._object_names()  # once per walk (reset by its caller)
+        return self._names.get((st.st_dev, st.st_ino))
 
     @staticmethod
     def _files_under(path: Path) -> list[Path]:
@@ -650,9 +782,13 @@ class WeightsStore:
         return found
 
     def _object_inodes(self) -> set[tuple[int, int]]:
+        return set(self._object_names())
+
+    def _object_names(self) -> dict[tuple[int, int], str]:
         device = os.stat(self.objects).st_dev
         with os.scandir(self.objects) as entries:
-            return {(device, entry.inode()) for entry in entries if not entry.name.startswith(".")}
+            return {(device, entry.inode()): entry.name for entry in entries
+                    if not entry.name.startswith(".")}  # fmt: skip
 
     # ----------------------------------------------------------------- verify
 
