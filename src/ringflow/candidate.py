@@ -209,3 +209,18 @@ def copy_submission(solution: Solution, dest: Path) -> None:
             target.parent.mkdir(parents=True, exist_ok=True)
             # In-tree file links become plain copies: a submission is a plain tree.
             shutil.copy2(Path(dirpath) / name, target, follow_symlinks=True)
+
+
+def runnable_problem(workspace: Path, max_bytes: int):
+    """(solution, None) when the workspace holds a runnable program, else (None, reason)."""
+    try:
+        solution = load_solution(workspace, max_bytes)
+    except CandidateError as exc:
+        return None, str(exc)
+    entry = workspace / "run.py"
+    if list(solution.command[:2]) == ["python", "run.py"] and entry.is_file():
+        try:
+            compile(entry.read_bytes(), str(entry), "exec", dont_inherit=True)
+        except (SyntaxError, ValueError) as exc:
+            return None, f"run.py does not compile: {exc}"
+    return solution, None

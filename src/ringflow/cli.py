@@ -245,7 +245,7 @@ def cmd_report(args) -> int:
 
 def cmd_digest(args) -> int:
     from .jsonio import read_json
-    from .reporting.digest import ring_digest
+    from .reporting.health_digest import ring_digest
     from .reporting.notify import notify
 
     if not args.send:

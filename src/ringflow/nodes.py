@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import time
 from pathlib import Path
@@ -21,7 +20,7 @@ from .carryover.scored import (
 from .errors import CandidateError
 from .jsonio import atomic_write_json, read_json
 from .ring.edits import record_sources
-from .ring.layout import RingLayout, variant_seed
+from .ring.layout import RingLayout, node_slug, variant_seed
 from .ring.ledger import Ledger, emit_event
 from .ring.records import write_record
 from .weights import keys
@@ -31,11 +30,6 @@ from .workcopy import make_readonly_tree
 
 READY = "ready"
 REJECTED = "rejected"
-
-
-def node_slug(name: str) -> str:
-    slug = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-._") or "node"
-    return slug[:40]
 
 
 def planned_variants(ring: dict) -> dict[str, list[str]]:

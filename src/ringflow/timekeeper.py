@@ -30,7 +30,7 @@ from .ring.clock import FINAL_STAGES, stage_of, view_limits
 from .ring.layout import RingLayout
 from .ring.ledger import Ledger, emit_event
 from .selection.order import ends_selection, usable_baseline
-from .selection.promote import candidate_ids, node_mean, rank_key
+from .selection.scores import candidate_ids, node_mean, rank_key
 
 TICK_S = 60.0
 WATCH_S = 1.0

@@ -4,9 +4,7 @@ deciding record against its ledger hash, every registered object, and the ring's
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 from .carryover.ancestry import chain_problems
 from .carryover.seal import seal_check
@@ -14,33 +12,12 @@ from .errors import InputError
 from .ring.clock import load_ring
 from .ring.edits import find_edits
 from .ring.layout import RingLayout
-from .ring.ledger import Ledger
+from .ring.ledger import Ledger, ledger_anchors
 from .ring.lock import lock_anchor_problems
 from .ring.records import record_problems
 from .selection.seeds import chain_rings
 from .weights.heal import check_store_index, rings_of_store
 from .weights.store import WeightsStore
-
-
-def ledger_anchors(layout: RingLayout) -> list[tuple[str, Any]]:
-    """(where, {"seq", "hash"}) of every ledger head recorded outside the ledger:
-    `ledger.head`, each result.json, and stop_manifest.json when it exists."""
-    anchors: list[tuple[str, Any]] = []
-    head = layout.root / "ledger.head"
-    sources = [head] if head.exists() else []
-    sources += sorted(layout.root.glob("nodes/*/exec/*/*/result.json"))
-    manifest = layout.root / "stop_manifest.json"
-    if manifest.exists():
-        sources.append(manifest)
-    for path in sources:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        anchor = data if path == head else data.get("ledger_head")
-        if anchor is not None:
-            anchors.append((str(path.relative_to(layout.root)), anchor))
-    return anchors
 
 
 def verify_ring(ring_dir) -> list[str]:

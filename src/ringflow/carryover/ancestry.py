@@ -51,7 +51,7 @@ def taint(ring_dir: str | Path, why: str) -> dict:
 
 def ancestor_problems(ring_dir: Path) -> list[str]:
     """Why one ring of a chain cannot be continued from (empty when it can)."""
-    from ..verify import ledger_anchors
+    from ..ring.ledger import ledger_anchors
 
     root = Path(ring_dir)
     if not root.is_dir():

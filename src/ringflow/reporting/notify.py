@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..jsonio import append_jsonl, atomic_write_json, atomic_write_text, read_json
 from ..ring.layout import RingLayout
-from .digest import ring_digest
+from .health_digest import ring_digest
 
 TIMEOUT_S = 15.0
 LOG = "notify.jsonl"

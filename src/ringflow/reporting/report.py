@@ -26,7 +26,7 @@ from ..ring.layout import SEARCH_VARIANTS, RingLayout
 from ..scoring import usable
 from ..search.best_so_far import ring_progress
 from ..selection.gap import selection_gap as gap_of
-from ..selection.promote import node_mean
+from ..selection.scores import node_mean
 from .charts import Chart
 from .digest import failure_digest
 from .headline import guard_spread, guarded_candidate, headline

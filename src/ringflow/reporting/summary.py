@@ -13,7 +13,7 @@ from ..jsonio import atomic_write_json, read_json
 from ..ring.clock import load_ring
 from ..ring.layout import RingLayout
 from ..search.best_so_far import ring_progress
-from ..selection.promote import node_mean
+from ..selection.scores import node_mean
 from .digest import digest_lines, failure_digest
 
 

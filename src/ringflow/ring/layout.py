@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +12,12 @@ VARIANT_PATTERN = r"s0|s0-ablate|s1|s2|g\d+|fresh-s0|blind-s0|blind2-s0"
 # wildcard constraints accept only `{m}` and `{m,n}` quantifiers.
 NODE_PATTERN = r"n\d{3}\d*-[a-z0-9][a-z0-9._-]*"
 VIEW_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+
+
+def node_slug(name: str) -> str:
+    """The part of a node id after its number: the candidate's name, made safe for a path."""
+    slug = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-._") or "node"
+    return slug[:40]
 
 
 @dataclass(frozen=True)
@@ -148,6 +155,11 @@ class RingLayout:
 
     def seal(self, node: str) -> Path:
         return self.node_dir(node) / "carryover" / "SEAL.json"
+
+    @property
+    def stopped(self) -> Path:
+        """Why the machinery stopped the ring (ring/stop.py)."""
+        return self.root / "STOPPED.json"
 
     @property
     def stop_manifest(self) -> Path:

@@ -37,6 +37,7 @@ from ..jsonio import (
     sha256_json,
 )
 from ..weights.anchors import StoreAnchors
+from .layout import RingLayout
 
 GENESIS = "0" * 64
 RESERVED_FIELDS = frozenset({"seq", "ts", "kind", "prev", "hash", "sig"})
@@ -399,3 +400,24 @@ def emit_event(ring_dir: str | os.PathLike, kind: str, **fields: Any) -> dict[st
     event = {"ts": time.time(), "kind": kind, **fields}
     append_jsonl(Path(ring_dir) / "events.jsonl", event, fsync=False)
     return event
+
+
+def ledger_anchors(layout: RingLayout) -> list[tuple[str, Any]]:
+    """(where, {"seq", "hash"}) of every ledger head recorded outside the ledger:
+    `ledger.head`, each result.json, and stop_manifest.json when it exists."""
+    anchors: list[tuple[str, Any]] = []
+    head = layout.root / "ledger.head"
+    sources = [head] if head.exists() else []
+    sources += sorted(layout.root.glob("nodes/*/exec/*/*/result.json"))
+    manifest = layout.root / "stop_manifest.json"
+    if manifest.exists():
+        sources.append(manifest)
+    for path in sources:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        anchor = data if path == head else data.get("ledger_head")
+        if anchor is not None:
+            anchors.append((str(path.relative_to(layout.root)), anchor))
+    return anchors

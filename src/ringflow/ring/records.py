@@ -95,8 +95,8 @@ class RingEvidence:
     @property
     def ledger_problems(self) -> list[str]:
         if self._problems is None:
-            from ..verify import ledger_anchors
             from .layout import RingLayout
+            from .ledger import ledger_anchors
 
             self._problems = self.ledger.verify(ledger_anchors(RingLayout(self.root)))
         return self._problems

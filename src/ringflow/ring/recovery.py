@@ -27,12 +27,16 @@ import sys
 from pathlib import Path
 
 from ..jsonio import read_json
-from .stop import stop_file
+from .layout import RingLayout
 
 TASK, DATA, ENVIRONMENT, MACHINE = "task", "data", "environment", "machine"
 CAUSES = (TASK, DATA, ENVIRONMENT, MACHINE)
 COMMAND_VAR = "RINGFLOW_COMMAND"
 CONFIG_FLAGS = ("--config", "-C")
+
+
+def _stopped(ring_dir) -> Path:
+    return RingLayout(Path(ring_dir)).stopped
 
 
 def user_argv(argv: list[str] | None = None) -> list[str]:
@@ -92,7 +96,7 @@ def next_ring_id(ring_id: str, runs_dir: Path) -> str:
 
 def stop_cause(ring_root: str | os.PathLike) -> str | None:
     """The recorded cause of a stop (older stop files without one: from their reason)."""
-    path = stop_file(ring_root)
+    path = _stopped(ring_root)
     if not path.exists():
         return None
     record = read_json(path)
@@ -158,14 +162,14 @@ def advice(
             "first), run:",
             f"    {same}",
         ]
-    reason = read_json(stop_file(root)).get("reason", "unknown")
+    reason = read_json(_stopped(root)).get("reason", "unknown")
     head = f"ringflow: the ring {root} stopped: {reason}"
     if cause == MACHINE:
         return [
             head,
             "  This is the machine's failure, not a candidate's. Fix it; to continue this "
             "ring, run:",
-            f"    rm {shlex.quote(_for_shell(stop_file(root), argv))} && {same}",
+            f"    rm {shlex.quote(_for_shell(_stopped(root), argv))} && {same}",
         ]
     why = {
         TASK: "The task's own program failed, not a candidate. Fix it; the fixed task "
@@ -174,7 +178,7 @@ def advice(
         DATA: "The data changed under the locked ring. The changed data runs in a new ring "
         "that continues this one; run:",
         ENVIRONMENT: "The candidates' environment changed since the lock (or restore the old "
-        f"environment, remove {_for_shell(stop_file(root), argv)} and run the same "
+        f"environment, remove {_for_shell(_stopped(root), argv)} and run the same "
         "command). To continue in a new ring with the new environment, run:",
     }[cause]
     return [head, f"  {why}", f"    {continuation_command(root, ring_name, argv)}"]
@@ -185,7 +189,7 @@ def refusal_hint(ring_dir: str | os.PathLike) -> str:
     cause = stop_cause(ring_dir)
     if cause == MACHINE:
         return (
-            f"fix the cause, then remove {stop_file(ring_dir)} and run the same command to "
+            f"fix the cause, then remove {_stopped(ring_dir)} and run the same command to "
             "continue this ring"
         )
     return (

@@ -22,6 +22,7 @@ from pathlib import Path
 from ..diskspace import is_full_error
 from ..errors import MachineryError
 from ..jsonio import atomic_write_json, read_json
+from .layout import RingLayout
 from .ledger import emit_event
 
 STOP_FILE = "STOPPED.json"
@@ -30,7 +31,7 @@ RESERVE_BYTES = 64 << 10
 
 
 def stop_file(ring_dir: str | os.PathLike) -> Path:
-    return Path(ring_dir) / STOP_FILE
+    return RingLayout(Path(ring_dir)).stopped
 
 
 def keep_stop_reserve(ring_dir: str | os.PathLike) -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from .. import statuses
-from ..candidate import copy_submission
+from ..candidate import copy_submission, runnable_problem
 from ..errors import DeadlineReached, RingflowError
 from ..execute import Execution, run_program
 from ..jsonio import append_jsonl, read_json
@@ -44,7 +44,6 @@ from ..scoring import evaluate_predictions
 from ..timekeeper import slots_for
 from ..weights.hashing import drop_ignored, solution_tree_hash
 from ..workcopy import make_readonly_tree
-from . import session  # runnable_problem; session starts the evaluator (circular)
 
 DEFAULT_INTERVAL_MIN = 5.0
 NICE = 19
@@ -177,7 +176,7 @@ def workspace_hash(ring: dict, workspace: Path) -> str | None:
     runnable program (or is being rewritten under our feet)."""
     max_bytes = int(ring["config"]["max_weights_gb"] * 1024**3)
     try:
-        solution, _ = session.runnable_problem(workspace, max_bytes)
+        solution, _ = runnable_problem(workspace, max_bytes)
         if solution is None:
             return None
         tree, _ = solution_tree_hash(workspace, set(solution.per_view_paths),
@@ -284,7 +283,7 @@ class BackgroundEvaluator:
 
     def _evaluate_in_box(self, box: Path, folder: Path) -> dict:
         max_bytes = int(self.ring["config"]["max_weights_gb"] * 1024**3)
-        solution, problem = session.runnable_problem(self.workspace, max_bytes)
+        solution, problem = runnable_problem(self.workspace, max_bytes)
         if solution is None:
             return {"status": "not_runnable", "reason": problem}
         copy_submission(solution, box / "solution")

@@ -14,7 +14,7 @@ from ..carryover import engineer as carried
 from ..carryover.scores import imported_refuted
 from ..jsonio import read_json
 from ..ring.layout import RingLayout
-from ..selection.promote import node_mean
+from ..selection.scores import node_mean
 from . import public_validator
 
 TEMPLATE = "engineer.md.j2"

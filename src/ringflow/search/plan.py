@@ -16,13 +16,12 @@ import time
 from pathlib import Path
 
 from ..jsonio import atomic_write_json, read_json
-from ..nodes import node_slug
 from ..ring.clock import current_cutoff, load_ring
-from ..ring.layout import RingLayout
+from ..ring.layout import RingLayout, node_slug
 from ..ring.ledger import Ledger
 from ..ring.records import write_record
 from ..ring.stop import refuse_if_stopped
-from ..selection.promote import node_mean
+from ..selection.scores import node_mean
 from .index import next_number, set_entry, update_index
 from .lottery import draw_parents, generation_rng, ranked, tickets
 

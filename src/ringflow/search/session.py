@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from .. import sandbox, statuses
-from ..candidate import copy_submission, load_solution
+from ..candidate import copy_submission, runnable_problem
 from ..carryover import engineer as carried
 from ..carryover.resume import is_resume
 from ..errors import CandidateError, SandboxError
@@ -49,7 +49,7 @@ from ..supervisor import HealthSettings, ResourceLimits, supervise
 from ..weights.hashing import solution_tree_hash
 from ..weights.store import WeightsStore
 from ..workcopy import make_readonly_tree
-from . import best_so_far, instructions, public_validator  # best_so_far imports session too
+from . import best_so_far, instructions, public_validator
 from .index import add_keys, set_entry, update_index
 from .plan import ENGINEERING, handover_at
 from .queries import QueryServer
@@ -361,21 +361,6 @@ def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
 def _redact(trajectory: Path, names: list[str]) -> None:
     """Values of passed variables (API keys) never stay in the raw log (any file of it)."""
     carried.redact_tree(trajectory, names)
-
-
-def runnable_problem(workspace: Path, max_bytes: int):
-    """(solution, None) when the workspace holds a runnable program, else (None, reason)."""
-    try:
-        solution = load_solution(workspace, max_bytes)
-    except CandidateError as exc:
-        return None, str(exc)
-    entry = workspace / "run.py"
-    if list(solution.command[:2]) == ["python", "run.py"] and entry.is_file():
-        try:
-            compile(entry.read_bytes(), str(entry), "exec", dont_inherit=True)
-        except (SyntaxError, ValueError) as exc:
-            return None, f"run.py does not compile: {exc}"
-    return solution, None
 
 
 def _settle(ring, layout, node: dict, workspace: Path, record: dict) -> dict:

@@ -26,7 +26,7 @@ from . import guardstats
 from .deploy import complete_solution
 from .gap import selection_gap
 from .order import choose, ends_selection, usable_baseline
-from .promote import node_mean
+from .scores import node_mean
 from .seeds import chain_rings
 
 # View-blind check: scores closer than this, relative to their scale, are the same score
