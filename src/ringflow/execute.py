@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -32,9 +31,12 @@ from .ring.inputs import check_inputs, program_inputs
 from .ring.layout import RingLayout
 from .ring.ledger import Ledger, emit_event, ledger_anchor
 from .ring.stop import refuse_if_stopped, stop_ring
+from .safetree import remove_tree
 from .sandbox.gpus import Allocation, allocate, default_lock_dir, device_nodes, machine_gpus
 from .selection.disguise import BLIND_COPIES, alias
 from .supervisor import HealthSettings, ResourceLimits, supervise
+from .supervisor.memory import private_tmp_mb
+from .supervisor.output_limits import over_limits
 from .task import command_argv
 from .weights import keys
 from .weights.attempts import KeyFailed, TrainAttempts
@@ -182,7 +184,7 @@ def run_execution(
     try:
         return _run_in_box(ex, result, inputs)
     finally:
-        shutil.rmtree(ex.box, ignore_errors=True)
+        remove_tree(ex.box, ignore_errors=True)  # any depth or names the program left
 
 
 def _make_box(ex: Execution) -> Path:
@@ -257,6 +259,7 @@ def _run_in_box(ex: Execution, result: dict, inputs: Path) -> dict:
             # A replay's hard links to store objects never outlive the execution.
             store.release_links(ex.work)
         _check_view(ex, inputs, "after the run")
+        _drop_output_over_limits(ex, result)
         os.replace(ex.box_output, reset_dir(ex.dir / "output"))
         # A seed-0 run cut by the cutoff keeps its grace checkpoint for the seal (SPEC 11).
         weights = weights_dirs(ex.node["solution"]["per_view_paths"])
@@ -267,6 +270,21 @@ def _run_in_box(ex: Execution, result: dict, inputs: Path) -> dict:
         if mode == statuses.TRAIN:
             ex.attempts.ended("registered" if registered else result["status"])
     return _finish(ex, result)
+
+
+def _drop_output_over_limits(ex: Execution, result: dict) -> None:
+    """Nothing past limits.output_files or limits.output_gb is kept: a run over either
+    keeps an empty output, and crashes with the reason if it had not already."""
+    limits = view_limits(ex.ring, ex.view)
+    max_gb = limits.get("output_gb")
+    over = over_limits([ex.box_output], limits.get("output_files"),
+                       None if max_gb is None else int(max_gb * 1024**3))  # fmt: skip
+    if over is None:
+        return
+    reset_dir(ex.box_output)
+    if result["status"] == statuses.OK:
+        result.update(status=statuses.CRASH, reason=over)
+    result["output_dropped"] = over
 
 
 def _settle_weights(ex: Execution, store: WeightsStore, lock: ExitStack):
@@ -337,7 +355,7 @@ def _sandbox_request(ex: Execution, inputs: Path, writable: tuple[Path, ...]):
         network=box["network"],
         uid=box["uid"],
         gid=box["gid"],
-        tmp_mb=box["tmp_mb"],
+        tmp_mb=private_tmp_mb(ex.config, limits),
         gpu_devices=tuple(device_nodes(ex.gpus.gpus)) if ex.gpus else (),
         max_processes=limits["max_processes"],
         max_file_bytes=int(limits["output_gb"] * 1024**3),

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import statuses
+from ..safetext import printable
 
 REJECTED = "rejected"
 INVALID = "invalid"
@@ -54,7 +55,7 @@ def last_line(path: Path) -> str:
 def _read(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
 
 
@@ -115,4 +116,4 @@ def failure_digest(ring_root: str | Path, nodes: list[dict] | None = None) -> li
 def digest_lines(digest: list[Failure]) -> list[str]:
     if not digest:
         return ["failures: none"]
-    return ["failures:", *(f"  {f.line()}" for f in digest)]
+    return ["failures:", *(f"  {printable(f.line())}" for f in digest)]

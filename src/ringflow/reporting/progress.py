@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from ..ring.layout import RingLayout
+from ..safetext import printable
 from .report import format_duration
 
 SNAKEMAKE_LOGGER = "snakemake.logging"
@@ -41,7 +42,7 @@ def quiet_snakemake_terminal() -> bool:
 def _read(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
 
 
@@ -106,7 +107,7 @@ def progress_line(snap: dict) -> str:
     else:
         clock = f"final selection (cutoff passed {format_duration(-snap['to_cutoff'])} ago)"
     failed = f", {snap['failed']} failed" if snap["failed"] else ""
-    return (
+    return printable(
         f"[{time.strftime('%H:%M:%S')}] ring {snap['ring_id']}: executions "
         f"{snap['done']}/{snap['total']} done, {snap['running']} running{failed} | "
         f"best so far {best} (seed-0 mean) | {clock}"

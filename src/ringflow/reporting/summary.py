@@ -10,6 +10,7 @@ from ..carryover.scored import summary_lines as scored_summary
 from ..jsonio import atomic_write_json, read_json
 from ..ring.clock import load_ring
 from ..ring.layout import RingLayout
+from ..safetext import printable
 from ..search.best_so_far import ring_progress
 from ..selection.promote import node_mean
 from .digest import digest_lines, failure_digest
@@ -185,4 +186,5 @@ def render_summary(ring_dir) -> str:
                 f"  guard: LCB {guard['lcb']:.4f} at alpha {guard['alpha']:.4g}, "
                 f"margin {guard['margin']}, seeds {guard['seeds']}"
             )
-    return "\n".join(lines) + "\n"
+    # Reasons quote what programs wrote: no escape sequence reaches a terminal.
+    return printable("\n".join(lines), keep_newlines=True) + "\n"

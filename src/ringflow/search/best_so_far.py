@@ -39,6 +39,7 @@ from ..jsonio import append_jsonl, read_json
 from ..ring.clock import view_limits
 from ..ring.inputs import program_inputs
 from ..ring.layout import RingLayout
+from ..safetree import remove_tree
 from ..sandbox.gpus import allocate, default_lock_dir
 from ..scoring import evaluate_predictions
 from ..timekeeper import slots_for
@@ -277,15 +278,17 @@ class BackgroundEvaluator:
             row = {"status": "failed", "score": None, "valid": False,
                    "reason": f"{type(exc).__name__}: {exc}"}  # fmt: skip
         finally:
-            shutil.rmtree(box, ignore_errors=True)
-            shutil.rmtree(folder / "output", ignore_errors=True)
+            remove_tree(box, ignore_errors=True)  # any depth or names the program left
+            remove_tree(folder / "output", ignore_errors=True)
         row.update(eval=self.count, wall_s=round(time.time() - started, 3), nice=NICE)
         self._append(row)
         return row
 
     def _evaluate_in_box(self, box: Path, folder: Path) -> dict:
         max_bytes = int(self.ring["config"]["max_weights_gb"] * 1024**3)
-        solution, problem = session.runnable_problem(self.workspace, max_bytes)
+        solution, problem = session.runnable_problem(
+            self.workspace, max_bytes, session.workspace_limits(self.ring)
+        )
         if solution is None:
             return {"status": "not_runnable", "reason": problem}
         copy_submission(solution, box / "solution")

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from .. import sandbox, statuses
-from ..candidate import copy_submission, load_solution
+from ..candidate import NO_LIMITS, TreeLimits, check_tree, copy_submission, load_solution
 from ..carryover import engineer as carried
 from ..carryover.resume import is_resume
 from ..errors import CandidateError, SandboxError
@@ -38,11 +38,13 @@ from ..ring.clock import load_node, load_ring
 from ..ring.layout import RingLayout
 from ..ring.ledger import Ledger, emit_event
 from ..ring.stop import refuse_if_stopped, stop_ring
+from ..safetree import remove_tree
 from ..sandbox.box import sandbox_head, sandbox_tail
 from ..sandbox.commands import INSIDE
 from ..sandbox.model import SandboxPlan
 from ..sandbox.ownership import OwnershipLoan
 from ..supervisor import HealthSettings, ResourceLimits, supervise
+from ..supervisor.memory import private_tmp_mb
 from ..weights.hashing import solution_tree_hash
 from ..weights.store import WeightsStore
 from ..workcopy import make_readonly_tree
@@ -78,7 +80,7 @@ def run_session(ring_dir: str | Path, node_id: str) -> dict:
     try:
         return _run_in_box(ring, layout, node, box)
     finally:
-        shutil.rmtree(box, ignore_errors=True)
+        remove_tree(box, ignore_errors=True)  # any depth or names the session left
 
 
 def _run_in_box(ring: dict, layout: RingLayout, node: dict, box: Path) -> dict:
@@ -229,8 +231,8 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
     root = info["mode"] == "root"
     hidden = (layout.root.parent, Path(ring["task"]["dir"]), Path(ring["store"]))
     bound = [*(Path(d) for d in ring["program"]["dirs"]), *(Path(m) for m in engineer["mounts"])]
-    args = sandbox_head(info, network=engineer["network"], tmp_mb=box_config["tmp_mb"],
-                        bound=bound, hidden=hidden)  # fmt: skip
+    tmp = private_tmp_mb(config, config["limits"])
+    args = sandbox_head(info, network=engineer["network"], tmp_mb=tmp, bound=bound, hidden=hidden)
     args += ["--bind", str(workspace), str(WORKSPACE)]
     args += ["--ro-bind", str(box / "INSTRUCTIONS.md"), str(INSTRUCTIONS)]
     if parent is not None:
@@ -252,7 +254,8 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
         args += ["--ro-bind", str(box / "validator"), str(VALIDATOR)]
     tail, read_status, write_status = sandbox_tail(
         info, WORKSPACE, uid=box_config["uid"], gid=box_config["gid"],
-        max_processes=config["limits"]["max_processes"], max_file_bytes=None,
+        max_processes=config["limits"]["max_processes"],
+        max_file_bytes=workspace_limits(ring).max_file_bytes,
     )  # fmt: skip
     args += tail
     cleanups = []
@@ -302,7 +305,7 @@ def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
             stderr_path=trajectory / "stderr.log",
             health_dir=trajectory / "health",
             settings=HealthSettings.from_config(health),
-            limits=ResourceLimits.from_config({**config["limits"], "output_gb": None}),
+            limits=_session_limits(ring),
             deadline=lambda: handover_at(ring),
             watch_writable=[box / "workspace"],
             wrappers=plan.wrappers,
@@ -339,15 +342,36 @@ def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
     }
 
 
+def workspace_limits(ring: dict) -> TreeLimits:
+    """engineer.limits: what a session may leave in its workspace and submit."""
+    limits = ring["config"]["engineer"].get("limits") or {}
+    file_mb, total_gb = limits.get("file_mb"), limits.get("workspace_gb")
+    return TreeLimits(
+        max_files=limits.get("workspace_files"),
+        max_bytes=None if total_gb is None else int(total_gb * 1024**3),
+        max_file_bytes=None if file_mb is None else int(file_mb * 1024**2),
+    )
+
+
+def _session_limits(ring: dict) -> ResourceLimits:
+    """The program limits with the workspace in place of the output: the supervisor counts
+    the workspace's files and bytes as it counts a program's output."""
+    config, workspace = ring["config"], workspace_limits(ring)
+    gb = None if workspace.max_bytes is None else workspace.max_bytes / 1024**3
+    return ResourceLimits.from_config(
+        {**config["limits"], "output_gb": gb, "output_files": workspace.max_files}
+    )
+
+
 def _redact(trajectory: Path, names: list[str]) -> None:
     """Values of passed variables (API keys) never stay in the raw log (any file of it)."""
     carried.redact_tree(trajectory, names)
 
 
-def runnable_problem(workspace: Path, max_bytes: int):
+def runnable_problem(workspace: Path, max_bytes: int, limits: TreeLimits = NO_LIMITS):
     """(solution, None) when the workspace holds a runnable program, else (None, reason)."""
     try:
-        solution = load_solution(workspace, max_bytes)
+        solution = load_solution(workspace, max_bytes, limits)
     except CandidateError as exc:
         return None, str(exc)
     entry = workspace / "run.py"
@@ -362,7 +386,15 @@ def runnable_problem(workspace: Path, max_bytes: int):
 def _settle(ring, layout, node: dict, workspace: Path, record: dict) -> dict:
     """Submit a runnable workspace, carry over a cut one without, reject the rest."""
     max_bytes = int(ring["config"]["max_weights_gb"] * 1024**3)
-    solution, problem = runnable_problem(workspace, max_bytes)
+    try:
+        # A workspace no one can copy or record is refused whole, cut or not: it is
+        # neither submitted nor kept for a seal (docs/limits.md).
+        check_tree(workspace, workspace_limits(ring))
+        refused = None
+    except CandidateError as exc:
+        refused = str(exc).replace(f"{workspace}: ", "")
+    solution, problem = (None, refused) if refused else runnable_problem(
+        workspace, max_bytes, workspace_limits(ring))  # fmt: skip
     record["runnable"] = solution is not None
     node = dict(node)
     node["timestamps"] = {**node.get("timestamps", {}), "session_started_at":
@@ -384,13 +416,13 @@ def _settle(ring, layout, node: dict, workspace: Path, record: dict) -> dict:
             for view, variants in planned_variants(ring).items()
         }
         owners = _assign_trainers([node], WeightsStore(ring["store"]))
-    elif record.get("budget_cut"):
+    elif record.get("budget_cut") and refused is None:
         carried.keep_workspace(layout, node["id"], workspace)  # the seal takes it
         reason = problem.replace(f"{workspace}: ", "")  # the sandbox folder is gone
         node.update(status=CARRIED_OVER, carryover={"kind": carried.KIND, "reason": reason})
     else:
-        node.update(status=REJECTED, error=f"the engineer session left no runnable program: "
-                    f"{problem}")  # fmt: skip
+        what = "a workspace that cannot be submitted" if refused else "no runnable program"
+        node.update(status=REJECTED, error=f"the engineer session left {what}: {problem}")
     node["timestamps"]["settled_at"] = time.time()
     atomic_write_json(layout.node_json(node["id"]), node)
 
