@@ -119,7 +119,9 @@ def read_progress(path: Path) -> dict | None:
     record: dict = {"mtime": st.st_mtime, "size": st.st_size, "content": None}
     if not S_ISREG(st.st_mode):
         record["content_error"] = "not a regular file"
-    elif st.st_size <= PROGRESS_MAX_BYTES:
+    elif st.st_size > PROGRESS_MAX_BYTES:
+        record["content_error"] = f"larger than {PROGRESS_MAX_BYTES} bytes"
+    else:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
             with os.fdopen(fd, "rb") as handle:
