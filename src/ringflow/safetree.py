@@ -210,10 +210,10 @@ def _remove_tree(path: str | os.PathLike) -> None:
     if not stat.S_ISDIR(st.st_mode):
         os.unlink(path)
         return
+    with contextlib.suppress(OSError):
+        os.chmod(path, 0o700)  # a folder (lstat): opened and emptied by its owner
     root_fd = open_dir(path)
     try:
-        with contextlib.suppress(OSError):
-            os.fchmod(root_fd, 0o700)
         while names := os.listdir(root_fd):
             for name in names:
                 _empty_into_root(root_fd, name)
@@ -227,10 +227,12 @@ def _empty_into_root(root_fd: int, name: str) -> None:
     if not stat.S_ISDIR(st.st_mode):
         os.unlink(name, dir_fd=root_fd)
         return
+    with contextlib.suppress(OSError):
+        # An ordinary user may have to make it readable and writable first (a folder, as
+        # lstat just saw: nothing else runs in the tree by now).
+        os.chmod(name, 0o700, dir_fd=root_fd)
     fd = open_dir(name, dir_fd=root_fd)
     try:
-        with contextlib.suppress(OSError):
-            os.fchmod(fd, 0o700)  # an ordinary user may have to make it writable first
         for sub in os.listdir(fd):
             sub_st = os.stat(sub, dir_fd=fd, follow_symlinks=False)
             if not stat.S_ISDIR(sub_st.st_mode):
