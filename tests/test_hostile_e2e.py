@@ -106,6 +106,9 @@ elif kind == "ptrace":
     libc = ctypes.CDLL(None, use_errno=True)
     rc = libc.ptrace(16, 1, 0, 0)  # PTRACE_ATTACH to the sandbox's PID 1
     report = {"rc": rc, "errno": ctypes.get_errno()}
+    status = dict(line.split(":\t", 1) for line in open("/proc/1/status").read().splitlines()
+                  if ":\t" in line)
+    report["pid1_caps"] = [status.get(k, "").strip() for k in ("CapEff", "CapPrm")]
     open(os.path.join(out, "ptrace.json"), "w").write(json.dumps(report))
     open(os.path.join(out, "score.json"), "w").write('{"value": 0.5}')
     time.sleep(1)
@@ -378,3 +381,47 @@ def test_ptrace_of_the_sandboxs_pid_1_is_denied_or_stalls_only_its_own_run(arena
     else:  # attached: the run may stall until its own time limit, and is then reaped
         assert result["status"] in ("ok", "timeout"), result["reason"]
         assert result["reap_left"] == []
+        # Harmless: PID 1 holds no capability, so a tracer gains nothing it lacks.
+        assert attempt["pid1_caps"] == ["0000000000000000"] * 2
+
+
+def test_a_ring_with_hostile_nodes_finishes_and_the_others_are_unaffected(tmp_path):
+    from ringtools import make_candidate, make_task, snakemake, write_config
+
+    make_task(tmp_path)
+    cands = tmp_path / "cands"
+    make_candidate(cands / "good", mean=0.7, sd=0.01)
+    hostile(cands / "badname", "badname")
+    hostile(cands / "deepout", "deepout")
+    hostile(cands / "manyfiles", "manyfiles", files=MAX_FILES + 1)
+    hostile(cands / "escapes", "escapes")
+    config = write_config(tmp_path, ring_id="hostile-ring", task=str(tmp_path / "task"),
+                          candidates=str(cands), baseline=None,
+                          limits={"output_files": MAX_FILES, "output_gb": 0.02})  # fmt: skip
+    snakemake(tmp_path, config)  # finishes: a failing ring raises with its log
+    ring = tmp_path / "runs" / "hostile-ring"
+    index = json.loads((ring / "nodes" / "index.json").read_text())
+    nodes = {n["id"].split("-", 1)[1]: n["id"] for n in index["nodes"]}
+
+    def s0(name: str) -> tuple[dict, dict | None]:
+        folder = ring / "nodes" / nodes[name] / "exec" / "proxy" / "s0"
+        score = folder / "score.json"
+        return read(folder, "result.json"), read(folder, "score.json") if score.exists() else None
+
+    result, score = s0("badname")
+    assert result["status"] == "ok" and not score["valid"] and "\\xff\\xfe" in score["reason"]
+    result, score = s0("deepout")
+    assert result["status"] == "ok" and score["valid"]
+    result, _ = s0("manyfiles")
+    assert result["status"] == "crash" and "output file limit exceeded" in result["reason"]
+    result, _ = s0("escapes")
+    assert result["status"] == "crash"
+    result, score = s0("good")
+    assert result["status"] == "ok" and score["valid"] and score["score"] > 0.5
+    summary = (ring / "summary.txt").read_text()
+    assert "\x1b" not in summary and "\x07" not in summary
+    assert "red alert" in summary  # the failure digest shows it, escaped
+    assert read(ring / "selection", "decision.json")["decision"]  # final selection was reached
+    failures = summary.split("failures:", 1)[1].split("final decision", 1)[0]
+    assert nodes["good"] not in failures and nodes["deepout"] not in failures
+    assert all(nodes[name] in failures for name in ("badname", "manyfiles", "escapes"))
