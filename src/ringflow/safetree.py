@@ -244,3 +244,19 @@ def _empty_into_root(root_fd: int, name: str) -> None:
     finally:
         os.close(fd)
     os.rmdir(name, dir_fd=root_fd)
+
+
+def read_head(path: str | os.PathLike, max_bytes: int) -> str | None:
+    """The first max_bytes of a regular file as text (bad bytes replaced), or None when it
+    is missing or not a regular file: a file a candidate wrote may be gigabytes of one
+    line, a FIFO or a link."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, max_bytes).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
