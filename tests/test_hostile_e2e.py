@@ -21,7 +21,8 @@ import pytest
 
 from ringtools import locked_ring, loopback_listener
 
-pytestmark = [pytest.mark.e2e, pytest.mark.user]
+pytestmark = [pytest.mark.e2e, pytest.mark.sandbox, pytest.mark.user]
+MAX_FILES = 300
 
 HOSTILE = r"""
 import json, os, socket, sys
@@ -82,6 +83,52 @@ elif kind == "fill":
     with open(os.path.join(out, "score.json"), "wb") as f:
         for _ in range(200):
             f.write(b"0" * (1 << 20))
+elif kind == "badname":
+    os.symlink("/dev/null", os.path.join(out.encode(), b"bad\xff\xfename"))
+    open(os.path.join(out, "score.json"), "w").write('{"value": 0.5}')
+elif kind == "deepout":
+    fd = os.open(out, os.O_RDONLY)
+    for _ in range(30):  # 6,000 characters of path: past PATH_MAX
+        os.mkdir("d" * 200, dir_fd=fd)
+        fd = os.open("d" * 200, os.O_RDONLY, dir_fd=fd)
+    os.close(os.open(b"x\xff\nname", os.O_CREAT | os.O_WRONLY, dir_fd=fd))
+    open(os.path.join(out, "score.json"), "w").write('{"value": 0.5}')
+elif kind == "manyfiles":
+    for i in range(b["files"]):
+        open(os.path.join(out, f"f{i}"), "w").close()
+    open(os.path.join(out, "score.json"), "w").write('{"value": 0.5}')
+elif kind == "sparse":
+    for i in range(12):  # each under the file-size limit, together far past output_gb
+        with open(os.path.join(out, f"s{i}.bin"), "wb") as f:
+            f.truncate(15 << 20)
+    open(os.path.join(out, "score.json"), "w").write('{"value": 0.5}')
+elif kind == "shm":
+    import time
+    held = bytearray(b["rss_mb"] << 20)
+    for i in range(b["tmpfs_mb"] // 10):  # files under the file-size limit (RLIMIT_FSIZE)
+        with open(f"{b['where']}-{i}", "wb") as f:
+            f.write(b"1" * (10 << 20))
+    time.sleep(60)
+elif kind == "progress":
+    progress = os.environ["RINGFLOW_PROGRESS_FILE"]
+    open(progress, "w").write("[" * 100000 + "]" * 100000)
+    import time
+    time.sleep(1.5)  # sampled at least once
+    open(os.path.join(out, "score.json"), "w").write('{"value": 0.5}')
+elif kind == "escapes":
+    sys.stderr.write("\x1b[2J\x1b]0;pwned\x07\x1b[31mred alert\u202e\n")
+    sys.exit(3)
+elif kind == "ptrace":
+    import ctypes, time
+    libc = ctypes.CDLL(None, use_errno=True)
+    rc = libc.ptrace(16, 1, 0, 0)  # PTRACE_ATTACH to the sandbox's PID 1
+    report = {"rc": rc, "errno": ctypes.get_errno()}
+    status = dict(line.split(":\t", 1) for line in open("/proc/1/status").read().splitlines()
+                  if ":\t" in line)
+    report["pid1_caps"] = [status.get(k, "").strip() for k in ("CapEff", "CapPrm")]
+    open(os.path.join(out, "ptrace.json"), "w").write(json.dumps(report))
+    open(os.path.join(out, "score.json"), "w").write('{"value": 0.5}')
+    time.sleep(1)
 elif kind == "fork":
     import subprocess, time
     kids = []
@@ -141,9 +188,20 @@ def arena(tmp_path_factory, module_listener):
     hostile(cands / "fifo", "fifo")
     hostile(cands / "filler", "fill")
     hostile(cands / "forker", "fork")
+    hostile(cands / "badname", "badname")
+    hostile(cands / "deepout", "deepout")
+    hostile(cands / "manyfiles", "manyfiles", files=MAX_FILES + 1)
+    hostile(cands / "sparse", "sparse")
+    hostile(cands / "shm", "shm", where="/dev/shm/held", rss_mb=100, tmpfs_mb=200)
+    hostile(cands / "tmp", "shm", where="/tmp/held", rss_mb=100, tmpfs_mb=200)
+    hostile(cands / "progress", "progress")
+    hostile(cands / "escapes", "escapes")
+    hostile(cands / "ptrace", "ptrace")
     ring = locked_ring(work, cands, "arena",
                        limits={"output_gb": 0.02, "max_processes": 64, "memory_gb": 2,
-                               "time_limit_min": 2, "threads": 1, "log_mb": 1})  # fmt: skip
+                               "time_limit_min": 2, "threads": 1, "log_mb": 1,
+                               "output_files": MAX_FILES},
+                       limits_per_view={"final": {"memory_gb": 0.25}})  # fmt: skip
     index = json.loads((ring / "nodes" / "index.json").read_text())
     nodes = {n["id"].split("-", 1)[1]: n["id"] for n in index["nodes"]}
     return {"ring": ring, "nodes": nodes, "targets": targets, "work": work}
@@ -309,3 +367,119 @@ def test_forking_past_the_process_limit_ends_the_execution(arena):
     result = read(folder, "result.json")
     assert result["status"] == "crash" and "process limit" in result["reason"]
     assert result["reap_left"] == []
+
+
+def test_a_name_that_is_not_utf8_makes_the_output_invalid_with_the_name_escaped(arena):
+    folder = execute(arena, "badname")
+    result, score = read(folder, "result.json"), read(folder, "score.json")
+    assert result["status"] == "ok"
+    assert score["valid"] is False and "bad\\xff\\xfename" in score["reason"]
+    assert "is a symbolic link" in score["reason"]
+
+
+def test_an_output_deeper_than_path_max_is_read_and_removed(arena):
+    folder = execute(arena, "deepout")
+    result, score = read(folder, "result.json"), read(folder, "score.json")
+    assert result["status"] == "ok", result["reason"]
+    assert score["valid"] and score["score"] == 0.5  # deep is allowed: it is plain data
+    execute(arena, "deepout")  # the run again: its old output is removed first
+    assert read(folder, "result.json")["status"] == "ok"
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("manyfiles", "output file limit exceeded"),
+    ("sparse", "output limit exceeded"),
+])  # fmt: skip
+def test_output_past_its_limits_fails_the_run_and_is_not_kept(arena, name, why):
+    folder = execute(arena, name)
+    result = read(folder, "result.json")
+    assert result["status"] == "crash" and why in result["reason"], result["reason"]
+    assert list((folder / "output").iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["shm", "tmp"])
+def test_the_private_tmpfs_counts_as_memory(arena, name):
+    folder = execute(arena, name, view="final")
+    result = read(folder, "result.json")
+    assert result["status"] == "crash", result["reason"]
+    memory = result["limits"]["memory"]
+    if memory.get("best_effort"):  # no memory cgroup: the supervisor's own count
+        assert "memory limit exceeded" in result["reason"]
+        assert "in the sandbox's /tmp and /dev/shm" in result["reason"]
+    else:  # the cgroup charges tmpfs pages to the tree: a kill, or a write refused
+        killed = any(e["event"] == "oom_kill" for e in result["events"]) or result["signal"]
+        assert killed or result["exit_code"] not in (0, None)
+
+
+def test_a_deeply_nested_progress_file_never_fails_a_health_sample(arena):
+    folder = execute(arena, "progress")
+    result = read(folder, "result.json")
+    assert result["status"] == "ok", result["reason"]
+    assert not [e for e in result["events"] if e["event"] == "sample_failed"]
+
+
+def test_escape_sequences_from_a_program_never_reach_the_terminal(arena):
+    from ringflow.reporting.status import render_status
+
+    folder = execute(arena, "escapes")
+    result = read(folder, "result.json")
+    assert result["status"] == "crash"
+    shown = render_status(arena["ring"])
+    assert "\x1b" not in shown and "\x07" not in shown and "\u202e" not in shown
+    assert "red alert" in shown and "\\x1b[31m" in shown
+
+
+def test_ptrace_of_the_sandboxs_pid_1_is_denied_or_stalls_only_its_own_run(arena):
+    folder = execute(arena, "ptrace")
+    result = read(folder, "result.json")
+    attempt = read(folder / "output", "ptrace.json")
+    if attempt["rc"] != 0:
+        assert attempt["errno"] in (1, 13)  # EPERM, EACCES: denied
+        assert result["status"] == "ok"
+    else:  # attached: the run may stall until its own time limit, and is then reaped
+        assert result["status"] in ("ok", "timeout"), result["reason"]
+        assert result["reap_left"] == []
+        # Harmless: PID 1 holds no capability, so a tracer gains nothing it lacks.
+        assert attempt["pid1_caps"] == ["0000000000000000"] * 2
+
+
+def test_a_ring_with_hostile_nodes_finishes_and_the_others_are_unaffected(tmp_path):
+    from ringtools import make_candidate, make_task, snakemake, write_config
+
+    make_task(tmp_path)
+    cands = tmp_path / "cands"
+    make_candidate(cands / "good", mean=0.7, sd=0.01)
+    hostile(cands / "badname", "badname")
+    hostile(cands / "deepout", "deepout")
+    hostile(cands / "manyfiles", "manyfiles", files=MAX_FILES + 1)
+    hostile(cands / "escapes", "escapes")
+    config = write_config(tmp_path, ring_id="hostile-ring", task=str(tmp_path / "task"),
+                          candidates=str(cands), baseline=None,
+                          limits={"output_files": MAX_FILES, "output_gb": 0.02})  # fmt: skip
+    snakemake(tmp_path, config)  # finishes: a failing ring raises with its log
+    ring = tmp_path / "runs" / "hostile-ring"
+    index = json.loads((ring / "nodes" / "index.json").read_text())
+    nodes = {n["id"].split("-", 1)[1]: n["id"] for n in index["nodes"]}
+
+    def s0(name: str) -> tuple[dict, dict | None]:
+        folder = ring / "nodes" / nodes[name] / "exec" / "proxy" / "s0"
+        score = folder / "score.json"
+        return read(folder, "result.json"), read(folder, "score.json") if score.exists() else None
+
+    result, score = s0("badname")
+    assert result["status"] == "ok" and not score["valid"] and "\\xff\\xfe" in score["reason"]
+    result, score = s0("deepout")
+    assert result["status"] == "ok" and score["valid"]
+    result, _ = s0("manyfiles")
+    assert result["status"] == "crash" and "output file limit exceeded" in result["reason"]
+    result, _ = s0("escapes")
+    assert result["status"] == "crash"
+    result, score = s0("good")
+    assert result["status"] == "ok" and score["valid"] and score["score"] > 0.5
+    summary = (ring / "summary.txt").read_text()
+    assert "\x1b" not in summary and "\x07" not in summary
+    assert "red alert" in summary  # the failure digest shows it, escaped
+    assert read(ring / "selection", "decision.json")["decision"]  # final selection was reached
+    failures = summary.split("failures:", 1)[1].split("final decision", 1)[0]
+    assert nodes["good"] not in failures and nodes["deepout"] not in failures
+    assert all(nodes[name] in failures for name in ("badname", "manyfiles", "escapes"))

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from .errors import CandidateError, InputError
 from .jsonio import read_json
+from .safetext import escape_name, is_plain_name
+from .safetree import Entry, TreeLimit, walk
 from .weights.hashing import CACHE_DIR_NAMES, PROGRESS_FILE, is_cache
 
 
@@ -55,20 +58,86 @@ def weights_dirs(per_view_paths) -> list[str]:
     return sorted({str(PurePosixPath(p).parent) for p in per_view_paths})
 
 
-def _check_symlinks(root: Path) -> None:
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = Path(dirpath) / name
-            if not path.is_symlink():
-                continue
-            target = (path.parent / os.readlink(path)).resolve()
-            rel = path.relative_to(root)
-            if not target.is_relative_to(root.resolve()):
-                raise CandidateError(
-                    f"{root}: symlink {rel} leaves the solution tree (points to {target})"
-                )
-            if target.is_dir():
-                raise CandidateError(f"{root}: symlink {rel} points to a folder; link files only")
+@dataclass(frozen=True)
+class TreeLimits:
+    """What a solution tree may hold (engineer.limits for a workspace); None: no limit."""
+
+    max_files: int | None = None  # files and folders
+    max_bytes: int | None = None  # apparent sizes of its files together
+    max_file_bytes: int | None = None
+
+
+NO_LIMITS = TreeLimits()
+MAX_SOLUTION_DEPTH = 64
+MAX_SOLUTION_PATH = 1024  # characters of a relative path: every copy stays under PATH_MAX
+
+
+def check_tree(root: Path, limits: TreeLimits = NO_LIMITS) -> None:
+    """Raise CandidateError unless root is a plain tree ringflow can copy and record.
+
+    Folders, regular files and links to files inside the tree only; names that are
+    plain text (docs/limits.md#names: a record never carries another name, the tree is
+    refused with the name escaped); no deeper than MAX_SOLUTION_DEPTH levels or longer
+    than MAX_SOLUTION_PATH; within `limits`. Read by descriptor, so no tree can make the
+    check itself fail."""
+    size = 0
+    try:
+        for entry in walk(root, max_entries=limits.max_files, max_depth=MAX_SOLUTION_DEPTH):
+            rel = entry.rel
+            if not is_plain_name(entry.name):
+                raise CandidateError(f"{root}: the file name {rel} is not plain text (bytes "
+                                     "that are not UTF-8, or control characters)")  # fmt: skip
+            if len(rel) > MAX_SOLUTION_PATH:
+                raise CandidateError(f"{root}: the path {rel[:80]}… is longer than "
+                                     f"{MAX_SOLUTION_PATH} characters")  # fmt: skip
+            if entry.is_link:
+                _check_link(root, entry)
+            elif entry.is_file:
+                size += entry.st.st_size
+                _check_size(root, entry, size, limits)
+            elif not entry.is_dir:
+                raise CandidateError(f"{root}: {rel} is not a file or folder "
+                                     f"({_kind(entry.st.st_mode)})")  # fmt: skip
+    except TreeLimit as exc:
+        raise CandidateError(f"{root}: the tree has {exc.reason}") from None
+    except OSError as exc:
+        raise CandidateError(f"{root}: could not be read: {escape_name(str(exc))}") from None
+
+
+def _check_size(root: Path, entry: Entry, total: int, limits: TreeLimits) -> None:
+    size = entry.st.st_size  # apparent: a sparse file counts at the size it claims
+    if limits.max_file_bytes is not None and size > limits.max_file_bytes:
+        raise CandidateError(f"{root}: {entry.rel} is {size} bytes, over the file size limit "
+                             f"of {limits.max_file_bytes} bytes")  # fmt: skip
+    if limits.max_bytes is not None and total > limits.max_bytes:
+        raise CandidateError(f"{root}: the files hold more than {limits.max_bytes} bytes "
+                             "together (the workspace limit)")  # fmt: skip
+
+
+def _check_link(root: Path, entry: Entry) -> None:
+    rel = entry.rel
+    path = root.joinpath(*entry.parts)  # short: the depth and path length were checked
+    target = Path(os.path.realpath(path))
+    if not target.is_relative_to(os.path.realpath(root)):
+        shown = escape_name(os.readlink(entry.name, dir_fd=entry.dir_fd))
+        raise CandidateError(f"{root}: symlink {rel} leaves the solution tree (points to {shown})")
+    try:
+        st = os.stat(path)
+    except OSError:
+        raise CandidateError(f"{root}: symlink {rel} does not lead to a file (a loop, or "
+                             "dangling)") from None  # fmt: skip
+    if stat.S_ISDIR(st.st_mode):
+        raise CandidateError(f"{root}: symlink {rel} points to a folder; link files only")
+    if not stat.S_ISREG(st.st_mode):
+        raise CandidateError(f"{root}: symlink {rel} points to something that is not a file")
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file"
 
 
 def _artifact_path(root: Path, raw: object, index: int) -> str:
@@ -92,12 +161,17 @@ def _artifact_path(root: Path, raw: object, index: int) -> str:
     return str(path)
 
 
-def load_solution(solution_dir: str | Path, max_weights_bytes: int) -> Solution:
+def load_solution(
+    solution_dir: str | Path, max_weights_bytes: int, limits: TreeLimits = NO_LIMITS
+) -> Solution:
     """Check a solution folder; raise CandidateError with a specific message on bad input."""
     root = Path(solution_dir)
     if not root.is_dir():
         raise CandidateError(f"{root}: not a folder")
-    _check_symlinks(root)
+    check_tree(root, limits)
+    for name in ("EXECUTION.json", "ARTIFACTS.json"):
+        if (root / name).is_file() and (root / name).stat().st_size > MAX_CONTRACT_BYTES:
+            raise CandidateError(f"{root / name}: larger than {MAX_CONTRACT_BYTES} bytes")
     try:
         execution = read_json(root / "EXECUTION.json") if (root / "EXECUTION.json").exists() else {}
         artifacts = read_json(root / "ARTIFACTS.json") if (root / "ARTIFACTS.json").exists() else []
@@ -161,6 +235,7 @@ def load_solution(solution_dir: str | Path, max_weights_bytes: int) -> Solution:
 
 
 PYTHON_NAMES = ("python", "python3")
+MAX_CONTRACT_BYTES = 1 << 20  # EXECUTION.json, ARTIFACTS.json
 
 
 def entry_points(command: list[str]) -> list[str]:
@@ -211,10 +286,10 @@ def copy_submission(solution: Solution, dest: Path) -> None:
             shutil.copy2(Path(dirpath) / name, target, follow_symlinks=True)
 
 
-def runnable_problem(workspace: Path, max_bytes: int):
+def runnable_problem(workspace: Path, max_bytes: int, limits: TreeLimits = NO_LIMITS):
     """(solution, None) when the workspace holds a runnable program, else (None, reason)."""
     try:
-        solution = load_solution(workspace, max_bytes)
+        solution = load_solution(workspace, max_bytes, limits)
     except CandidateError as exc:
         return None, str(exc)
     entry = workspace / "run.py"
@@ -224,3 +299,14 @@ def runnable_problem(workspace: Path, max_bytes: int):
         except (SyntaxError, ValueError) as exc:
             return None, f"run.py does not compile: {exc}"
     return solution, None
+
+
+def workspace_limits(ring: dict) -> TreeLimits:
+    """engineer.limits: what a session may leave in its workspace and submit."""
+    limits = ring["config"]["engineer"].get("limits") or {}
+    file_mb, total_gb = limits.get("file_mb"), limits.get("workspace_gb")
+    return TreeLimits(
+        max_files=limits.get("workspace_files"),
+        max_bytes=None if total_gb is None else int(total_gb * 1024**3),
+        max_file_bytes=None if file_mb is None else int(file_mb * 1024**2),
+    )

@@ -38,10 +38,13 @@ from .ring.ledger import Ledger, emit_event, ledger_anchor
 from .ring.records import write_record
 from .ring.run_inputs import fresh_inputs
 from .ring.stop import refuse_if_stopped, stop_file, stop_ring
+from .safetree import remove_tree
 from .sandbox.gpus import Allocation, allocate, default_lock_dir, device_nodes, machine_gpus
 from .scoring import is_guard_variant
 from .selection.disguise import BLIND_COPIES, alias
 from .supervisor import HealthSettings, ResourceLimits, supervise
+from .supervisor.memory import private_tmp_mb
+from .supervisor.output_limits import over_limits
 from .task import command_argv
 from .weights import keys
 from .weights.attempts import KeyFailed, TrainAttempts
@@ -213,7 +216,7 @@ def _disk_areas(ex: Execution) -> dict[str, Path]:
     root = ex.layout.root
     areas = {}
     if ex.box is not None:
-        areas[f"the program's output ({root}/boxes/)"] = ex.box
+        areas[f"the program's output ({ex.layout.boxes}/)"] = ex.box
     areas[f"{root}/"] = root
     areas[f"{Path(ex.ring['store']).name}/"] = Path(ex.ring["store"])
     return areas
@@ -232,7 +235,7 @@ def _stop_disk_full(ex: Execution, label: str) -> MachineryError:
     reason = (f"{diskspace.full_message(label, areas.get(label, ex.layout.root))} (while "
               f"running {where}); free room there, then delete STOPPED.json")  # fmt: skip
     if ex.box is not None:
-        shutil.rmtree(ex.box, ignore_errors=True)
+        remove_tree(ex.box, ignore_errors=True)
     try:
         return stop_ring(ex.layout.root, reason, node=ex.node["id"], disk_full=label)
     except OSError as exc:
@@ -321,6 +324,7 @@ def _run_in_box(ex: Execution, result: dict, inputs: Path) -> dict:
             # A replay's hard links to store objects never outlive the execution.
             store.release_links(ex.work)
         _check_view(ex, inputs, "after the run")
+        _drop_output_over_limits(ex, result)
         os.replace(ex.box_output, reset_dir(ex.dir / "output"))
         # A seed-0 run cut by the cutoff keeps its grace checkpoint for the seal
         # (docs/operations.md#carryover).
@@ -332,6 +336,21 @@ def _run_in_box(ex: Execution, result: dict, inputs: Path) -> dict:
         if mode == statuses.TRAIN:
             ex.attempts.ended("registered" if registered else result["status"])
     return _finish(ex, result)
+
+
+def _drop_output_over_limits(ex: Execution, result: dict) -> None:
+    """Nothing past limits.output_files or limits.output_gb is kept: a run over either
+    keeps an empty output, and crashes with the reason if it had not already."""
+    limits = view_limits(ex.ring, ex.view)
+    max_gb = limits.get("output_gb")
+    over = over_limits([ex.box_output], limits.get("output_files"),
+                       None if max_gb is None else int(max_gb * 1024**3))  # fmt: skip
+    if over is None:
+        return
+    reset_dir(ex.box_output)
+    if result["status"] == statuses.OK:
+        result.update(status=statuses.CRASH, reason=over)
+    result["output_dropped"] = over
 
 
 def _settle_weights(ex: Execution, store: WeightsStore, lock: ExitStack):
@@ -434,7 +453,7 @@ def _sandbox_request(ex: Execution, inputs: Path, writable: tuple[Path, ...]):
         uid=box["uid"],
         gid=box["gid"],
         host_uids=box.get("host_uids"),
-        tmp_mb=box["tmp_mb"],
+        tmp_mb=private_tmp_mb(ex.config, limits),
         gpu_devices=tuple(device_nodes(ex.gpus.gpus)) if ex.gpus else (),
         max_processes=limits["max_processes"],
         max_file_bytes=int(limits["output_gb"] * 1024**3),

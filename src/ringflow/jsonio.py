@@ -14,7 +14,7 @@ from .errors import InputError
 
 def canonical_json(obj: Any) -> bytes:
     """The byte form that every hash in ringflow is taken over."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return _encode(json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
 
 
 def sha256_json(obj: Any) -> str:
@@ -61,9 +61,16 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, mode: int = 0o644) 
     fsync_dir(path.parent)
 
 
+def _encode(text: str) -> bytes:
+    """UTF-8 of JSON text that may carry an undecodable byte as a lone surrogate
+    (surrogateescape): it is written as the JSON escape `\\udcNN`, which reads back as the
+    same string, instead of failing (docs/limits.md#names)."""
+    return text.encode("utf-8", "backslashreplace")
+
+
 def atomic_write_json(path: str | os.PathLike, obj: Any, mode: int = 0o644) -> None:
     text = json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    atomic_write_bytes(path, text.encode(), mode)
+    atomic_write_bytes(path, _encode(text), mode)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str, mode: int = 0o644) -> None:
@@ -75,15 +82,24 @@ def read_json(path: str | os.PathLike, what: str | None = None) -> Any:
     path = Path(path)
     label = what or str(path)
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode()
     except FileNotFoundError:
         raise InputError(f"{label}: file not found: {path}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{label}: not UTF-8 text (byte {exc.start})") from None
+    return parse_json(text, label)
+
+
+def parse_json(text: str, label: str) -> Any:
+    """json.loads whose every failure, nesting too deep included, is an InputError."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(
             f"{label}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
         ) from None
+    except RecursionError:
+        raise InputError(f"{label}: JSON nested too deeply to read") from None
 
 
 _cache: dict[str, tuple[tuple[int, int, int], Any]] = {}
@@ -108,7 +124,7 @@ def read_json_cached(path: str | os.PathLike) -> Any:
 
 def append_jsonl(path: str | os.PathLike, obj: Any, fsync: bool = True) -> None:
     """Append one line; O_APPEND keeps concurrent writers' lines whole."""
-    line = (json.dumps(obj, sort_keys=True, ensure_ascii=False) + "\n").encode()
+    line = _encode(json.dumps(obj, sort_keys=True, ensure_ascii=False) + "\n")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:

@@ -9,6 +9,8 @@ import shutil
 import stat
 from pathlib import Path
 
+from .safetree import remove_tree
+
 
 def make_readonly_tree(root: Path) -> None:
     """Files 0444, folders 0755: shared by every working copy linked from it."""
@@ -55,8 +57,10 @@ def submission_files(root: Path) -> list[str]:
 
 
 def reset_dir(path: Path) -> Path:
-    if path.exists():
-        shutil.rmtree(path)
+    """An empty folder at path; what was there (a program's output: any depth, any
+    names) is removed first."""
+    if path.exists() or path.is_symlink():
+        remove_tree(path)
     path.mkdir(parents=True)
     return path
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from .. import statuses
 from ..jsonio import atomic_write_bytes, atomic_write_json, read_json
 from ..ring.layout import RingLayout
+from ..safetree import read_head
 from .seal import SealRequest
 from .snapshot import file_sha256, walk_entries, why_skipped
 
@@ -261,7 +262,7 @@ def session_handoff(ring: dict, layout: RingLayout, node: dict, solution: Path) 
     trajectory = layout.trajectory(node_id)
     redact_tree(trajectory, ring["config"]["engineer"].get("env_pass") or [])
     session = read_json(layout.session(node_id))
-    method = solution / "METHOD.md"
+    method_text = read_head(solution / "METHOD.md", 4 * METHOD_CHARS)  # any size or kind
     return {
         "ring_id": ring["ring_id"],
         "node": node_id,
@@ -271,7 +272,7 @@ def session_handoff(ring: dict, layout: RingLayout, node: dict, solution: Path) 
         "cut_at": session.get("ended_at"),
         "changed_files": changed_files(_start_if_present(ring, layout, node), solution),
         "plan": (solution / PLAN_FILE).is_file(),
-        "method": method.read_text(errors="replace")[:METHOD_CHARS] if method.is_file() else None,
+        "method": None if method_text is None else method_text[:METHOD_CHARS],
         "queries_used": settled_count(layout.node_dir(node_id) / "queries.jsonl"),
         "queries_settled": True,
         "queries_quota": session.get("queries_quota"),

@@ -21,6 +21,7 @@ from .. import statuses
 from ..jsonio import read_json, read_json_cached
 from ..ring.clock import load_ring
 from ..ring.layout import RingLayout
+from ..safetree import read_head
 from ..scoring import usable
 
 IMPORTED = "imported"
@@ -200,8 +201,8 @@ def imported_score(
 
 
 def _method(layout: RingLayout, node: str) -> str:
-    path = layout.submission(node) / "METHOD.md"
-    return path.read_text(errors="replace").strip()[:2000] if path.is_file() else "(no METHOD.md)"
+    text = read_head(layout.submission(node) / "METHOD.md", 8000)  # any size, any content
+    return text.strip()[:2000] if text is not None else "(no METHOD.md)"
 
 
 def imported_refuted(layout: RingLayout, index: dict) -> list[dict]:

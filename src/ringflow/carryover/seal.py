@@ -48,7 +48,8 @@ from ..jsonio import atomic_write_json, canonical_json, fsync_dir, fsync_tree, r
 from ..ring.layout import RingLayout
 from ..ring.ledger import Ledger, emit_event
 from ..ring.records import write_record
-from .snapshot import copy_hashing, file_sha256, walk_entries, why_skipped
+from ..safetree import remove_tree
+from .snapshot import copy_hashing, file_sha256, walk_checked, walk_entries, why_skipped
 
 SEAL_FILE = "SEAL.json"
 HANDOFF_FILE = "HANDOFF.json"
@@ -185,8 +186,10 @@ def _stage(ring: dict, request: SealRequest, staging: Path) -> dict:
     for prefix, source in request.sources:
         if not source.exists() and not source.is_symlink():
             continue
-        entries = [("", source.lstat())] if not source.is_dir() or source.is_symlink() else \
-            walk_entries(source)  # fmt: skip
+        entries, left = [("", source.lstat())], []
+        if source.is_dir() and not source.is_symlink():
+            entries, left = walk_checked(source)
+        skipped += [{**item, "path": f"{prefix}/{item['path']}".rstrip("/")} for item in left]
         for rel, info in entries:
             inside = f"{prefix}/{rel}" if rel else prefix
             why = why_skipped(info, max_bytes)
@@ -342,9 +345,7 @@ def _recover_unrecorded(ring, layout, request, final: Path) -> dict | None:
 
 
 def _remove_tree(folder: Path) -> None:
-    for dirpath, _dirnames, _filenames in os.walk(folder):
-        os.chmod(dirpath, 0o755)
-    shutil.rmtree(folder)
+    remove_tree(folder)  # makes each folder writable as it goes
 
 
 def seal_check(layout: RingLayout) -> list[str]:

@@ -13,6 +13,8 @@ import stat
 from pathlib import Path, PurePosixPath
 
 from ..errors import InputError
+from ..safetext import escape_name, is_plain_name
+from ..safetree import TreeLimit, walk
 
 CHUNK = 1 << 20
 
@@ -54,18 +56,37 @@ def file_sha256(path: Path) -> tuple[str, int]:
 
 def walk_entries(root: Path) -> list[tuple[str, os.stat_result]]:
     """(relative posix path, lstat) of every non-folder entry under root, sorted."""
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        base = Path(dirpath)
-        for name in list(dirnames):
-            info = (base / name).lstat()
-            if stat.S_ISLNK(info.st_mode):  # os.walk lists a link to a folder as a folder
-                dirnames.remove(name)
-                filenames.append(name)
-        for name in filenames:
-            path = base / name
-            out.append((path.relative_to(root).as_posix(), path.lstat()))
-    return sorted(out)
+    return walk_checked(root)[0]
+
+
+MAX_SEALED_PATH = 1024  # characters: a sealed copy stays well under PATH_MAX
+MAX_SEALED_DEPTH = 64
+
+
+def walk_checked(root: Path) -> tuple[list[tuple[str, os.stat_result]], list[dict]]:
+    """(entries as walk_entries, entries left out): a name that is not plain text, a path
+    too long or too deep to copy is left out with why, its name escaped (docs/limits.md);
+    the walk is by descriptor, so no tree a program or a session wrote can stop a seal."""
+    out, left = [], []
+    try:
+        for entry in walk(root, max_depth=MAX_SEALED_DEPTH, unreadable="skip"):
+            rel = "/".join(entry.parts)
+            why = None
+            if not is_plain_name(entry.name):
+                why = "name is not plain text"
+            elif len(rel) > MAX_SEALED_PATH:
+                why = f"path longer than {MAX_SEALED_PATH} characters"
+            if why is not None:
+                left.append({"path": escape_name(rel)[:MAX_SEALED_PATH], "why": why,
+                             "size": entry.st.st_size})  # fmt: skip
+                continue
+            if not entry.is_dir:
+                out.append((rel, entry.st))
+    except TreeLimit as exc:
+        left.append({"path": "", "why": f"the tree is {exc.reason}", "size": 0})
+    except OSError as exc:
+        left.append({"path": "", "why": f"the tree could not be read: {exc.strerror}", "size": 0})
+    return sorted(out), left
 
 
 def why_skipped(info: os.stat_result, max_bytes: int) -> str | None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import statuses
+from ..safetext import printable
 
 REJECTED = "rejected"
 INVALID = "invalid"
@@ -76,7 +77,7 @@ def key_error_line(log: Path) -> str:
 def _read(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
 
 
@@ -141,4 +142,4 @@ def failure_digest(ring_root: str | Path, nodes: list[dict] | None = None) -> li
 def digest_lines(digest: list[Failure]) -> list[str]:
     if not digest:
         return ["failures: none"]
-    return ["failures:", *(f"  {f.line()}" for f in digest)]
+    return ["failures:", *(f"  {printable(f.line())}" for f in digest)]

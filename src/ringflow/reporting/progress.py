@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from ..ring.layout import RingLayout
+from ..safetext import printable
 from .report import format_duration
 
 SNAKEMAKE_LOGGER = "snakemake.logging"
@@ -42,7 +43,7 @@ def quiet_snakemake_terminal() -> bool:
 def _read(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
 
 
@@ -117,7 +118,7 @@ def progress_line(snap: dict) -> str:
         if snap["failed"]
         else ""
     )
-    return (
+    return printable(
         f"[{time.strftime('%H:%M:%S')}] ring {snap['ring_id']}: executions "
         f"{snap['done']}/{snap['total']} done, {snap['running']} running{failed} | "
         f"best so far {best} (seed-0 mean) | {clock}"

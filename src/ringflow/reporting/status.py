@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..safetext import printable
 from .digest import digest_lines, failure_digest
 from .report import (
     Execution,
@@ -154,4 +155,5 @@ def render_status(ring_dir: str | Path, now: float | None = None) -> str:
     lines += ["", *_decision_lines(ctx)]
     if files.problems:
         lines += ["", "unreadable files:", *(f"  {p}" for p in files.problems)]
-    return "\n".join(lines) + "\n"
+    # Reasons quote what programs wrote: no escape sequence reaches a terminal.
+    return printable("\n".join(lines), keep_newlines=True) + "\n"

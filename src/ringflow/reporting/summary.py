@@ -12,6 +12,7 @@ from ..carryover.scored import summary_lines as scored_summary
 from ..jsonio import atomic_write_json, read_json
 from ..ring.clock import load_ring
 from ..ring.layout import RingLayout
+from ..safetext import printable
 from ..search.best_so_far import ring_progress
 from ..selection.scores import node_mean
 from .digest import digest_lines, failure_digest
@@ -330,4 +331,5 @@ def render_summary(ring_dir) -> str:
         "",
         GLOSSARY,
     ]
-    return "\n".join(lines) + "\n"
+    # Reasons quote what programs wrote: no escape sequence reaches a terminal.
+    return printable("\n".join(lines), keep_newlines=True) + "\n"

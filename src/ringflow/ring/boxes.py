@@ -13,10 +13,9 @@ from __future__ import annotations
 import fcntl
 import os
 import secrets
-import shutil
-import stat
 from pathlib import Path
 
+from ..safetree import remove_tree
 from .layout import RingLayout
 
 
@@ -53,19 +52,9 @@ def close_box(box: Path | None, fd: int | None) -> None:
             os.close(fd)
 
 
-def _writable_and_retry(func, path, _exc) -> None:
-    """rmtree's error hook: read-only folders of a working copy are made writable first."""
-    parent = os.path.dirname(path)
-    try:
-        os.chmod(parent, stat.S_IMODE(os.lstat(parent).st_mode) | stat.S_IRWXU)
-        func(path)
-    except OSError:
-        pass
-
-
 def _remove(box: Path) -> None:
     if box.is_dir() and not box.is_symlink():
-        shutil.rmtree(box, onerror=_writable_and_retry)
+        remove_tree(box, ignore_errors=True)  # any depth or names a program left
     else:
         box.unlink(missing_ok=True)
 

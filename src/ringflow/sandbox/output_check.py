@@ -5,6 +5,8 @@ Symbolic links, hard links (another name of a file elsewhere), devices, FIFOs an
 sockets in the output are refused before the validator and the scorer see it, so a
 program can neither point the scorer at the labels nor make it block or read without
 end. Modes are normalised so that the unprivileged evaluator can read what is there.
+The walk is descriptor-relative (any depth, any name: ringflow/safetree.py); names in
+reasons are escaped (ringflow/safetext.py, docs/limits.md).
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ import os
 import stat
 from pathlib import Path
 
-MAX_ENTRIES = 1_000_000
+from ..safetext import escape_name
+from ..safetree import Entry, TreeLimit, walk
+
+MAX_ENTRIES = 1_000_000  # a backstop only: limits.output_files stops a run long before
 
 
-def refuse_pointers(output: Path) -> str | None:
+def refuse_pointers(output: Path, max_entries: int = MAX_ENTRIES) -> str | None:
     """The first reason the output folder is not plain data, or None (modes normalised)."""
     try:
         st = os.lstat(output)
@@ -24,28 +29,41 @@ def refuse_pointers(output: Path) -> str | None:
         return "no output folder"
     if not stat.S_ISDIR(st.st_mode):
         return "the output folder was replaced by something that is not a folder"
-    seen = 0
-    for dirpath, dirnames, filenames in os.walk(output):
-        for name in [*dirnames, *filenames]:
-            seen += 1
-            if seen > MAX_ENTRIES:
-                return f"more than {MAX_ENTRIES} entries in the output"
-            path = os.path.join(dirpath, name)
-            rel = os.path.relpath(path, output)
-            entry = os.lstat(path)
-            mode = entry.st_mode
-            if stat.S_ISLNK(mode):
-                target = os.readlink(path)
-                return f"output {rel} is a symbolic link (to {target!r}); output must be data"
-            if stat.S_ISDIR(mode):
-                os.chmod(path, 0o755)
-                continue
-            if not stat.S_ISREG(mode):
-                return f"output {rel} is not a regular file ({_kind(mode)}); output must be data"
-            if entry.st_nlink > 1:
-                return f"output {rel} is a hard link to another file; output must be data"
-            os.chmod(path, 0o644)
     os.chmod(output, 0o755)
+    try:
+        for entry in walk(output, max_entries=max_entries, before_descent=_readable_dir):
+            refused = _refusal(entry)
+            if refused is not None:
+                return refused
+    except TreeLimit as exc:
+        return f"the output has {exc.reason}"
+    except OSError as exc:
+        return f"the output could not be read ({escape_name(exc.strerror or str(exc))})"
+    return None
+
+
+def _readable_dir(entry: Entry) -> None:
+    os.chmod(entry.name, 0o755, dir_fd=entry.dir_fd)  # a folder, as lstat just saw
+
+
+def _refusal(entry: Entry) -> str | None:
+    mode = entry.st.st_mode
+    rel = entry.rel
+    if stat.S_ISLNK(mode):
+        target = escape_name(os.readlink(entry.name, dir_fd=entry.dir_fd))
+        return f"output {rel} is a symbolic link (to {target}); output must be data"
+    if stat.S_ISDIR(mode):
+        return None
+    if not stat.S_ISREG(mode):
+        return f"output {rel} is not a regular file ({_kind(mode)}); output must be data"
+    if entry.st.st_nlink > 1:
+        return f"output {rel} is a hard link to another file; output must be data"
+    fd = os.open(entry.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                 dir_fd=entry.dir_fd)  # fmt: skip
+    try:
+        os.fchmod(fd, 0o644)
+    finally:
+        os.close(fd)
     return None
 
 

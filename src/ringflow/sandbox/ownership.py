@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ringflow.errors import SandboxError
+from ringflow.safetext import escape_name
+from ringflow.safetree import TreeLimit, walk
 
 
 def refuse_shared_inodes(root: Path) -> None:
@@ -24,12 +26,11 @@ def refuse_shared_inodes(root: Path) -> None:
     Lending such a file would lend its other names too (for instance an
     object of the weights store), so it must be replaced by a private copy first.
     """
-    for entry in _walk(root):
-        st = entry.lstat()
+    for _key, st, _chown in _walk(root):
         if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
             raise SandboxError(
-                f"{entry} has {st.st_nlink} hard links; a file the program may write must be "
-                "a private copy (replace links into the store before the run)"
+                f"{root} holds a file with {st.st_nlink} hard links; a file the program may "
+                "write must be a private copy (replace links into the store before the run)"
             )
 
 
@@ -40,17 +41,16 @@ class OwnershipLoan:
     uid: int
     gid: int
     _roots: dict[Path, tuple[int, int]] = field(default_factory=dict)
-    _before: dict[Path, tuple[int, int]] = field(default_factory=dict)
+    _before: dict[tuple[Path, tuple[str, ...]], tuple[int, int]] = field(default_factory=dict)
 
     def lend(self, root: Path) -> None:
         """Give root (a file or a whole folder tree) to uid/gid, remembering each owner."""
         refuse_shared_inodes(root)
         st = root.lstat()
         self._roots.setdefault(root, (st.st_uid, st.st_gid))
-        for entry in _walk(root):
-            est = entry.lstat()
-            self._before.setdefault(entry, (est.st_uid, est.st_gid))
-            os.chown(entry, self.uid, self.gid, follow_symlinks=False)
+        for key, est, chown in _walk(root):
+            self._before.setdefault((root, key), (est.st_uid, est.st_gid))
+            chown(self.uid, self.gid)
 
     def adopt(self, root: Path) -> None:
         """Register a root the uid will fill without lending it (entries moved in later)."""
@@ -58,31 +58,39 @@ class OwnershipLoan:
         self._roots.setdefault(root, (st.st_uid, st.st_gid))
 
     def take_back(self) -> list[str]:
-        """Return every uid-owned entry under each root to its owner; notes on what was skipped."""
+        """Return every uid-owned entry under each root to its owner; notes on what was skipped.
+
+        What the program wrote is walked by descriptor (any depth, any name); a tree
+        past the walk's depth keeps its deepest entries with the uid, and says so."""
         notes: list[str] = []
         for root, root_owner in self._roots.items():
             if not os.path.lexists(root):
                 continue
-            for entry in _walk(root):
-                try:
-                    st = entry.lstat()
-                except FileNotFoundError:
-                    continue
-                if st.st_uid != self.uid:
-                    continue
-                if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and entry not in self._before:
-                    notes.append(f"left {entry} to uid {self.uid}: it has other hard links")
-                    continue
-                owner = self._before.get(entry, root_owner)
-                os.chown(entry, *owner, follow_symlinks=False)
+            try:
+                for key, st, chown in _walk(root):
+                    if st.st_uid != self.uid:
+                        continue
+                    lent = (root, key) in self._before
+                    if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and not lent:
+                        notes.append(f"left {escape_name('/'.join(key))} under {root} to uid "
+                                     f"{self.uid}: it has other hard links")  # fmt: skip
+                        continue
+                    chown(*self._before.get((root, key), root_owner))
+            except (TreeLimit, OSError) as exc:
+                notes.append(f"left part of {root} to uid {self.uid}: {exc}")
         return notes
 
 
 def _walk(root: Path):
-    """root, then every entry below it, without following symlinks."""
-    yield root
-    if not root.is_dir() or root.is_symlink():
+    """(relative parts, lstat, chown) of root, then of every entry below it, without
+    following symlinks."""
+    st = root.lstat()
+    yield (), st, lambda uid, gid: os.chown(root, uid, gid, follow_symlinks=False)
+    if not stat.S_ISDIR(st.st_mode):
         return
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in [*dirnames, *filenames]:
-            yield Path(dirpath, name)
+    for entry in walk(root, max_depth=4096):
+
+        def chown(uid: int, gid: int, entry=entry) -> None:
+            os.chown(entry.name, uid, gid, dir_fd=entry.dir_fd, follow_symlinks=False)
+
+        yield entry.parts, entry.st, chown

@@ -31,7 +31,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from .. import statuses
-from ..candidate import copy_submission, runnable_problem
+from ..candidate import copy_submission, runnable_problem, workspace_limits
 from ..errors import DeadlineReached, RingflowError
 from ..execute import Execution, run_program
 from ..jsonio import append_jsonl, read_json
@@ -39,6 +39,7 @@ from ..ring.boxes import close_box, open_box
 from ..ring.clock import view_limits
 from ..ring.inputs import program_inputs
 from ..ring.layout import RingLayout
+from ..safetree import remove_tree
 from ..sandbox.gpus import allocate, default_lock_dir
 from ..scoring import evaluate_predictions
 from ..timekeeper import slots_for
@@ -276,14 +277,14 @@ class BackgroundEvaluator:
                    "reason": f"{type(exc).__name__}: {exc}"}  # fmt: skip
         finally:
             close_box(box, held)
-            shutil.rmtree(folder / "output", ignore_errors=True)
+            remove_tree(folder / "output", ignore_errors=True)
         row.update(eval=self.count, wall_s=round(time.time() - started, 3), nice=NICE)
         self._append(row)
         return row
 
     def _evaluate_in_box(self, box: Path, folder: Path) -> dict:
         max_bytes = int(self.ring["config"]["max_weights_gb"] * 1024**3)
-        solution, problem = runnable_problem(self.workspace, max_bytes)
+        solution, problem = runnable_problem(self.workspace, max_bytes, workspace_limits(self.ring))
         if solution is None:
             return {"status": "not_runnable", "reason": problem}
         copy_submission(solution, box / "solution")

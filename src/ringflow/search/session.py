@@ -28,7 +28,12 @@ import time
 from pathlib import Path
 
 from .. import sandbox, statuses
-from ..candidate import copy_submission, runnable_problem
+from ..candidate import (
+    check_tree,
+    copy_submission,
+    runnable_problem,
+    workspace_limits,
+)
 from ..carryover import engineer as carried
 from ..carryover.resume import is_resume
 from ..errors import CandidateError, SandboxError
@@ -46,6 +51,7 @@ from ..sandbox.identity import RunIdentity, claim_identity
 from ..sandbox.model import SandboxPlan
 from ..sandbox.ownership import OwnershipLoan
 from ..supervisor import HealthSettings, ResourceLimits, supervise
+from ..supervisor.memory import private_tmp_mb
 from ..weights.hashing import solution_tree_hash
 from ..weights.store import WeightsStore
 from ..workcopy import make_readonly_tree
@@ -235,8 +241,9 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
     root = info["mode"] == "root"
     hidden = (layout.root.parent, Path(ring["task"]["dir"]), Path(ring["store"]))
     bound = [*(Path(d) for d in ring["program"]["dirs"]), *(Path(m) for m in engineer["mounts"])]
-    args = sandbox_head(info, network=engineer["network"], tmp_mb=box_config["tmp_mb"],
-                        bound=bound, hidden=hidden, identity=identity)  # fmt: skip
+    tmp = private_tmp_mb(config, config["limits"])
+    args = sandbox_head(info, network=engineer["network"], tmp_mb=tmp, bound=bound,
+                        hidden=hidden, identity=identity)  # fmt: skip
     args += ["--bind", str(workspace), str(WORKSPACE)]
     args += ["--ro-bind", str(box / "INSTRUCTIONS.md"), str(INSTRUCTIONS)]
     if parent is not None:
@@ -258,7 +265,8 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
         args += ["--ro-bind", str(box / "validator"), str(VALIDATOR)]
     tail, read_status, write_status = sandbox_tail(
         info, WORKSPACE, uid=box_config["uid"], gid=box_config["gid"],
-        max_processes=config["limits"]["max_processes"], max_file_bytes=None,
+        max_processes=config["limits"]["max_processes"],
+        max_file_bytes=workspace_limits(ring).max_file_bytes,
     )  # fmt: skip
     args += tail
     cleanups = []
@@ -316,7 +324,7 @@ def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
             stderr_path=trajectory / "stderr.log",
             health_dir=trajectory / "health",
             settings=HealthSettings.from_config(health),
-            limits=ResourceLimits.from_config({**config["limits"], "output_gb": None}),
+            limits=_session_limits(ring),
             deadline=lambda: handover_at(ring),
             watch_writable=[box / "workspace"],
             wrappers=plan.wrappers,
@@ -358,6 +366,16 @@ def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
     }
 
 
+def _session_limits(ring: dict) -> ResourceLimits:
+    """The program limits with the workspace in place of the output: the supervisor counts
+    the workspace's files and bytes as it counts a program's output."""
+    config, workspace = ring["config"], workspace_limits(ring)
+    gb = None if workspace.max_bytes is None else workspace.max_bytes / 1024**3
+    return ResourceLimits.from_config(
+        {**config["limits"], "output_gb": gb, "output_files": workspace.max_files}
+    )
+
+
 def _redact(trajectory: Path, names: list[str]) -> None:
     """Values of passed variables (API keys) never stay in the raw log (any file of it)."""
     carried.redact_tree(trajectory, names)
@@ -366,7 +384,15 @@ def _redact(trajectory: Path, names: list[str]) -> None:
 def _settle(ring, layout, node: dict, workspace: Path, record: dict) -> dict:
     """Submit a runnable workspace, carry over a cut one without, reject the rest."""
     max_bytes = int(ring["config"]["max_weights_gb"] * 1024**3)
-    solution, problem = runnable_problem(workspace, max_bytes)
+    try:
+        # A workspace no one can copy or record is refused whole, cut or not: it is
+        # neither submitted nor kept for a seal (docs/limits.md).
+        check_tree(workspace, workspace_limits(ring))
+        refused = None
+    except CandidateError as exc:
+        refused = str(exc).replace(f"{workspace}: ", "")
+    solution, problem = (None, refused) if refused else runnable_problem(
+        workspace, max_bytes, workspace_limits(ring))  # fmt: skip
     record["runnable"] = solution is not None
     node = dict(node)
     node["timestamps"] = {**node.get("timestamps", {}), "session_started_at":
@@ -388,13 +414,13 @@ def _settle(ring, layout, node: dict, workspace: Path, record: dict) -> dict:
             for view, variants in planned_variants(ring).items()
         }
         owners = _assign_trainers([node], WeightsStore(ring["store"]))
-    elif record.get("budget_cut"):
+    elif record.get("budget_cut") and refused is None:
         carried.keep_workspace(layout, node["id"], workspace)  # the seal takes it
         reason = problem.replace(f"{workspace}: ", "")  # the sandbox folder is gone
         node.update(status=CARRIED_OVER, carryover={"kind": carried.KIND, "reason": reason})
     else:
-        node.update(status=REJECTED, error=f"the engineer session left no runnable program: "
-                    f"{problem}")  # fmt: skip
+        what = "a workspace that cannot be submitted" if refused else "no runnable program"
+        node.update(status=REJECTED, error=f"the engineer session left {what}: {problem}")
     node["timestamps"]["settled_at"] = time.time()
     write_record(layout.root, layout.node_json(node["id"]), node)
 

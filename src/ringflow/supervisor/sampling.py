@@ -14,7 +14,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISREG
 
+from ..safetree import usage
 from .cgroup import OwnedCgroup
 from .gpu import GpuMonitor, GpuWindow
 from .proctree import ProcessTree, ProcStat, read_text, thread_ids
@@ -22,6 +24,7 @@ from .proctree import ProcessTree, ProcStat, read_text, thread_ids
 MAX_THREADS_READ = 256  # per process: beyond this the per-thread detail is cut
 MAX_WALK_ENTRIES = 20_000  # per watched folder
 PROGRESS_MAX_BYTES = 64 * 1024
+PROGRESS_MAX_DEPTH = 32  # what the health log keeps of it
 
 
 @dataclass
@@ -99,44 +102,51 @@ def thread_detail(pid: int, process: ProcStat) -> tuple[Counter, Counter, bool]:
 
 
 def folder_bytes(folder: Path) -> tuple[int, float]:
-    """(bytes of regular files, latest mtime of the folder and anything in it)."""
-    total, latest, seen = 0, 0.0, 0
-    stack = [str(folder)]
-    try:
-        latest = os.stat(folder).st_mtime
-    except OSError:
-        return 0, 0.0
-    while stack and seen < MAX_WALK_ENTRIES:
-        try:
-            entries = list(os.scandir(stack.pop()))
-        except OSError:
-            continue
-        for entry in entries:
-            seen += 1
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            latest = max(latest, st.st_mtime)
-            if entry.is_dir(follow_symlinks=False):
-                stack.append(entry.path)
-            elif entry.is_file(follow_symlinks=False):
-                total += st.st_size
-    return total, latest
+    """(apparent bytes of regular files, latest mtime of the folder and anything in it),
+    read by descriptor (any depth or names) up to MAX_WALK_ENTRIES entries: evidence of
+    activity only; the limits are counted without a cap (output_limits.py)."""
+    found = usage(folder, max_entries=MAX_WALK_ENTRIES)
+    return found.bytes, found.latest_mtime
 
 
 def read_progress(path: Path) -> dict | None:
+    """progress.json as the program left it: whatever it holds (deep nesting, bytes that
+    are not text, a FIFO) gives a `content_error`, never a failed sample."""
     try:
-        st = path.stat()
+        st = path.lstat()
     except OSError:
         return None
     record: dict = {"mtime": st.st_mtime, "size": st.st_size, "content": None}
-    if st.st_size <= PROGRESS_MAX_BYTES:
+    if not S_ISREG(st.st_mode):
+        record["content_error"] = "not a regular file"
+    elif st.st_size > PROGRESS_MAX_BYTES:
+        record["content_error"] = f"larger than {PROGRESS_MAX_BYTES} bytes"
+    else:
         try:
-            record["content"] = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as handle:
+                content = json.loads(handle.read(PROGRESS_MAX_BYTES + 1))
+        except (OSError, ValueError, RecursionError) as exc:
             record["content_error"] = type(exc).__name__
+            return record
+        if _depth(content) > PROGRESS_MAX_DEPTH:
+            record["content_error"] = f"nested deeper than {PROGRESS_MAX_DEPTH} levels"
+        else:
+            record["content"] = content
     return record
+
+
+def _depth(value: object) -> int:
+    """Nesting depth of parsed JSON, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        deepest = max(deepest, level)
+        if isinstance(item, dict):
+            stack.extend((v, level + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, level + 1) for v in item)
+    return deepest
 
 
 class TreeSampler:

@@ -76,6 +76,7 @@ class ResourceLimits:
     time_limit_min: float | None = 360
     threads: int | None = 8
     output_gb: float | None = None  # output and writable folders together
+    output_files: int | None = None  # files and folders there, counted alike
     log_mb: float | None = None  # each of stdout.log and stderr.log; the rest is dropped
     max_processes: int | None = None  # processes and threads of the tree
 
@@ -85,7 +86,7 @@ class ResourceLimits:
         d = _check_keys("limits", cls, d)
         values: dict[str, Any] = {}
         for key, value in d.items():
-            if key in ("threads", "max_processes"):
+            if key in ("threads", "max_processes", "output_files"):
                 if value is not None and (
                     isinstance(value, bool) or not isinstance(value, int) or value < 1
                 ):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import select
 import signal
 import subprocess
@@ -29,7 +30,9 @@ from .cgroup import OwnedCgroup
 from .gpu import GpuMonitor
 from .health_log import HealthLog
 from .logsink import LogSink
+from .memory import private_tmpfs_bytes, tree_memory_bytes
 from .oom import KILLED_CODES, MemoryWatch
+from .output_limits import over_limits
 from .proctree import (
     SIGNAL_NAMES,
     TOKEN_ENV,
@@ -39,11 +42,13 @@ from .proctree import (
     read_stat,
     set_child_subreaper,
 )
-from .sampling import Sample, TreeSampler, folder_bytes
+from .sampling import Sample, TreeSampler
 from .settings import HealthSettings, ResourceLimits
 
 TICK_S = 0.25  # deadline, signal and orphan checks happen at least this often
 LIMIT_CHECK_S = 1.0  # output size, process count and (without a cgroup) memory
+NEAR_LIMIT_CHECK_S = 0.1  # memory without a cgroup, once the tree holds half its limit
+NEAR_LIMIT_FRACTION = 0.5
 GPU_POLL_S = 1.0  # NVML per-process samples are integrated at this cadence
 KILL_SWEEPS = 20
 LEFTOVER_SETTLE_S = 0.5
@@ -195,6 +200,8 @@ class _Supervision:
 
     def _child_setup(self) -> None:
         self.cgroup.join_self()
+        if self.data_limit is not None:
+            resource.setrlimit(resource.RLIMIT_DATA, (self.data_limit, self.data_limit))
         if self.preexec_fn is not None:
             self.preexec_fn()
 
@@ -263,6 +270,12 @@ class _Supervision:
             f"ringflow-{os.getpid()}-{token[:12]}", memory, self.limits.max_processes
         )
         self.memory_watch = MemoryWatch.start(self.cgroup)
+        # Without a memory cgroup each process is bounded by RLIMIT_DATA, the tree by the
+        # supervisor; never on GPU runs, whose drivers map far more than they use.
+        gpu_run = bool(self.gpu_ids)
+        self.data_limit = None if self.cgroup.memory.get("enforced") or gpu_run else memory
+        self.memory_near = False
+        self.near_limit_checks = 0
         try:
             return self._run_started(token)
         finally:
@@ -294,7 +307,15 @@ class _Supervision:
                 "enforced": False,
                 "how": "thread-count environment variables, set by the caller",
             },
-            "output_gb": {"value": limits.output_gb, "how": "output folders summed every second"},
+            "output_gb": {
+                "value": limits.output_gb,
+                "how": "apparent sizes of the output and writable folders, every second and "
+                "after the run; RLIMIT_FSIZE per file",
+            },
+            "output_files": {
+                "value": limits.output_files,
+                "how": "files and folders counted every second and after the run",
+            },
             "log_mb": {"value": limits.log_mb, "how": "logs copied up to the limit, then a marker"},
             "max_processes": {
                 "value": limits.max_processes,
@@ -308,8 +329,16 @@ class _Supervision:
     def _memory_record(self) -> dict:
         record = dict(self.cgroup.memory)
         if not record.get("enforced") and self.limits.memory_gb is not None:
-            # No memory cgroup (an ordinary user has none): the supervisor enforces it.
-            record.update(enforced=True, how="supervisor: summed RSS of the tree every second")
+            # No memory cgroup (an ordinary user has none): the supervisor enforces it, as
+            # well as it can from outside (docs/limits.md#memory).
+            record.update(
+                enforced=True,
+                best_effort=True,
+                how="supervisor: summed RSS of the tree and the sandbox's /tmp and /dev/shm, "
+                f"every {LIMIT_CHECK_S:g} s ({NEAR_LIMIT_CHECK_S:g} s past half the limit)",
+                rlimit_data_bytes=self.data_limit,
+                near_limit_checks=self.near_limit_checks,
+            )
         return record
 
     def _install_signals(self) -> dict:
@@ -408,7 +437,8 @@ class _Supervision:
         next_limits = time.monotonic() + LIMIT_CHECK_S
         while stop is None:
             now = time.monotonic()
-            if self.wait(min(tick, max(next_sample - now, 0.0))) and self.root_exited():
+            pause = min(tick, max(next_sample - now, 0.0), max(next_limits - now, 0.0))
+            if self.wait(pause) and self.root_exited():
                 break
             now, wall = time.monotonic(), time.time()
             if self.got_signal:
@@ -440,7 +470,7 @@ class _Supervision:
                     )
                     break
             if now >= next_limits:
-                next_limits = now + LIMIT_CHECK_S
+                next_limits = now + (NEAR_LIMIT_CHECK_S if self.memory_near else LIMIT_CHECK_S)
                 self._watch_disks()
                 if exceeded := self._limit_exceeded():
                     stop = (statuses.CRASH, False, exceeded)
@@ -523,6 +553,14 @@ class _Supervision:
         if stop is None and status == statuses.CRASH and (full := self._output_at_quota()):
             # A write refused at the file-size limit (RLIMIT_FSIZE) ends the program first.
             reason = f"{full}; {reason}"
+        elif stop is None and status == statuses.CRASH and self.data_limit is not None:
+            reason = (f"{reason} (each process may hold {self.data_limit} bytes of data: "
+                      "RLIMIT_DATA from limits.memory_gb, as no memory cgroup could be had; "
+                      "an allocation past it fails)")  # fmt: skip
+        if stop is None and status == statuses.OK and (over := self._output_over()):
+            # Written faster than the once-a-second count could see: still over the limit.
+            self.event("limit", limit="output", detail=over)
+            status, reason = statuses.CRASH, over
         wall = end_t - self.start_t
         self.health.close(
             end_t,
@@ -551,13 +589,22 @@ class _Supervision:
                 self._full_disks.add(device)
                 self.event("disk_full", path=str(folder), free_bytes=free)
 
-    def _output_used(self) -> int:
-        folders = [*self.watch_output, *self.watch_writable]
-        return sum(folder_bytes(Path(f))[0] for f in folders)
+    def _output_over(self) -> str | None:
+        """Why the output and writable folders pass output_files or output_gb, or None."""
+        limits = self.limits
+        if limits.output_gb is None and limits.output_files is None:
+            return None
+        max_bytes = None if limits.output_gb is None else int(limits.output_gb * 1024**3)
+        return over_limits([*self.watch_output, *self.watch_writable], limits.output_files,
+                           max_bytes)  # fmt: skip
 
     def _output_at_quota(self) -> str | None:
         quota = self.limits.output_gb
-        if quota is None or self._output_used() < int(quota * 1024**3):
+        if quota is None:
+            return None
+        # At the quota, not only past it: the write that would pass it was refused.
+        if over_limits([*self.watch_output, *self.watch_writable], None,
+                       int(quota * 1024**3) - 1) is None:  # fmt: skip
             return None
         return f"output limit exceeded: the output reached limits.output_gb = {quota}"
 
@@ -565,14 +612,9 @@ class _Supervision:
         """Which per-execution limit the tree is over (docs/operations.md#health-supervision), or
         None."""
         limits = self.limits
-        if limits.output_gb is not None:
-            used = self._output_used()
-            if used > limits.output_gb * 1024**3:
-                self.event("limit", limit="output_gb", used_bytes=used)
-                return (
-                    f"output limit exceeded: {used} bytes written "
-                    f"(limits.output_gb = {limits.output_gb})"
-                )
+        if over := self._output_over():
+            self.event("limit", limit="output", detail=over)
+            return over
         members = None
         if limits.max_processes is not None:
             members = alive(self.tree.discover())
@@ -585,12 +627,17 @@ class _Supervision:
                 )
         if limits.memory_gb is not None and not self.cgroup.memory.get("enforced"):
             members = members if members is not None else alive(self.tree.discover())
-            rss = sum(_rss_bytes(pid) for pid in members)
-            if rss > limits.memory_gb * 1024**3:
-                self.event("limit", limit="memory_gb", rss_bytes=rss)
+            rss = tree_memory_bytes(members)
+            tmpfs = private_tmpfs_bytes(members)
+            used, limit = rss + tmpfs, limits.memory_gb * 1024**3
+            self.memory_near = used >= NEAR_LIMIT_FRACTION * limit
+            self.near_limit_checks += self.memory_near
+            if used > limit:
+                self.event("limit", limit="memory_gb", rss_bytes=rss, tmpfs_bytes=tmpfs)
                 return (
                     f"memory limit (ringflow's {limits.memory_gb:g} GB, limits.memory_gb) "
-                    f"exceeded: {rss} bytes resident in the tree (summed RSS)"
+                    f"exceeded: {used} bytes in the tree ({rss} resident, {tmpfs} in the "
+                    f"sandbox's /tmp and /dev/shm; summed RSS)"
                 )
         return None
 
@@ -714,11 +761,3 @@ def supervise(
         pass_fds,
         mark_environment,
     ).run()
-
-
-def _rss_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/statm") as handle:
-            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0

@@ -52,6 +52,8 @@ from ..errors import (
     StoreError,
 )
 from ..jsonio import fsync_dir
+from ..safetext import escape_name
+from ..safetree import TreeLimit, walk
 from .anchors import StoreAnchors, same_files
 from .hashing import CHUNK_BYTES, hash_files, is_cache, sha256_file
 from .keys import SHA256_PATTERN
@@ -451,12 +453,16 @@ class WeightsStore:
             base = root / folder
             if base.is_symlink() or not base.is_dir():
                 continue
-            for dirpath, dirnames, filenames in os.walk(base):
-                dirnames[:] = [d for d in dirnames if not is_cache(d + "/")]
-                for name in filenames:
-                    rel = (Path(dirpath) / name).relative_to(root).as_posix()
+            # By descriptor: a program chose these names and this depth (docs/limits.md).
+            try:
+                for entry in walk(base, unreadable="skip"):
+                    if entry.is_dir:
+                        continue
+                    rel = PurePosixPath(folder, *entry.parts).as_posix()
                     if rel not in declared and rel not in supplied and not is_cache(rel):
-                        found.add(rel)
+                        found.add(escape_name(rel))
+            except TreeLimit as exc:
+                found.add(f"{escape_name(folder.as_posix())} ({exc.reason})")
         return sorted(found)
 
     @staticmethod

@@ -1,0 +1,38 @@
+"""What a program wrote against limits.output_files and limits.output_gb (SPEC 7.6).
+
+Counted by descriptor over the output and writable folders together (ringflow/
+safetree.py): counting stops at the first limit passed, so no cap on the walk lets
+a program hide files past it, and sizes are apparent sizes (a sparse file counts at
+the size it claims, which is what a copy of it would take).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from ..safetree import usage
+
+
+def over_limits(
+    folders: Sequence[os.PathLike | str], max_files: int | None, max_bytes: int | None
+) -> str | None:
+    """Why what the program wrote passes limits.output_files or limits.output_gb, or None.
+
+    Counting stops at the first limit (never a cap a program could hide behind); sizes
+    are apparent sizes, so a sparse file counts at the size it claims."""
+    entries = size = 0
+    for folder in folders:
+        left_files = None if max_files is None else max_files - entries
+        left_bytes = None if max_bytes is None else max_bytes - size
+        found = usage(folder, max_entries=left_files, max_bytes=left_bytes, make_readable=True)
+        entries, size = entries + found.entries, size + found.bytes
+        if found.over and "entries" in found.over:
+            return (f"output file limit exceeded: more than {max_files} files and folders "
+                    f"(limits.output_files = {max_files})")  # fmt: skip
+        if found.over and "bytes" in found.over:
+            return (f"output limit exceeded: more than {max_bytes} bytes written "
+                    f"(limits.output_gb = {max_bytes / 1024**3:g})")  # fmt: skip
+        if found.over:
+            return f"output limit exceeded: the output is {found.over}"
+    return None
