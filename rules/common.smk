@@ -11,6 +11,7 @@ from ringflow.selection.final import (
     ends_selection,
     guard_views,
     guarded_before,
+    review_variants,
     trained_finalists,
     usable_baseline,
 )
@@ -323,11 +324,20 @@ def finalists():
     return read_json(checkpoints.rank.get().output.ranking)["finalists"]
 
 
-def review_inputs(wildcards):
-    """The view-blind check: seed 0 on the first search view and two disguised copies."""
+def screen_inputs(wildcards):
+    """The view-blind check's screen: seed 0 on the first search view and two disguised
+    copies."""
     view = ring_lock()["search_views"][0]
     variants = ["s0", "blind-s0", "blind2-s0"]
     return [path(RING.seated)] + score_files([wildcards.node], variants, [view])
+
+
+def review_inputs(wildcards):
+    """The screen, and the further runs it asked for (review_variants)."""
+    view = ring_lock()["search_views"][0]
+    screen = read_json(checkpoints.screen.get(node=wildcards.node).output.screen)
+    extra = score_files([wildcards.node], review_variants(screen), [view])
+    return [path(RING.screen(wildcards.node))] + extra
 
 
 def guard_variants():

@@ -122,6 +122,8 @@ def make_task(root: Path, views=("proxy", "x3", "final"), roles: dict | None = N
                 "scorer": "python scorer.py",
                 "views": roles if roles is not None else list(views),
                 "scorer_bootstrap": True,
+                # The scripted scorer reads the program's own number: nothing to resample.
+                "scorer_resamples": False,
             }
         )
     )

@@ -119,6 +119,13 @@ def cmd_seat_baseline(args) -> int:
     return 0
 
 
+def cmd_screen(args) -> int:
+    from .selection.final import screen
+
+    print(json.dumps(screen(args.ring_dir, args.node)))
+    return 0
+
+
 def cmd_review(args) -> int:
     from .selection.final import review
 
@@ -444,6 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("promote", cmd_promote, "(rule) promote the top nodes by seed-0 score")
     add("rank", cmd_rank, "(rule) rank promoted nodes by the 3-seed mean")
     add("seat-baseline", cmd_seat_baseline, "(rule) write the baseline to final/ first")
+    add("screen", cmd_screen, "(rule) the view-blind check's first screen", (("node",), {}))
     add("review", cmd_review, "(rule) review a finalist", (("node",), {}))
     add("verdict", cmd_verdict, "(rule) guard a finalist", (("rank",), {"type": int}))
     add("decide", cmd_decide, "(rule) make the final decision")

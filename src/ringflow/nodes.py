@@ -20,7 +20,7 @@ from .carryover.scored import (
 from .errors import CandidateError
 from .jsonio import atomic_write_json, read_json
 from .ring.edits import record_sources
-from .ring.layout import RingLayout, variant_seed
+from .ring.layout import RingLayout, is_review_variant, variant_seed
 from .ring.ledger import Ledger, emit_event
 from .weights import keys
 from .weights.hashing import solution_tree_hash
@@ -36,13 +36,19 @@ def node_slug(name: str) -> str:
     return slug[:40]
 
 
+def review_extra_variants(ring: dict) -> list[str]:
+    """The view-blind check's further runs, made only when its first screen flags."""
+    extra = ring["config"].get("view_blind", {}).get("extra_runs", 8)
+    return ["real-s0", *(f"blind{n}-s0" for n in range(3, 3 + extra))]
+
+
 def planned_variants(ring: dict) -> dict[str, list[str]]:
     """Every execution a node may get, per view (run on demand; SPEC 5). Guard seeds run
     on the guard views only; on the search views when the task has none."""
     guard = [f"g{s}" for s in ring["guard_seeds"]]
     guard_views = ring.get("guard_views") or []
     search = ["s0", "s0-ablate", "s1", "s2", *([] if guard_views else guard)]
-    search += ["fresh-s0", "blind-s0", "blind2-s0"]
+    search += ["fresh-s0", "blind-s0", "blind2-s0", *review_extra_variants(ring)]
     plan = {view: list(search) for view in ring["search_views"]}
     plan.update({view: list(guard) for view in guard_views})
     plan[ring["final_view"]] = ["s0"]
@@ -57,7 +63,7 @@ def execution_spec(ring: dict, solution: Solution, tree: str, view: str, variant
             "train_seed": train_seed}  # fmt: skip
     if not solution.has_weights:
         return spec
-    if variant in ("fresh-s0", "blind-s0", "blind2-s0"):
+    if variant == "fresh-s0" or is_review_variant(variant):
         spec["weights"] = "fresh"
         return spec
     key, components = keys.weights_key(

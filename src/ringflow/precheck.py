@@ -21,6 +21,7 @@ from .candidate import load_solution
 from .errors import InputError, RingflowError
 from .jsonio import atomic_write_json
 from .reporting.digest import first_line, last_line
+from .scorer_modes import check_resampling
 
 REPO_CONFIG = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
 SHAPE_NODE = "n999-shape-check"
@@ -200,6 +201,7 @@ def check(task: str | Path, candidates: list[str | Path], run: bool = True) -> R
         ready = [n["id"] for n in index["nodes"] if n["status"] == "ready"]
         if run and ready:
             _run_one(report, ring, ready[0])
+            check_resampling(report, ring, ready[0], ring["search_views"][0])
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return report

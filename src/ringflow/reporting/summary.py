@@ -185,4 +185,24 @@ def render_summary(ring_dir) -> str:
                 f"  guard: LCB {guard['lcb']:.4f} at alpha {guard['alpha']:.4g}, "
                 f"margin {guard['margin']}, seeds {guard['seeds']}"
             )
+        lines += decision_detail_lines(decision)
     return "\n".join(lines) + "\n"
+
+
+def decision_detail_lines(decision: dict) -> list[str]:
+    """What the guard judged, every finalist passed over and why, and the warnings."""
+    lines = []
+    judged = decision.get("guard_judged")
+    if judged:
+        covered = [k.replace("_", " ") for k in ("program_noise", "rows", "training_luck")
+                   if judged.get(k)]  # fmt: skip
+        lines.append(f"  the guard judged: {', '.join(covered)}")
+    detectable = ((decision.get("guard") or {}).get("bootstrap") or {}).get("detectable")
+    if detectable is not None:
+        lines.append(f"  smallest advantage this guard could detect: {detectable:.4g}")
+    for item in decision.get("passed_over") or []:
+        lines.append(f"  passed over: {item['node']} (rank {item['rank']}, "
+                     f"{item['outcome'].replace('_', ' ')}): {item['reason']}")  # fmt: skip
+    for warning in decision.get("warnings") or []:
+        lines.append(f"  warning: {warning}")
+    return lines

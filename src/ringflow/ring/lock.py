@@ -12,6 +12,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from .. import sandbox
+from ..config import guard_problems
 from ..errors import InputError, MachineryError, SandboxError
 from ..jsonio import atomic_write_json, read_json, sha256_json
 from ..reserve import CutoffFile
@@ -219,6 +220,8 @@ def timeline_problem(config: dict) -> str | None:
 
 def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
     if problem := timeline_problem(config):
+        raise InputError(f"ring {config['ring_id']}: {problem}")
+    for problem in guard_problems(config):
         raise InputError(f"ring {config['ring_id']}: {problem}")
     task = load_task(paths["task"])
     sandbox_info, program = lock_sandbox(config, layout, program_python(config))
