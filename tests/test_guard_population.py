@@ -26,7 +26,7 @@ SEEDS, BOOTSTRAP = [3, 4, 5, 6, 7], 200
 VARYING = 0.2  # the share of rows a program redraws per seed
 
 
-def hits(rng, behaviour: np.ndarray, seed_rng) -> np.ndarray:
+def hits(_rng, behaviour: np.ndarray, seed_rng) -> np.ndarray:
     """One run's 0/1 row results: fixed behaviour, a share of rows redrawn per seed."""
     redraw = seed_rng.random(behaviour.shape) < VARYING
     fresh = seed_rng.random(behaviour.shape) < 0.8
@@ -63,7 +63,8 @@ def one_ring(ring: int, mode: str, top_k: int) -> bool:
     def guard_table(program: int) -> dict:
         runs = {}
         for seed in SEEDS:
-            row_hits = hits(rng, guard_behaviour[program], np.random.default_rng([ring, program, seed]))
+            seed_rng = np.random.default_rng([ring, program, seed])
+            row_hits = hits(rng, guard_behaviour[program], seed_rng)
             runs[seed] = row_hits[idx].mean(axis=1).tolist()
         return {"guard": runs}
 
@@ -101,6 +102,7 @@ def test_a_seed_blind_scorer_would_make_the_guard_a_coin_flip():
     """Why mode (a) or (b) is required: scoring every resample on the same rows (a scorer
     that ignores --seed), the same population replaces the baseline far above alpha.
     Measured: 62% of 100 rings at k=3."""
+
     def blind_ring(ring: int) -> bool:
         rng = np.random.default_rng([ring, 99])
         guard_behaviour = rng.random((4, GUARD_ROWS)) < 0.8

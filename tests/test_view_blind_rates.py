@@ -35,6 +35,7 @@ def test_a_ten_sd_view_dependent_shift_is_caught(retrains):
 
 def simulate(rng: random.Random, shift: float, retrains: bool) -> bool:
     """Whether the check fails the finalist (first screen, then further disguised runs)."""
+
     def run(offset: float = 0.0) -> float:
         return 0.8 + 0.01 * (offset + rng.gauss(0, 1))
 
