@@ -126,3 +126,19 @@ def test_the_ring_is_refused_at_its_lock(tmp_path):
                          guard={"bootstrap": 59})  # fmt: skip
     with pytest.raises(InputError, match=r"guard\.bootstrap = 59"):
         lock_ring(config, tmp_path)
+
+
+def test_check_estimates_the_guard_s_power_from_the_baseline(tmp_path):
+    task = make_task(tmp_path, roles={"search": ["proxy"], "guard": ["guard"], "final": "final"})
+    cand = make_candidate(tmp_path / "cands" / "a", mean=0.5)
+    base = make_candidate(tmp_path / "base" / "baseline", mean=0.5, sd=0.02)
+    done = subprocess.run([sys.executable, "-m", "ringflow", "check", str(task), str(cand),
+                           "--baseline", str(base)], capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    line = next(x for x in done.stdout.splitlines() if "smallest advantage" in x)
+    detectable = float(line.split("detect: ")[1].split()[0])
+    # Two probe runs of SD 0.02 over 5 guard seeds: z(1 - 0.05/3) * sqrt(2 var / 5), within
+    # the spread of a two-run variance estimate.
+    assert 0 < detectable < 0.2 and "5 guard seeds" in line
+    done = ringflow_check(task, cand)
+    assert "skipped: no baseline given (--baseline DIR)" in done.stdout

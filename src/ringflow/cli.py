@@ -302,7 +302,7 @@ def cmd_package(args) -> int:
 def cmd_check(args) -> int:
     from .precheck import check
 
-    report = check(args.task, args.candidates, run=not args.no_run)
+    report = check(args.task, args.candidates, run=not args.no_run, baseline=args.baseline)
     print(report.text(), end="")
     return 1 if report.failed else 0
 
@@ -426,6 +426,11 @@ def build_parser() -> argparse.ArgumentParser:
         "candidates", nargs="*", help="candidate folders, or folders of candidate folders"
     )
     check.add_argument("--no-run", action="store_true", help="do not run a candidate")
+    check.add_argument(
+        "--baseline",
+        help="the baseline's folder: run it on the guard view under probe seeds and say the "
+        "smallest advantage the guard could detect",
+    )
     check.set_defaults(func=cmd_check)
     add(
         "taint",

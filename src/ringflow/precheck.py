@@ -21,7 +21,7 @@ from .candidate import load_solution
 from .errors import InputError, RingflowError
 from .jsonio import atomic_write_json
 from .reporting.digest import first_line, last_line
-from .scorer_modes import check_resampling
+from .scorer_modes import check_resampling, report_power
 
 REPO_CONFIG = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
 SHAPE_NODE = "n999-shape-check"
@@ -146,7 +146,9 @@ def _run_one(report: Report, ring: dict, node: str) -> None:
         report.fail(f"not scored: {first_line(score.get('reason'))}")
 
 
-def check(task: str | Path, candidates: list[str | Path], run: bool = True) -> Report:
+def check(
+    task: str | Path, candidates: list[str | Path], run: bool = True, baseline=None
+) -> Report:
     """Check a task and candidates as a ring would; nothing outside a temporary folder is
     written."""
     from .nodes import import_static
@@ -182,7 +184,7 @@ def check(task: str | Path, candidates: list[str | Path], run: bool = True) -> R
             resources_dir=str(work / "resources"),
             task=str(task_dir),
             candidates=str(work / "candidates"),
-            baseline=None,
+            baseline=str(Path(baseline).resolve()) if baseline else None,
             continue_from=None,
         )
         try:
@@ -198,10 +200,13 @@ def check(task: str | Path, candidates: list[str | Path], run: bool = True) -> R
         )
         index = import_static(ring)
         _score_shaped_prediction(report, ring)
-        ready = [n["id"] for n in index["nodes"] if n["status"] == "ready"]
+        ready = [n["id"] for n in index["nodes"] if n["status"] == "ready"
+                 and n["id"] != index.get("baseline")]  # fmt: skip
         if run and ready:
             _run_one(report, ring, ready[0])
             check_resampling(report, ring, ready[0], ring["search_views"][0])
+        if run:
+            report_power(report, ring, index)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return report

@@ -89,3 +89,30 @@ def check_resampling(report, ring: dict, node: str, view: str) -> None:
         report.ok("the score changes with --seed: the scorer resamples its rows")
     else:
         report.fail(problem)
+
+
+def report_power(report, ring: dict, index: dict) -> None:
+    """`ringflow check --baseline DIR`: the guard's power, estimated before the ring."""
+    from .errors import RingflowError
+    from .selection.power import probe_baseline
+
+    report.head("power of the guard (the baseline on the guard view, probe seeds):")
+    base = index.get("baseline")
+    ready = {n["id"] for n in index["nodes"] if n["status"] == "ready"}
+    if base is None:
+        report.warn("skipped: no baseline given (--baseline DIR)")
+        return
+    if base not in ready:
+        report.fail(f"the baseline {base} was rejected at import")
+        return
+    try:
+        power = probe_baseline(ring, base)
+    except (RingflowError, ValueError) as exc:
+        report.fail(f"no estimate: {exc}")
+        return
+    report.ok(
+        f"smallest advantage the guard could detect: {power['detectable']:.4g} "
+        f"({len(ring['guard_seeds'])} guard seeds, alpha' {power['alpha_prime']:.3g}; row SD "
+        f"{power['row_sd']:.3g}, seed SD {power['seed_sd']:.3g}); raise guard.seeds or add "
+        "guard rows to detect less"
+    )
