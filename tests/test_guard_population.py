@@ -47,9 +47,11 @@ def rows_indices(rows: int) -> np.ndarray:
     return np.array([row_resample(rows, BOOTSTRAP_SEED_BASE + b) for b in range(BOOTSTRAP)])
 
 
-def one_ring(ring: int, mode: str, top_k: int) -> bool:
-    """Whether the ring replaced its (equally good) baseline."""
-    rng = np.random.default_rng([ring, top_k])
+def one_ring(ring: int, mode: str, top_k: int, luck: float = 0.0, retrain: bool = False) -> bool:
+    """Whether the ring replaced its (equally good) baseline. `luck` is the SD of each
+    training's own luck (added to every score of the weights it trained); with `retrain`
+    (guard.retrain) every guard seed trains anew, else one training serves all seeds."""
+    rng = np.random.default_rng([ring, top_k, int(luck * 1000), retrain])
     search_behaviour = rng.random((PROGRAMS, SEARCH_ROWS)) < 0.8
     guard_behaviour = rng.random((PROGRAMS, GUARD_ROWS)) < 0.8
     # Promotion: the 3-seed mean on the search rows ranks the candidates.
@@ -62,10 +64,12 @@ def one_ring(ring: int, mode: str, top_k: int) -> bool:
 
     def guard_table(program: int) -> dict:
         runs = {}
+        trained = rng.normal(0, luck)
         for seed in SEEDS:
             seed_rng = np.random.default_rng([ring, program, seed])
             row_hits = hits(rng, guard_behaviour[program], seed_rng)
-            runs[seed] = row_hits[idx].mean(axis=1).tolist()
+            training = rng.normal(0, luck) if retrain else trained
+            runs[seed] = (row_hits[idx].mean(axis=1) + training).tolist()
         return {"guard": runs}
 
     baseline = guard_table(0)
@@ -120,3 +124,20 @@ def test_a_seed_blind_scorer_would_make_the_guard_a_coin_flip():
 
     rate = sum(blind_ring(ring) for ring in range(100)) / 100
     assert rate > 4 * ALPHA
+
+
+@pytest.mark.parametrize("luck", [0.01, 0.02])
+def test_with_guard_retrain_training_luck_is_covered(luck):
+    """Training luck of 1 and 2 accuracy points per training run. Measured with
+    guard.retrain: 3.8% (SD 1 point) and 3.7% (SD 2 points) over 600 rings, k=3."""
+    rings = 600
+    replaced = sum(one_ring(ring, "resample", 3, luck, retrain=True) for ring in range(rings))
+    assert replaced / rings <= ALPHA, (luck, replaced)
+
+
+def test_without_retrain_training_luck_is_not_covered():
+    """Why guard.retrain exists: one training for every guard seed, 2 points of luck.
+    Measured: 12.3% of 400 rings replace an equally good baseline (k=3)."""
+    rings = 400
+    replaced = sum(one_ring(ring, "resample", 3, 0.02, retrain=False) for ring in range(rings))
+    assert replaced / rings > 2 * ALPHA

@@ -55,10 +55,25 @@ def planned_variants(ring: dict) -> dict[str, list[str]]:
     return plan
 
 
+# With guard.retrain, guard seed g trains its own weights with training seed
+# GUARD_TRAIN_SEED_BASE + g (in the key), so the guard's bound covers training luck.
+GUARD_TRAIN_SEED_BASE = 10_000
+
+
+def guard_train_seed(ring: dict, solution: Solution, variant: str) -> int | None:
+    """The training seed of a guard run that retrains (guard.retrain), else None."""
+    guard_run = variant.startswith("g") and variant[1:].isdigit()
+    if not guard_run or not ring["config"]["guard"].get("retrain"):
+        return None
+    seed = variant_seed(variant)
+    return seed if solution.seed_affects_training else GUARD_TRAIN_SEED_BASE + seed
+
+
 def execution_spec(ring: dict, solution: Solution, tree: str, view: str, variant: str) -> dict:
     seed = variant_seed(variant)
     ablate = variant == "s0-ablate"
-    train_seed = solution.training_seed(seed)
+    retrain_seed = guard_train_seed(ring, solution, variant)
+    train_seed = solution.training_seed(seed) if retrain_seed is None else retrain_seed
     spec = {"seed": seed, "ablate": ablate, "weights": "none", "key": None,
             "train_seed": train_seed}  # fmt: skip
     if not solution.has_weights:

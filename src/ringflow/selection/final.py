@@ -673,10 +673,17 @@ RESAMPLED_BY = {"resample": "the scorer (--seed)", "rows": "ringflow", "fixed": 
 def guard_covered(ring: dict) -> dict:
     """What the guard's bound judged (docs/guard.md#what-the-guard-judges)."""
     mode = scorer_mode(ring["task"])
+    retrain = bool(ring["config"]["guard"].get("retrain"))
     return {
         "program_noise": True,
         "rows": mode != "fixed",
-        "training_luck": False,
+        # Retrained per guard seed (guard.retrain), or the programs' training follows
+        # their seed anyway: either way each guard run had its own training.
+        "training_luck": retrain,
+        "guard_training_seeds": "10000 + the guard seed (or the guard seed, for a program "
+        "whose training follows its seed)"
+        if retrain
+        else None,
         "scorer_mode": mode,
         "rows_resampled_by": RESAMPLED_BY[mode],
     }
