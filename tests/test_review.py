@@ -144,3 +144,26 @@ def test_too_costly_further_trainings_leave_it_not_reviewed_without_ending_selec
     assert "max_extra_train_min" in first["reason"]
     record = review(ring, "n002-trained")
     assert record["outcome"] == "not_reviewed" and not record["cut"]
+
+
+def test_a_cut_review_is_named_in_the_verdict_and_the_summary(ring):
+    from ringflow.reporting.summary import decision_detail_lines
+    from ringflow.selection.final import passed_over, verdict
+
+    scores(ring, "n001-plain", s0=0.80, blind_s0=0.80)
+    results(ring, "n001-plain", s0={}, blind_s0={},
+            blind2_s0={"status": "interrupted", "budget_cut": True,
+                        "reason": "not started: the deadline had passed"})  # fmt: skip
+    review(ring, "n001-plain")
+    ranking = {"finalists": ["n001-plain", "n002-trained"], "ranked": []}
+    atomic_write_json(ring / "selection" / "ranking.json", ranking)
+    record = verdict(ring, 1)
+    assert record["outcome"] == "not_reviewed" and record["cut"] and not record["eligible"]
+    assert record["reason"].startswith("not reviewed: ") and "failed" not in record["reason"]
+    assert ends_selection(record)  # time ran out: no other finalist is tried instead
+    over = passed_over(ranking, [record], chosen="n000-baseline")
+    assert [(o["node"], o["outcome"]) for o in over] == [
+        ("n001-plain", "not_reviewed"), ("n002-trained", "not_reached")]  # fmt: skip
+    lines = decision_detail_lines({"passed_over": over})
+    assert any("passed over: n001-plain (rank 1, not reviewed): not reviewed:" in x and
+               "the deadline had passed" in x for x in lines)  # fmt: skip
