@@ -67,3 +67,18 @@ def test_a_view_dependent_program_is_caught_by_the_further_runs(tmp_path):
     assert final["decision"] == "baseline"
     (over,) = final["passed_over"]
     assert over["node"] == "n001-sly" and over["outcome"] == "failed_review"
+
+
+def test_guard_retrain_trains_every_guard_run_and_says_so(tmp_path):
+    trained = {"mean": 0.9, "sd": 0.01, "weights": True}
+    ring = run_ring(tmp_path, "retrain", baseline={"mean": 0.5, "sd": 0.01, "weights": True},
+                    candidates={"good": trained}, guard={"retrain": True})  # fmt: skip
+    final = json.loads((ring / "final" / "FINAL.json").read_text())
+    assert final["decision"] == "candidate" and final["guard_judged"]["training_luck"]
+    assert final["ships"]["run"] == "final/s0" and final["ships"]["final_view_score"] > 0.8
+    for node in (final["chosen"], final["baseline"]):
+        for seed in final["guard"]["seeds"]:
+            exec_dir = ring / "nodes" / node / "exec" / "guard" / f"g{seed}"
+            result = json.loads((exec_dir / "result.json").read_text())
+            assert result["weights_mode"] == "train", (node, seed)
+    assert "guard.retrain" in final["note"]

@@ -849,11 +849,14 @@ def decide(ring_dir) -> dict:
         # How every program of the ring was confined; "none" means unconfined (trusted).
         "sandbox": ring.get("sandbox", {}).get("mode"),
         "warnings": warnings,
-        "note": "Guard and promotion scores are conditional on the frozen weights and the "
-        "current data. The guard's bound is a paired bootstrap over the guard rows and the "
+        "note": ("Promotion scores are conditional on the frozen weights and the current "
+        "data; guard scores " + ("include each guard seed's own training (guard.retrain)"
+        if ring["config"]["guard"].get("retrain") else "are conditional on them too") +
+        ". The guard's bound is a paired bootstrap over the guard rows and the "
         "guard seeds' runs; promotion means are on the search views, guard means on the "
         "guard views. Other guarded finalists run on the final view after the decision, "
-        "when time remains; until then the selection gap compares only who ran there.",
+        "when time remains; until then the selection gap compares only who ran there; it "
+        "is biased upward when candidates are equal."),
         "decided_at": time.time(),
     }  # fmt: skip
     write_final(layout, chosen, record)
