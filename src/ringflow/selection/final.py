@@ -117,7 +117,7 @@ def reuses_search_rows(ring: dict) -> bool:
     return not ring.get("guard_views")
 
 
-# Review outcomes (SPEC-free names, docs/guard.md#cut-is-not-failed).
+# Review outcomes (docs/guard.md#cut-is-not-failed).
 PASSED, FAILED, NOT_REVIEWED = "passed", "failed", "not_reviewed"
 SCREEN_VARIANTS = ("s0", "blind-s0", "blind2-s0")
 # The view-blind check's fresh run on the real view, compared with the further disguised
