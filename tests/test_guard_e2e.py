@@ -71,10 +71,12 @@ def test_a_view_dependent_program_is_caught_by_the_further_runs(tmp_path):
 
 def test_guard_retrain_trains_every_guard_run_and_says_so(tmp_path):
     trained = {"mean": 0.9, "sd": 0.01, "weights": True}
-    ring = run_ring(tmp_path, "retrain", baseline={"mean": 0.5, "sd": 0.01, "weights": True},
+    base = {"mean": 0.5, "sd": 0.01, "weights": True, "noise_key": "b"}
+    ring = run_ring(tmp_path, "retrain", baseline=base,
                     candidates={"good": trained}, guard={"retrain": True})  # fmt: skip
     final = json.loads((ring / "final" / "FINAL.json").read_text())
-    assert final["decision"] == "candidate" and final["guard_judged"]["training_luck"]
+    assert final["decision"] == "candidate", final["reason"]
+    assert final["guard_judged"]["training_luck"]
     assert final["ships"]["run"] == "final/s0" and final["ships"]["final_view_score"] > 0.8
     for node in (final["chosen"], final["baseline"]):
         for seed in final["guard"]["seeds"]:
