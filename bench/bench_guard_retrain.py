@@ -39,17 +39,18 @@ def guard_stage(ring: Path) -> dict:
     started = [r["started_at"] for r in runs if r.get("started_at")]
     ended = [r["started_at"] + r.get("wall_s", 0.0) for r in runs if r.get("started_at")]
     timing = ring / "final_timing.json"
-    reserved = None
+    stage = {}
     if timing.exists():
-        stages = json.loads(timing.read_text()).get("stages") or {}
-        reserved = (stages.get("guard") or {}).get("reserved_s")
+        stages = json.loads(timing.read_text()).get("stages") or []
+        stage = next((s for s in stages if s.get("stage") == "guard"), {})
     return {
         "ring": str(ring),
         "runs": len(runs),
         "trained": sum(1 for r in runs if r.get("weights_mode") == "train"),
         "wall_s": sum(r.get("wall_s", 0.0) for r in runs),
         "span_s": (max(ended) - min(started)) if started else 0.0,
-        "reserved_s": reserved,
+        "reserved_s": stage.get("reserved_s"),
+        "actual_s": stage.get("actual_s"),
     }
 
 
