@@ -1,5 +1,6 @@
 # Final selection: the baseline goes to final/ first; each finalist, in rank order, is
-# reviewed (view-blind check on two disguised copies) and guarded against the baseline on
+# reviewed (view-blind check: a screen on two disguised copies, more when it flags a
+# program whose output varies) and guarded against the baseline on
 # fresh seeds on the guard views; the first whose paired bootstrap LCB clears the margin
 # replaces the baseline. After the decision, when time remains: the reproduction check and
 # the other guarded finalists' final-view runs (diagnostics; they decide nothing).
@@ -19,6 +20,38 @@ checkpoint seat_baseline:
         ring=RING.root,
     shell:
         "{params.step} seat-baseline {params.ring} --out {output.seated} > {log} 2>&1"
+
+
+checkpoint screen:
+    input:
+        screen_inputs,
+    output:
+        screen=path(RING.screen("{node}")),
+    log:
+        log_for("screen", "{node}"),
+    conda:
+        "../envs/ringflow.yaml"
+    params:
+        ringflow=RINGFLOW,
+        ring=RING.root,
+    shell:
+        "{params.ringflow} screen {params.ring} {wildcards.node} > {log} 2>&1"
+
+
+checkpoint screen:
+    input:
+        DAG.screen_inputs,
+    output:
+        screen=path(RING.screen("{node}")),
+    log:
+        DAG.log("screen", "{node}"),
+    conda:
+        "../envs/ringflow.yaml"
+    params:
+        step=STEP,
+        ring=RING.root,
+    shell:
+        "{params.step} screen {params.ring} {wildcards.node} --out {output.screen} > {log} 2>&1"
 
 
 checkpoint review:

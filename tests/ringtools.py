@@ -97,6 +97,8 @@ if b.get("weights"):
         print("trained", file=sys.stderr)
 rng = random.Random(f"{b.get('noise_key', 'x')}/{data}/{a.seed}")
 value = b["mean"] + rng.gauss(0, b.get("sd", 0.0))
+# Run-to-run noise no seed fixes (threads, clocks): the output varies between runs.
+value += random.SystemRandom().uniform(-1, 1) * b.get("jitter", 0.0)
 if b.get("view_sensitive"):
     # Its score follows the name it is given for the view (an alias drawn per ring).
     value -= 0.1 + 0.4 * int(hashlib.sha256(view.encode()).hexdigest()[:8], 16) / 2**32
@@ -122,6 +124,8 @@ def make_task(root: Path, views=("proxy", "x3", "final"), roles: dict | None = N
                 "scorer": "python scorer.py",
                 "views": roles if roles is not None else list(views),
                 "scorer_bootstrap": True,
+                # The scripted scorer reads the program's own number: nothing to resample.
+                "scorer_resamples": False,
             }
         )
     )

@@ -146,18 +146,19 @@ def test_final_selection_reaches_its_checkpoints_in_ring_order(tmp_path):
     through_search(layout)
     atomic_write_json(layout.promotion, {"promoted": ["n001-a", "n002-b"]})
     atomic_write_json(layout.ranking, {"finalists": ["n002-b", "n001-a"]})
+    atomic_write_json(layout.screen("n002-b"), {"extra_variants": []})
     atomic_write_json(layout.review("n002-b"), {"passed": True})
     atomic_write_json(layout.verdict(1), {"node": "n002-b", "replace": False, "eligible": False,
                                           "guard": {"complete": True}})  # fmt: skip
     dag, checkpoints = dag_over(layout)
     with pytest.raises(CheckpointPending) as pending:
         dag.decision_inputs(w())
-    assert (pending.value.rule, pending.value.wildcards) == ("review", {"node": "n001-a"})
+    assert (pending.value.rule, pending.value.wildcards) == ("screen", {"node": "n001-a"})
     asked = [rule for rule, _ in checkpoints.asked]
     order = list(CHECKPOINT_OUTPUTS)
     firsts = [rule for i, rule in enumerate(asked) if rule not in asked[:i]]
     assert firsts == [rule for rule in order if rule in firsts]
-    assert firsts[-4:] == ["promote", "rank", "review", "verdict"]
+    assert firsts[-5:] == ["promote", "rank", "screen", "review", "verdict"]
 
 
 def test_promotion_runs_are_planned_once_promotion_is_recorded(tmp_path):
@@ -180,6 +181,13 @@ def test_a_verdict_waits_for_its_review_and_guards_both_sides(tmp_path):
     dag, _ = dag_over(layout)
     with pytest.raises(CheckpointPending) as pending:
         dag.verdict_inputs(w(rank="1"))
+    assert pending.value.rule == "screen"
+    atomic_write_json(layout.screen("n001-a"), {"extra_variants": ["real-s0", "blind3-s0"]})
+    assert names(dag.review_inputs(w(node="n001-a"))) == {"selection/screen-n001-a.json"} | {
+        f"nodes/n001-a/exec/proxy/{v}/score.json" for v in ("real-s0", "blind3-s0")
+    }
+    with pytest.raises(CheckpointPending) as pending:
+        dag.verdict_inputs(w(rank="1"))
     assert pending.value.rule == "review"
     atomic_write_json(layout.review("n001-a"), {"passed": True})
     assert names(dag.verdict_inputs(w(rank="1"))) == {"selection/review-n001-a.json"} | {
@@ -187,6 +195,7 @@ def test_a_verdict_waits_for_its_review_and_guards_both_sides(tmp_path):
         for n in ("n001-a", "n000-baseline")
         for g in ("g3", "g4")
     }
+    atomic_write_json(layout.screen("n001-a"), {"extra_variants": []})
     atomic_write_json(layout.review("n001-a"), {"passed": False})
     dag, _ = dag_over(layout)  # a fresh read (records are frozen once written)
     assert names(dag.verdict_inputs(w(rank="1"))) == {"selection/review-n001-a.json"}
@@ -197,6 +206,7 @@ def test_a_replacement_ends_selection_and_the_decision_waits_for_the_final_view(
     through_search(layout)
     atomic_write_json(layout.promotion, {"promoted": ["n001-a", "n002-b"]})
     atomic_write_json(layout.ranking, {"finalists": ["n001-a", "n002-b"]})
+    atomic_write_json(layout.screen("n001-a"), {"extra_variants": []})
     atomic_write_json(layout.review("n001-a"), {"passed": True})
     atomic_write_json(layout.verdict(1), {"node": "n001-a", "replace": True, "eligible": True,
                                           "reason": "LCB > margin",
@@ -215,6 +225,7 @@ def test_an_incomplete_guard_ends_selection_with_the_baseline(tmp_path):
     through_search(layout)
     atomic_write_json(layout.promotion, {"promoted": ["n001-a", "n002-b"]})
     atomic_write_json(layout.ranking, {"finalists": ["n001-a", "n002-b"]})
+    atomic_write_json(layout.screen("n001-a"), {"extra_variants": []})
     atomic_write_json(layout.review("n001-a"), {"passed": True})
     atomic_write_json(layout.verdict(1), {"node": "n001-a", "replace": False, "eligible": True,
                                           "reason": "incomplete",

@@ -150,6 +150,14 @@ def cmd_seat_baseline(args) -> int:
     return 0
 
 
+def cmd_screen(args) -> int:
+    from .selection.final import screen
+
+    _declared(args, _layout(args).screen(args.node))
+    print(json.dumps(screen(args.ring_dir, args.node)))
+    return 0
+
+
 def cmd_review(args) -> int:
     from .selection.final import review
 
@@ -519,7 +527,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--no-run", action="store_true", help="do not run a candidate")
     check.add_argument(
-        "--baseline", help="the baseline's folder: it runs once, and its output probes the scorer"
+        "--baseline",
+        help="the baseline's folder: it runs once (its output probes the scorer), then on the "
+        "guard view under probe seeds, to say the smallest advantage the guard could detect",
     )
     check.set_defaults(func=cmd_check)
     add(
@@ -573,6 +583,7 @@ def add_steps(sub) -> None:
     add("promote", cmd_promote, "promote the top nodes by seed-0 score")
     add("rank", cmd_rank, "rank promoted nodes by the 3-seed mean")
     add("seat-baseline", cmd_seat_baseline, "write the baseline to final/ first")
+    add("screen", cmd_screen, "the view-blind check's first screen", (("node",), {}))
     add("review", cmd_review, "review a finalist", (("node",), {}))
     add("verdict", cmd_verdict, "guard a finalist", (("rank",), {"type": int}))
     add("decide", cmd_decide, "make the final decision")

@@ -94,7 +94,29 @@ def config_problems(config: dict, schema: dict) -> list[str]:
             value = error.instance
             shown = repr(value) if not isinstance(value, dict | list) else type(value).__name__
             problems.append(f"{where or 'config'} = {shown}: {error.message.split(chr(10))[0]}")
-    return problems
+    return problems or guard_problems(config)
+
+
+def guard_problems(config: dict) -> list[str]:
+    """Keys that are valid one by one but not together: a guard.bootstrap too small for
+    any alpha/final_top_k quantile could never bound a difference (docs/guard.md#scorer-modes)."""
+    guard = config.get("guard")
+    top_k = config.get("final_top_k")
+    if not isinstance(guard, dict) or not isinstance(top_k, int) or top_k < 1:
+        return []
+    alpha, count = guard.get("alpha"), guard.get("bootstrap")
+    if not isinstance(alpha, int | float) or not 0 < alpha < 1 or not isinstance(count, int):
+        return []
+    from .selection.guardstats import min_bootstrap
+
+    needed = min_bootstrap(top_k, alpha)
+    if count >= needed:
+        return []
+    return [
+        f"guard.bootstrap = {count}: too few resamples for the guard's quantile alpha / "
+        f"final_top_k = {alpha:g} / {top_k}, so no bound could ever be computed; use at "
+        f"least {needed} (ceil(final_top_k / alpha)), or lower final_top_k"
+    ]
 
 
 def check_config(config: dict, schema_path: str) -> None:

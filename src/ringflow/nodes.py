@@ -20,7 +20,7 @@ from .carryover.scored import (
 from .errors import CandidateError
 from .jsonio import atomic_write_json, read_json
 from .ring.edits import record_sources
-from .ring.layout import RingLayout, node_slug, variant_seed
+from .ring.layout import RingLayout, is_review_variant, node_slug, variant_seed
 from .ring.ledger import Ledger, emit_event
 from .ring.records import write_record
 from .weights import keys
@@ -32,28 +32,49 @@ READY = "ready"
 REJECTED = "rejected"
 
 
+def review_extra_variants(ring: dict) -> list[str]:
+    """The view-blind check's further runs, made only when its first screen flags."""
+    extra = ring["config"].get("view_blind", {}).get("extra_runs", 8)
+    return ["real-s0", *(f"blind{n}-s0" for n in range(3, 3 + extra))]
+
+
 def planned_variants(ring: dict) -> dict[str, list[str]]:
     """Every execution a node may get, per view (run on demand; docs/contracts.md#seeds). Guard
     seeds run on the guard views only; on the search views when the task has none."""
     guard = [f"g{s}" for s in ring["guard_seeds"]]
     guard_views = ring.get("guard_views") or []
     search = ["s0", "s0-ablate", "s1", "s2", *([] if guard_views else guard)]
-    search += ["fresh-s0", "blind-s0", "blind2-s0"]
+    search += ["fresh-s0", "blind-s0", "blind2-s0", *review_extra_variants(ring)]
     plan = {view: list(search) for view in ring["search_views"]}
     plan.update({view: list(guard) for view in guard_views})
     plan[ring["final_view"]] = ["s0"]
     return plan
 
 
+# With guard.retrain, guard seed g trains its own weights with training seed
+# GUARD_TRAIN_SEED_BASE + g (in the key), so the guard's bound covers training luck.
+GUARD_TRAIN_SEED_BASE = 10_000
+
+
+def guard_train_seed(ring: dict, solution: Solution, variant: str) -> int | None:
+    """The training seed of a guard run that retrains (guard.retrain), else None."""
+    guard_run = variant.startswith("g") and variant[1:].isdigit()
+    if not guard_run or not ring["config"]["guard"].get("retrain"):
+        return None
+    seed = variant_seed(variant)
+    return seed if solution.seed_affects_training else GUARD_TRAIN_SEED_BASE + seed
+
+
 def execution_spec(ring: dict, solution: Solution, tree: str, view: str, variant: str) -> dict:
     seed = variant_seed(variant)
     ablate = variant == "s0-ablate"
-    train_seed = solution.training_seed(seed)
+    retrain_seed = guard_train_seed(ring, solution, variant)
+    train_seed = solution.training_seed(seed) if retrain_seed is None else retrain_seed
     spec = {"seed": seed, "ablate": ablate, "weights": "none", "key": None,
             "train_seed": train_seed}  # fmt: skip
     if not solution.has_weights:
         return spec
-    if variant in ("fresh-s0", "blind-s0", "blind2-s0"):
+    if variant == "fresh-s0" or is_review_variant(variant):
         spec["weights"] = "fresh"
         return spec
     key, components = keys.weights_key(

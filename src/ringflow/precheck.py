@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from .candidate import load_solution
+from .check_guard import check_resampling, report_power
 from .errors import InputError, RingflowError
 from .reporting.digest import first_line, last_line
 
@@ -268,6 +269,9 @@ def check(
             report.warn("no candidate to run: the scorer and validator were not tried")
         else:
             _run_one(report, ring, probe)
+            check_resampling(report, ring, probe, ring["search_views"][0])
+        if run:
+            report_power(report, ring, index)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return report

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import random
 import signal
 import stat
 import subprocess
@@ -71,8 +72,12 @@ def _last_line(err: str, code: int | None) -> str:
     return lines[-1] if lines else f"exit code {code}"
 
 
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _finite(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return _number(value) and math.isfinite(value)
 
 
 def _check_score(raw: object, path: Path) -> dict:
@@ -86,9 +91,33 @@ def _check_score(raw: object, path: Path) -> dict:
         raise InputError(f"{path}: 'reason' must be a string")
     if not valid:
         return {"score": None, "valid": False, "reason": reason or "invalid output"}
+    if _number(score) and not _finite(score):
+        # NaN or infinity on a valid output: the output has no score (docs/guard.md#scorer-modes).
+        return {"score": None, "valid": False, "non_finite": True,
+                "reason": f"invalid: the scorer gave a non-finite score ({score!r})"}  # fmt: skip
     if not _finite(score):
         raise InputError(f"{path}: 'score' must be a finite number")
     return {"score": float(score), "valid": True, "reason": reason}
+
+
+def _check_rows(raw: object, path: Path) -> dict:
+    """A rows-mode scorer's record (`scorer_rows: true`): `rows` holds one finite value per
+    labelled row, in the labels' own order, and the score is their mean."""
+    record = _check_score(raw, path)
+    if not record["valid"]:
+        return record
+    rows = raw.get("rows")
+    if isinstance(rows, list) and rows and all(map(_number, rows)) and not all(map(_finite, rows)):
+        return {"score": None, "valid": False, "non_finite": True,
+                "reason": "invalid: the scorer gave a non-finite row value"}  # fmt: skip
+    if not isinstance(rows, list) or not rows or not all(map(_finite, rows)):
+        raise InputError(
+            f"{path}: a scorer declared with 'scorer_rows: true' must write 'rows': a "
+            "non-empty list of finite numbers, one per labelled row"
+        )
+    values = [float(v) for v in rows]
+    return {**record, "score": math.fsum(values) / len(values), "scorer_score": record["score"],
+            "rows": values}  # fmt: skip
 
 
 # Scoring seeds of the guard's bootstrap resamples: the b-th resample of every guard
@@ -101,6 +130,30 @@ def is_guard_variant(variant: str) -> bool:
     return variant.startswith("g") and variant[1:].isdigit()
 
 
+def scorer_mode(task: dict) -> str:
+    """ "resample", "rows" or "fixed" (task.yaml, docs/guard.md#scorer-modes); a ring locked
+    before modes were declared resamples."""
+    return task.get("scorer_mode") or "resample"
+
+
+def row_resample(rows: int, seed: int) -> list[int]:
+    """The row indices of resample `seed` of a rows-mode view: n draws with replacement,
+    from random.Random(f"ringflow-rows/{seed}"), so anyone can re-derive them; the same
+    seed draws the same rows for every output on the view, which pairs the two sides."""
+    rng = random.Random(f"ringflow-rows/{seed}")
+    return [rng.randrange(rows) for _ in range(rows)]
+
+
+def rows_bootstrap(values: list[float], count: int) -> list[float]:
+    """The `count` bootstrap scores of a rows-mode output: the mean over resamples
+    BOOTSTRAP_SEED_BASE + b, b = 0..count-1."""
+    n = len(values)
+    return [
+        math.fsum(values[i] for i in row_resample(n, BOOTSTRAP_SEED_BASE + b)) / n
+        for b in range(count)
+    ]
+
+
 def bootstrap_calls(task: dict, count: int) -> list[tuple[int, list[str]]]:
     """(seed, extra arguments) of each scorer call that yields the `count` bootstrap
     scores: one call with `--bootstrap N` where the task's scorer declares it
@@ -111,6 +164,9 @@ def bootstrap_calls(task: dict, count: int) -> list[tuple[int, list[str]]]:
     return [(first + b, []) for b in range(count)]
 
 
+NON_FINITE = "non-finite"
+
+
 def bootstrap_values(raw: object, batched: bool, seed: int) -> tuple[list[float] | None, str]:
     """The scores one bootstrap call gave, or None and why not."""
     values = raw.get("bootstrap") if batched and isinstance(raw, dict) else None
@@ -118,6 +174,8 @@ def bootstrap_values(raw: object, batched: bool, seed: int) -> tuple[list[float]
         values = [raw.get("score")]
     if not isinstance(raw, dict) or raw.get("valid") is not True:
         return None, f"no valid score for bootstrap seed {seed}"
+    if isinstance(values, list) and all(map(_number, values)) and not all(map(_finite, values)):
+        return None, NON_FINITE
     if not isinstance(values, list) or not all(map(_finite, values)):
         return None, (
             f"no bootstrap scores for seed {seed}"
@@ -196,13 +254,39 @@ def _evaluate(
             log.write(err)
             return ended, err, record_dir / "score.json"
 
-        record = _scorer_record(*call_scorer(seed, []), limit_s)
-        if is_guard_variant(variant) and record.get("valid"):
-            record.update(_bootstrap(task, config["guard"]["bootstrap"], call_scorer, limit_s))
+        mode = scorer_mode(task)
+        record = _scorer_record(*call_scorer(seed, []), limit_s, rows=mode == "rows")
+        final_run = view == ring.get("final_view") and variant == "s0"
+        if (is_guard_variant(variant) or final_run) and record.get("valid"):
+            count = config["guard"]["bootstrap"]
+            if mode == "rows":
+                record["bootstrap"] = rows_bootstrap(record["rows"], count)
+                record["bootstrap_seeds"] = {
+                    "first": BOOTSTRAP_SEED_BASE,
+                    "count": count,
+                    "drawn_by": "ringflow",
+                    "rows": len(record["rows"]),
+                }
+            elif mode == "fixed":
+                # One number per output (scorer_resamples: false): no rows to resample,
+                # so the guard's bound covers the programs' own noise only.
+                record["bootstrap"] = [record["score"]] * count
+                record["bootstrap_seeds"] = {"first": None, "count": count, "drawn_by": None}
+            else:
+                resampled = _bootstrap(task, count, call_scorer, limit_s)
+                if not final_run:
+                    record.update(resampled)
+                elif "bootstrap" in resampled:
+                    # On the final view the resamples only give the improvement its
+                    # interval: without them the run keeps its score.
+                    record.update(bootstrap=resampled["bootstrap"],
+                                  bootstrap_seeds=resampled["bootstrap_seeds"])  # fmt: skip
     return record
 
 
-def _scorer_record(ended: str, err: str, raw_path: Path, limit_s: float) -> dict:
+def _scorer_record(
+    ended: str, err: str, raw_path: Path, limit_s: float, rows: bool = False
+) -> dict:
     if ended == "cut":
         return {"budget_cut": True, "reason": "scoring cut by the deadline"}
     if ended == "timeout":
@@ -210,7 +294,8 @@ def _scorer_record(ended: str, err: str, raw_path: Path, limit_s: float) -> dict
     if ended != "done" or not _regular_file(raw_path):
         return _evaluator_failed("scorer", _last_line(err, ended))
     try:
-        return {**_check_score(read_json(raw_path), raw_path), "scored": True}
+        checked = (_check_rows if rows else _check_score)(read_json(raw_path), raw_path)
+        return {**checked, "scored": True}
     except InputError as exc:
         return _evaluator_failed("scorer", str(exc))
 
@@ -233,6 +318,10 @@ def _bootstrap(task: dict, count: int, call_scorer, limit_s: float) -> dict:
         except InputError as exc:
             return _bootstrap_failed(str(exc))
         values, why = bootstrap_values(raw, bool(extra), seed)
+        if values is None and why == NON_FINITE:
+            return {"scored": True, "score": None, "valid": False, "non_finite": True,
+                    "reason": f"invalid: the scorer gave a non-finite bootstrap score "
+                    f"(seed {seed})"}  # fmt: skip
         if values is None:
             return _bootstrap_failed(why)
         scores += values
@@ -314,7 +403,52 @@ def score_execution(ring_dir: str | Path, node: str, view: str, variant: str) ->
     write_record(layout.root, layout.score(node, view, variant), record)
     if record.get("evaluator_failed"):
         _count_evaluator_failure(ring, layout, node, record)
+    elif record.get("non_finite"):
+        _refuse_non_finite_baseline(layout, node, record)
+    elif record.get("valid") and _first_baseline_score(ring, layout, node, view, variant):
+        _refuse_seed_blind_scorer(ring, layout, node, view, seed, record["score"])
     return record
+
+
+def _is_baseline(layout: RingLayout, node: str) -> bool:
+    index = read_json(layout.nodes_index) if layout.nodes_index.exists() else {}
+    return node == index.get("baseline")
+
+
+def _refuse_non_finite_baseline(layout: RingLayout, node: str, record: dict) -> None:
+    """A non-finite score on a candidate makes that run invalid and is not counted against
+    the scorer; on the baseline it stops the ring, as any baseline scorer failure does."""
+    if _is_baseline(layout, node):
+        raise stop_ring(layout.root, f"the task's scorer failed on the baseline's output "
+                        f"({record['reason']})", node=node)  # fmt: skip
+
+
+def _first_baseline_score(ring: dict, layout: RingLayout, node: str, view: str, variant: str):
+    """The baseline's seed-0 score on the first search view: its scorer is checked there
+    once per ring (the lock has no output to score)."""
+    return (
+        variant == "s0"
+        and view == ring["search_views"][0]
+        and scorer_mode(ring["task"]) == "resample"
+        and _is_baseline(layout, node)
+    )
+
+
+def _refuse_seed_blind_scorer(
+    ring, layout: RingLayout, node: str, view: str, seed: int, score: float
+) -> None:
+    """Score the baseline's output under other seeds; a scorer that ignores the seed stops
+    the ring with how to declare what it is (docs/guard.md#scorer-modes)."""
+    from .scorer_modes import resample_verdict
+
+    exec_dir = layout.exec_dir(node, view, "s0")
+
+    def score_with(other: int) -> dict:
+        return _evaluate(ring, exec_dir, view, "s0", other)
+
+    problem = resample_verdict(score_with, seed, score)
+    if problem is not None:
+        raise stop_ring(layout.root, problem, node=node)
 
 
 def read_score(layout: RingLayout, node: str, view: str, variant: str) -> dict | None:

@@ -26,6 +26,10 @@ class Task:
     roles: dict = field(default_factory=dict)
     # The scorer returns many bootstrap scores in one call (`--bootstrap N`).
     scorer_bootstrap: bool = False
+    # What the scorer gives per output (docs/guard.md#scorer-modes): "resample" (the seed
+    # draws the rows), "rows" (one value per row; ringflow draws the resamples) or "fixed"
+    # (one number, nothing to resample: the guard covers program noise only).
+    scorer_mode: str = "resample"
 
     def view_dir(self, view: str) -> Path:
         return self.dir / "views" / view
@@ -41,6 +45,7 @@ class Task:
             "reorder_rows": list(self.reorder_rows),
             "roles": self.roles,
             "scorer_bootstrap": self.scorer_bootstrap,
+            "scorer_mode": self.scorer_mode,
         }
 
 
@@ -99,7 +104,33 @@ def load_task(task_dir: str | Path) -> Task:
         reorder_rows=tuple(reorder),
         roles=roles,
         scorer_bootstrap=_flag(spec, "scorer_bootstrap", spec_path),
+        scorer_mode=scorer_mode(spec, spec_path),
     )
+
+
+SCORER_MODES = ("resample", "rows", "fixed")
+
+
+def scorer_mode(spec: dict, spec_path: Path) -> str:
+    """The scorer mode task.yaml declares: `scorer_rows: true` is "rows",
+    `scorer_resamples: false` is "fixed", neither is "resample" (the seed draws the rows)."""
+    rows = _flag(spec, "scorer_rows", spec_path)
+    resamples = spec.get("scorer_resamples", True)
+    if not isinstance(resamples, bool):
+        raise InputError(
+            f"{spec_path}: 'scorer_resamples' must be true or false, got {resamples!r}"
+        )
+    if rows and not resamples:
+        raise InputError(
+            f"{spec_path}: 'scorer_rows: true' and 'scorer_resamples: false' contradict each "
+            "other: a scorer that returns one value per row can be resampled by ringflow"
+        )
+    if rows and _flag(spec, "scorer_bootstrap", spec_path):
+        raise InputError(
+            f"{spec_path}: 'scorer_rows: true' and 'scorer_bootstrap: true' exclude each other: "
+            "with rows, ringflow draws the bootstrap resamples itself"
+        )
+    return "rows" if rows else "resample" if resamples else "fixed"
 
 
 def _flag(spec: dict, key: str, spec_path: Path) -> bool:

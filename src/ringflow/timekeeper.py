@@ -369,7 +369,8 @@ class Planner:
                 if not read_json(review_path)["passed"]:
                     continue
             else:
-                variants = ["s0", "blind-s0", "blind2-s0"]
+                # The view-blind screen's runs, and the further runs it asked for once known.
+                variants = ["s0", "blind-s0", "blind2-s0", *screened_variants(self.layout, node)]
                 after = (
                     self.measured.review_command_price() if self.ring["config"]["review"] else None
                 )
@@ -386,6 +387,13 @@ class Planner:
             out.append(self.batch("guard", runs, f"guard of {node} and the baseline"))
             eligible.append(node)
         return eligible
+
+
+def screened_variants(layout: RingLayout, node: str) -> list[str]:
+    from .selection.final import review_variants
+
+    path = layout.screen(node)
+    return review_variants(read_json(path)) if path.exists() else []
 
 
 # ---- the estimate ------------------------------------------------------------------------

@@ -126,9 +126,13 @@ def _failed_parent_review(ring_dir: Path, parent: object) -> str | None:
     if not isinstance(parent, str) or not parent:
         return None
     review = ring_dir / "selection" / f"review-{parent}.json"
-    if not review.is_file() or read_json(review).get("passed", True):
+    if not review.is_file():
         return None
-    reasons = "; ".join(read_json(review).get("reasons") or []) or "no reason recorded"
+    record = read_json(review)
+    # Not reviewed (time ran out, or too costly to confirm) is not a failed review.
+    if record.get("passed", True) or record.get("outcome") == "not_reviewed":
+        return None
+    reasons = "; ".join(record.get("reasons") or []) or "no reason recorded"
     return f"its parent {parent} failed review in {ring_dir}: {reasons}"
 
 

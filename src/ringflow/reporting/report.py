@@ -639,7 +639,16 @@ def decision_section(ctx: dict, files: RingFiles, layout: RingLayout) -> dict | 
         or decision.get("reviews")
         or []
     )
-    promo, guard_mean = decision.get("promotion_mean"), decision.get("guard_mean")
+    # The winner's-curse table shows the finalist it is about (the chosen one, or the top
+    # guarded finalist when the baseline stays), never the baseline's own numbers.
+    curse = decision.get("winners_curse") or {}
+    curse_row = next(
+        (r for r in decision.get("finalists") or [] if r.get("node") == curse.get("node")), None
+    )
+    if curse_row is not None:
+        promo, guard_mean = curse_row.get("promotion_mean"), curse_row.get("guard_mean")
+    else:
+        promo, guard_mean = decision.get("promotion_mean"), decision.get("guard_mean")
     n_seeds = len(ctx["ring"].get("guard_seeds", []))
     note = decision.get("note") or (
         "Guard and promotion scores are conditional on the frozen weights and the current data. "
@@ -654,7 +663,6 @@ def decision_section(ctx: dict, files: RingFiles, layout: RingLayout) -> dict | 
         "record": decision,
         "guard_candidate": guarded_candidate(decision),
         "guard_sd": None if not guard else guard_spread(guard),
-        "curse": curse,
         "source": "selection/decision.json" if ctx["decision"] else "final/FINAL.json",
         "pending": ctx["decision"] is None,
         "guard": guard,
@@ -663,6 +671,8 @@ def decision_section(ctx: dict, files: RingFiles, layout: RingLayout) -> dict | 
         "reviews": reviews,
         "promotion_mean": promo,
         "guard_mean": guard_mean,
+        "curse": curse,
+        "passed_over": decision.get("passed_over") or [],
         "shrinkage": None if promo is None or guard_mean is None else guard_mean - promo,
         "final_view": decision.get("final_view"),
         "note": note,

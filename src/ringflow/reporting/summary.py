@@ -252,6 +252,7 @@ def decision_lines(ring: dict, layout: RingLayout) -> list[str]:
         if final_view.get("baseline") is not None and chosen != base:
             line += f", baseline {final_view['baseline']:.4f}"
         lines.append(line)
+    lines += decision_detail_lines(decision)
     if kind in ("candidate", "baseline"):
         lines += deploy_lines(ring, layout)
     return lines
@@ -333,3 +334,22 @@ def render_summary(ring_dir) -> str:
     ]
     # Reasons quote what programs wrote: no escape sequence reaches a terminal.
     return printable("\n".join(lines), keep_newlines=True) + "\n"
+
+
+def decision_detail_lines(decision: dict) -> list[str]:
+    """What the guard judged, every finalist passed over and why, and the warnings."""
+    lines = []
+    judged = decision.get("guard_judged")
+    if judged:
+        covered = [k.replace("_", " ") for k in ("program_noise", "rows", "training_luck")
+                   if judged.get(k)]  # fmt: skip
+        lines.append(f"  the guard judged: {', '.join(covered)}")
+    detectable = ((decision.get("guard") or {}).get("bootstrap") or {}).get("detectable")
+    if detectable is not None:
+        lines.append(f"  smallest advantage this guard could detect: {detectable:.4g}")
+    for item in decision.get("passed_over") or []:
+        lines.append(f"  passed over: {item['node']} (rank {item['rank']}, "
+                     f"{item['outcome'].replace('_', ' ')}): {item['reason']}")  # fmt: skip
+    for warning in decision.get("warnings") or []:
+        lines.append(f"  warning: {warning}")
+    return lines

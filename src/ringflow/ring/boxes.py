@@ -5,7 +5,7 @@ the paths a program's mount table shows name no ring (docs/isolation.md).
 A box is held with an flock on its folder by the process that made it, and removed when
 its run ends. A run killed before it could remove its box leaves it behind; the ring's
 next start and its end remove every box whose holder is gone, so no hard link into the
-store's `objects/` outlives the runs (docs/faults.md#debris).
+store's `objects/` outlives the runs (docs/faults.md#debris-of-killed-runs).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from ..errors import InputError
 from ..jsonio import read_json
 from ..reserve import CutoffFile
 from ..reserve import settle_deadline as bounded_settle
-from .layout import RingLayout
+from .layout import RingLayout, is_review_variant
 
 
 def load_ring(ring_dir: str | Path) -> dict:
@@ -55,7 +55,7 @@ def stage_of(ring: dict, view: str, variant: str) -> str:
         return "search"
     if variant in ("s1", "s2"):
         return "promotion"
-    if variant in ("blind-s0", "blind2-s0"):
+    if is_review_variant(variant):
         return "review"
     if variant == "fresh-s0":
         # The reproduction check runs after the decision, in whatever time is left (up to

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SEARCH_VARIANTS = ("s0", "s0-ablate", "s1", "s2")
-VARIANT_PATTERN = r"s0|s0-ablate|s1|s2|g\d+|fresh-s0|blind-s0|blind2-s0"
+VARIANT_PATTERN = r"s0|s0-ablate|s1|s2|g\d+|fresh-s0|real-s0|blind-s0|blind\d+-s0"
 # At least three digits (n000-…, n999-…, n1000-…): never runs out. Not `{3,}`: Snakemake
 # wildcard constraints accept only `{m}` and `{m,n}` quantifiers.
 NODE_PATTERN = r"n\d{3}\d*-[a-z0-9][a-z0-9._-]*"
@@ -98,6 +98,10 @@ class RingLayout:
     def review(self, node: str) -> Path:
         return self.root / "selection" / f"review-{node}.json"
 
+    def screen(self, node: str) -> Path:
+        """The view-blind check's first screen of a finalist (its further runs follow)."""
+        return self.root / "selection" / f"screen-{node}.json"
+
     def verdict(self, rank: int) -> Path:
         return self.root / "selection" / f"verdict-{rank}.json"
 
@@ -180,6 +184,12 @@ class RingLayout:
     @property
     def locks(self) -> Path:
         return self.root / ".locks"
+
+
+def is_review_variant(variant: str) -> bool:
+    """The view-blind check's runs: blind-s0, blind<N>-s0 (disguised copies) and real-s0
+    (a fresh run on the real view), all seed 0 and fresh."""
+    return variant == "real-s0" or re.fullmatch(r"blind\d*-s0", variant) is not None
 
 
 def variant_seed(variant: str) -> int:

@@ -12,6 +12,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from .. import sandbox
+from ..config import guard_problems
 from ..errors import InputError, MachineryError, SandboxError
 from ..jsonio import atomic_write_json, read_json, sha256_json
 from ..reserve import CutoffFile
@@ -242,6 +243,8 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
         raise InputError(f"ring {config['ring_id']}: {problem}")
     if problem := gpu_problem(config, layout):
         raise InputError(f"ring {config['ring_id']} cannot start: {problem}")
+    for problem in guard_problems(config):
+        raise InputError(f"ring {config['ring_id']}: {problem}")
     task = load_task(paths["task"])
     sandbox_info, program = lock_sandbox(config, layout, program_python(config))
     alias_salt = secrets.token_hex(16)

@@ -16,9 +16,14 @@ from filelock import FileLock
 from ..jsonio import atomic_write_bytes
 from ..ring.layout import RingLayout
 
-# The view-blind runs and the disguised copy each one gets (docs/operations.md#final-selection: a
-# check and a re-check).
-BLIND_COPIES = {"blind-s0": "disguised", "blind2-s0": "disguised-2"}
+# The view-blind runs and the disguised copy each one gets (docs/guard.md#view-blind-check:
+# a check and a re-check).
+# blind<N>-s0 (N = 3, 4, ...) are the further runs of a flagged program, each on a copy
+# of its own (view_blind.extra_runs of them, at most MAX_EXTRA_BLIND).
+MAX_EXTRA_BLIND = 32
+BLIND_COPIES = {"blind-s0": "disguised", "blind2-s0": "disguised-2"} | {
+    f"blind{n}-s0": f"disguised-{n}" for n in range(3, 3 + MAX_EXTRA_BLIND)
+}
 
 
 def alias(ring: dict, view: str, copy: str = "disguised") -> str:

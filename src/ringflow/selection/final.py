@@ -19,25 +19,16 @@ from ..ring.clock import final_top_k, load_node, load_ring, stage_deadline
 from ..ring.layout import RingLayout
 from ..ring.ledger import Ledger, emit_event
 from ..ring.records import hash_record, write_record
-from ..scoring import read_score, usable
+from ..scoring import read_score, scorer_mode, usable
 from ..weights.hashing import listing, listing_hash
 from ..weights.store import WeightsStore
-from . import guardstats
+from . import guardstats, viewblind
 from .deploy import complete_solution
 from .gap import selection_gap
-from .order import choose, ends_selection, usable_baseline
+from .order import NOT_REVIEWED, choose, ends_selection, usable_baseline
 from .scores import node_mean
 from .seeds import chain_rings
 
-# View-blind check: scores closer than this, relative to their scale, are the same score
-# (float summation order after a reordering moves a score by ~1e-8).
-ARITH_REL = 1e-6
-ARITH_ABS = 1e-12
-# A program that trains retrains fresh on each disguised copy, while s0 replays weights
-# trained on the real view: the real score may differ from the disguised ones by this many
-# times the two fresh retrains' own difference. (With Gaussian retraining noise an honest
-# program still fails about 12% of the time; deterministic training never does.)
-RETRAIN_FACTOR = 4.0
 REUSE_WARNING = (
     "This task has no guard view: the guard re-used the search views' rows, which also "
     "picked the finalists, so its bound covers seed and row noise but not the selection "
@@ -124,40 +115,163 @@ def reuses_search_rows(ring: dict) -> bool:
     return not ring.get("guard_views")
 
 
-def _view_blind_check(ring, layout, node: dict) -> dict:
-    """Same program, seed 0, the first search view under two other names, paths and row
-    orders (both fresh): does its score follow the view's identity?
+# Review outcomes (docs/guard.md#cut-is-not-failed).
+PASSED, FAILED = "passed", "failed"
+SCREEN_VARIANTS = ("s0", "blind-s0", "blind2-s0")
+# The view-blind check's fresh run on the real view, compared with the further disguised
+# runs (exchangeable with them, unlike s0's registered weights).
+REAL_FRESH = "real-s0"
 
-    The real score (s0) must match at least one disguised run within arithmetic noise
-    relative to the scores' scale; a program that trains (or a task that reorders rows)
-    is also allowed RETRAIN_FACTOR times the difference between the two disguised runs,
-    its own retraining noise. A difference on both copies beyond that fails the review.
-    """
+
+def view_blind_settings(ring: dict) -> dict:
+    return {"extra_runs": 8, "max_extra_train_min": 60.0, **ring["config"].get("view_blind", {})}
+
+
+def extra_blind_variants(ring: dict) -> list[str]:
+    """The further disguised runs a flagged program gets (blind3-s0, blind4-s0, ...)."""
+    return [f"blind{i}-s0" for i in range(3, 3 + view_blind_settings(ring)["extra_runs"])]
+
+
+def review_variants(screen_record: dict) -> list[str]:
+    """The runs the review needs after its first screen (none when the screen decided)."""
+    return list(screen_record.get("extra_variants") or [])
+
+
+def _blind_run(ring, layout, node: str, view: str, variant: str) -> dict:
+    """One view-blind run: "ok" with its score, "cut" (time ran out: not the program's
+    doing) or "failed" (it crashed or its output has no valid score)."""
+    result_path = layout.result(node, view, variant)
+    result = read_json(result_path) if result_path.exists() else None
+    score = read_score(layout, node, view, variant)
+    value = usable(score, ring["task"]["direction"])
+    run = {"variant": variant, "score": value, "wall_s": (result or {}).get("wall_s")}
+    reason = (score or {}).get("reason") or (result or {}).get("reason") or ""
+    if result is None and score is None:
+        return {**run, "state": "cut", "reason": f"{variant} did not run"}
+    cut = (result or {}).get("budget_cut") or (score or {}).get("budget_cut")
+    if cut or (result or {}).get("status") == statuses.INTERRUPTED:
+        return {**run, "state": "cut", "reason": f"{variant} was cut: {reason}".rstrip(": ")}
+    if value is None:
+        status = (result or {}).get("status") or "not scored"
+        return {**run, "state": "failed", "reason": f"{variant} {status}: {reason}".rstrip(": ")}
+    return {**run, "state": "ok", "reason": ""}
+
+
+def _runs_problem(runs: list[dict]) -> tuple[str, str] | None:
+    for state, outcome in (("cut", NOT_REVIEWED), ("failed", FAILED)):
+        bad = [r for r in runs if r["state"] == state]
+        if bad:
+            return outcome, "; ".join(r["reason"] for r in bad)
+    return None
+
+
+def _retrains(ring: dict, node: dict) -> bool:
+    return bool(node["solution"]["per_view_paths"]) or bool(ring["task"]["reorder_rows"])
+
+
+def _repeats_itself(ring, layout, node_id: str, view: str) -> bool:
+    """s0 and the fresh real run wrote byte-identical output, on inputs that the disguised
+    copies repeat byte for byte (the task reorders no rows)."""
+    if ring["task"]["reorder_rows"]:
+        return False
+    real = _output_hash(layout, node_id, view, "s0")
+    return real is not None and real == _output_hash(layout, node_id, view, REAL_FRESH)
+
+
+def screen_check(ring_dir, node_id: str) -> dict:
+    """The view-blind check's first screen (s0 against two disguised copies), and the
+    further runs it needs when it flags a program whose output varies."""
+    ring, layout, _ = _ctx(ring_dir)
+    node = load_node(ring, node_id)
     view = ring["search_views"][0]
-    direction = ring["task"]["direction"]
-    score_of = {v: usable(read_score(layout, node["id"], view, v), direction)
-                for v in ("s0", "blind-s0", "blind2-s0")}  # fmt: skip
-    real, first, second = score_of["s0"], score_of["blind-s0"], score_of["blind2-s0"]
-    check = {"check": "view_blind", "view": view, "real": real, "disguised": [first, second]}
-    if real is None or first is None or second is None:
-        check.update(passed=False, reason="view-blind check incomplete: an execution failed")
-        return check
-    retrains = bool(node["solution"]["per_view_paths"]) or bool(ring["task"]["reorder_rows"])
-    arithmetic = ARITH_REL * max(abs(real), abs(first), abs(second)) + ARITH_ABS
-    noise = abs(first - second) if retrains else 0.0
-    allowed = arithmetic + RETRAIN_FACTOR * noise
-    differences = [abs(real - first), abs(real - second)]
-    check.update(arithmetic_noise=arithmetic, retrain_noise=noise, allowed=allowed,
-                 differences=differences)  # fmt: skip
-    if min(differences) > allowed:
-        check.update(passed=False, reason=(
+    runs = [_blind_run(ring, layout, node_id, view, v) for v in SCREEN_VARIANTS]
+    record = {"node": node_id, "view": view, "runs": runs, "extra_variants": []}
+    problem = _runs_problem(runs)
+    if problem is not None:
+        outcome, why = problem
+        record.update(outcome=outcome, cut=outcome == NOT_REVIEWED,
+                      reason=f"view-blind check: {why}")  # fmt: skip
+        return record
+    real, first, second = (r["score"] for r in runs)
+    retrains = _retrains(ring, node)
+    record.update(viewblind.screen(real, first, second, retrains), real=real,
+                  disguised=[first, second], retrains=retrains)  # fmt: skip
+    if not record["flagged"]:
+        record.update(outcome=PASSED, reason="same score on the disguised copies")
+    elif not record["varies"]:
+        # Its output does not vary between runs, yet the real view's differs: exact.
+        record.update(outcome=FAILED, reason=(
             f"predictions depend on the view's identity: {real:.6g} on {view} vs "
             f"{first:.6g} and {second:.6g} on two disguised copies, beyond the allowed "
-            f"{allowed:.3g} (arithmetic noise {arithmetic:.3g}"
-            + (f", retraining noise {noise:.3g})" if retrains else ")")))  # fmt: skip
+            f"{record['allowed']:.3g} (its output does not vary between runs)"))  # fmt: skip
     else:
-        check.update(passed=True, reason="same score on the disguised copies")
-    return check
+        settings = view_blind_settings(ring)
+        walls = [r["wall_s"] for r in runs[1:] if r["wall_s"] is not None]
+        extra_min = settings["extra_runs"] * (max(walls) if walls else 0.0) / 60
+        if node["solution"]["per_view_paths"] and extra_min > settings["max_extra_train_min"]:
+            record.update(outcome=NOT_REVIEWED, reason=(
+                f"view-blind check: the first screen flagged a difference, and confirming it "
+                f"would take {settings['extra_runs']} more trainings (about {extra_min:.0f} "
+                f"min, over view_blind.max_extra_train_min = "
+                f"{settings['max_extra_train_min']:g})"))  # fmt: skip
+        else:
+            record.update(outcome=None, extra_variants=[REAL_FRESH, *extra_blind_variants(ring)],
+                          reason="flagged by the first screen: more disguised runs")  # fmt: skip
+    return record
+
+
+def screen(ring_dir, node_id: str) -> dict:
+    """The rule behind the review: write the screen's record (its further runs follow)."""
+    _, layout, _ = _ctx(ring_dir)
+    record = screen_check(ring_dir, node_id)
+    atomic_write_json(layout.screen(node_id), record)
+    return record
+
+
+def _view_blind_check(ring, layout, node: dict) -> dict:
+    """Same program, seed 0, the first search view under other names, paths and row
+    orders (all fresh): does its score follow the view's identity?
+
+    The first screen decides for programs whose output does not vary (exact equality
+    within arithmetic noise) and passes those close enough; when it flags a program whose
+    output varies, that program's fresh run on the real view must lie inside a prediction
+    interval of all its disguised runs (an honest program fails that 0.5% of the time
+    under normal noise).
+    """
+    path = layout.screen(node["id"])
+    first = read_json(path) if path.exists() else screen_check(ring["ring_dir"], node["id"])
+    check = {"check": "view_blind", "view": first["view"], "screen": first,
+             "real": first.get("real"), "disguised": first.get("disguised")}  # fmt: skip
+    if first["outcome"] is not None:
+        return {**check, "outcome": first["outcome"], "passed": first["outcome"] == PASSED,
+                "cut": bool(first.get("cut")), "reason": first["reason"]}  # fmt: skip
+    view = first["view"]
+    runs = [_blind_run(ring, layout, node["id"], view, v) for v in review_variants(first)]
+    problem = _runs_problem(runs)
+    if problem is not None:
+        outcome, why = problem
+        return {**check, "outcome": outcome, "passed": False, "cut": outcome == NOT_REVIEWED,
+                "reason": f"view-blind check (further runs): {why}"}  # fmt: skip
+    real_fresh = runs[0]["score"]
+    disguised = [*first["disguised"], *(r["score"] for r in runs[1:])]
+    if _repeats_itself(ring, layout, node["id"], view):
+        # Same input, same output: the program does not vary, so its scores on the
+        # byte-identical disguised copies had to be the same (exact equality).
+        return {**check, "outcome": FAILED, "passed": False, "reason": (
+            f"predictions depend on the view's identity: two runs on {view} wrote identical "
+            f"output (score {first['real']:.6g}), yet the disguised copies scored "
+            f"{first['disguised'][0]:.6g} and {first['disguised'][1]:.6g}")}  # fmt: skip
+    confirmed = viewblind.confirm(real_fresh, disguised)
+    check.update(confirmation=confirmed)
+    low, high = confirmed["interval"]
+    if confirmed["outside"]:
+        return {**check, "outcome": FAILED, "passed": False, "reason": (
+            f"predictions depend on the view's identity: a fresh run on {view} scored "
+            f"{real_fresh:.6g}, outside the {confirmed['level']:.1%} prediction interval "
+            f"[{low:.6g}, {high:.6g}] of {len(disguised)} runs on disguised copies")}  # fmt: skip
+    return {**check, "outcome": PASSED, "passed": True, "reason": (
+        f"a fresh run on {view} ({real_fresh:.6g}) lies inside the prediction interval "
+        f"[{low:.6g}, {high:.6g}] of {len(disguised)} disguised runs")}  # fmt: skip
 
 
 def _output_until(proc: subprocess.Popen, deadline) -> str | None:
@@ -190,18 +304,24 @@ def _review_command(ring, layout, node_id: str) -> dict:
             start_new_session=True,
         )
     except OSError as exc:
-        return {"check": "review_command", "passed": False, "reason": f"review failed: {exc}"}
+        return {"check": "review_command", "passed": False, "outcome": FAILED,
+                "reason": f"review failed: {exc}"}  # fmt: skip
     text = _output_until(proc, lambda: min(limit, stage_deadline(ring, "review")))
     ended = time.time()
     if text is None:
         cut = stage_deadline(ring, "review") < limit  # a deadline, not the time limit
-        why = "the review stage's deadline" if cut else "the time limit (scorer_timeout_min)"
-        return {"check": "review_command", "passed": False, "budget_cut": cut,
-                "reason": f"review failed: {why} came first"}  # fmt: skip
+        if cut:
+            why = "review command cut: the review stage's deadline came first"
+            return {"check": "review_command", "passed": False, "budget_cut": True,
+                    "outcome": NOT_REVIEWED, "reason": why}  # fmt: skip
+        why = "review failed: the time limit (scorer_timeout_min) came first"
+        return {"check": "review_command", "passed": False, "budget_cut": False,
+                "outcome": FAILED, "reason": why}  # fmt: skip
     text = text.strip()
     return {
         "check": "review_command",
         "passed": proc.returncode == 0,
+        "outcome": PASSED if proc.returncode == 0 else FAILED,
         "reason": text[-2000:] or f"exit code {proc.returncode}",
         "wall_s": ended - started,
         "ended_at": ended,
@@ -212,19 +332,34 @@ def review(ring_dir, node_id: str) -> dict:
     ring, layout, _ = _ctx(ring_dir)
     node = load_node(ring, node_id)
     checks = [_view_blind_check(ring, layout, node)]
-    if ring["config"]["review"]:
+    if ring["config"]["review"] and checks[0]["outcome"] != NOT_REVIEWED:
         checks.append(_review_command(ring, layout, node_id))
-    passed = all(c["passed"] for c in checks)
+    outcomes = {c["outcome"] for c in checks}
+    # A failed check fails the review; a check cut by time leaves it not reviewed: never
+    # "failed" for want of time, so its carried work is not refused for it.
+    outcome = FAILED if FAILED in outcomes else NOT_REVIEWED if NOT_REVIEWED in outcomes else PASSED
     record = {
         "node": node_id,
-        "passed": passed,
+        "passed": outcome == PASSED,
+        "outcome": outcome,
+        # Time ran out for it (not its cost): selection ends with the baseline, as for an
+        # incomplete guard.
+        "cut": outcome == NOT_REVIEWED and any(c.get("cut") or c.get("budget_cut") for c in checks),
         "checks": checks,
         "reasons": [c["reason"] for c in checks if not c["passed"]],
     }
     atomic_write_json(layout.review(node_id), record)
-    if not passed:
+    if outcome == FAILED:
         emit_event(layout.root, "review_failed", node=node_id, reasons=record["reasons"])
+    elif outcome == NOT_REVIEWED:
+        emit_event(layout.root, "not_reviewed", node=node_id, reasons=record["reasons"])
     return record
+
+
+def review_outcome(record: dict) -> str:
+    """passed, failed or not_reviewed; a record written before outcomes existed says only
+    passed or not."""
+    return record.get("outcome") or (PASSED if record.get("passed") else FAILED)
 
 
 def _guard_run(layout, node: str, view: str, seed: int, direction: str) -> dict:
@@ -324,15 +459,21 @@ def verdict(ring_dir, rank: int) -> dict:
     record: dict = {"rank": rank, "node": node}
     rev = read_json(layout.review(node))
     record["review"] = rev
-    if not rev["passed"]:
-        record.update(
-            eligible=False, replace=False, reason="review failed: " + "; ".join(rev["reasons"])
-        )
+    reviewed = review_outcome(rev)
+    if reviewed != PASSED:
+        why = "; ".join(rev["reasons"])
+        if reviewed == NOT_REVIEWED:
+            record.update(eligible=False, replace=False, outcome=NOT_REVIEWED,
+                          cut=bool(rev.get("cut")), reason=f"not reviewed: {why}")  # fmt: skip
+        else:
+            record.update(eligible=False, replace=False, outcome="failed_review",
+                          reason=f"review failed: {why}")  # fmt: skip
         atomic_write_json(layout.verdict(rank), record)
         return record
     before = guarded_before(ring, node)
     if before is not None:
-        record.update(eligible=False, replace=False, guarded_before=before, reason=(
+        record.update(eligible=False, replace=False, guarded_before=before,
+                      outcome="guarded_before", reason=(
             f"already guarded in ring {before['ring']} on the same guard rows: "
             "not guarded again"))  # fmt: skip
         atomic_write_json(layout.verdict(rank), record)
@@ -340,7 +481,7 @@ def verdict(ring_dir, rank: int) -> dict:
     guard = ring["config"]["guard"]
     base = usable_baseline(index)
     seeds = ring["guard_seeds"]
-    a_prime = guardstats.alpha_prime(guard["alpha"], final_top_k(ring))
+    a_prime = guardstats.alpha_prime(guard["alpha"], eligible_at_ranking(ring, ranking))
     info = _guard_record(ring, seeds, guard_views(ring), a_prime, guard["margin"])
     cand_runs, base_runs = guard_runs(ring, layout, node), guard_runs(ring, layout, base)
     cand_side, base_side = per_seed_means(ring, cand_runs), per_seed_means(ring, base_runs)
@@ -352,11 +493,13 @@ def verdict(ring_dir, rank: int) -> dict:
         # shopping, no other finalist to save time).
         why = f"baseline's {base_problem[1]}" if base_problem else cand_problem[1]
         reason = f"incomplete guard ({why}): baseline kept"
+        record["outcome"] = "not_guarded"
     elif cand_problem:
         # The finalist's own run crashed or was invalid: it fails its guard, its alpha'
         # is spent, and selection moves on to the next finalist.
         info.update(complete=True, failed=cand_problem[1])
         reason = f"failed its guard ({cand_problem[1]}): not eligible"
+        record["outcome"] = "failed_guard"
     else:
         info["complete"] = True
         info["differences"] = [
@@ -370,10 +513,11 @@ def verdict(ring_dir, rank: int) -> dict:
             direction=ring["task"]["direction"],
             rng_seed=f"{ring.get('alias_salt')}/{node}",
         )
-        info.update(lcb=stats["lcb"], mean=stats["mean"], bootstrap={
-            k: stats[k] for k in ("method", "replicates", "quantile_index", "mean", "min",
-                                  "max", "spread", "detectable", "reason")})  # fmt: skip
+        kept = ("method", "replicates", "quantile_index", "mean", "min", "max", "spread",
+                "interval", "detectable", "reason")  # fmt: skip
+        info.update(lcb=stats["lcb"], mean=stats["mean"], bootstrap={k: stats[k] for k in kept})
         replace, reason = guardstats.guard_verdict(stats, margin=guard["margin"], complete=True)
+        record["outcome"] = "replaces" if replace else "not_better"
     record.update(eligible=True, replace=replace, reason=reason, guard=info)
     atomic_write_json(layout.verdict(rank), record)
     emit_event(layout.root, "guard_verdict", rank=rank, node=node, replace=replace, reason=reason)
@@ -398,6 +542,12 @@ def _weights_fingerprint(ring, node_id: str) -> dict:
         "per_view": views,
         "sha256": sha256_json(views) if any(v["files"] for v in views.values()) else None,
     }
+
+
+def eligible_at_ranking(ring: dict, ranking: dict) -> int:
+    """How many finalists the per-finalist level is divided among: those ranked (at most
+    final_top_k), never fewer than one."""
+    return max(1, min(final_top_k(ring), len(ranking.get("finalists") or [])))
 
 
 def verdicts_in_order(ring: dict, layout: RingLayout) -> list[dict]:
@@ -478,6 +628,115 @@ def _shrinkage(rows: list[dict]) -> dict | None:
     return None
 
 
+FIXED_SCORER_WARNING = (
+    "The task's scorer gives one number per output (scorer_resamples: false): the guard's "
+    "bound covers the programs' own noise only, not which rows happen to be in the guard "
+    "view, so with equally good programs it replaces the baseline far more often than alpha."
+)
+
+
+RESAMPLED_BY = {"resample": "the scorer (--seed)", "rows": "ringflow", "fixed": None}
+
+
+def guard_covered(ring: dict) -> dict:
+    """What the guard's bound judged (docs/guard.md#what-the-guard-judges)."""
+    mode = scorer_mode(ring["task"])
+    retrain = bool(ring["config"]["guard"].get("retrain"))
+    return {
+        "program_noise": True,
+        "rows": mode != "fixed",
+        # Retrained per guard seed (guard.retrain), or the programs' training follows
+        # their seed anyway: either way each guard run had its own training.
+        "training_luck": retrain,
+        "guard_training_seeds": "10000 + the guard seed (or the guard seed, for a program "
+        "whose training follows its seed)"
+        if retrain
+        else None,
+        "scorer_mode": mode,
+        "rows_resampled_by": RESAMPLED_BY[mode],
+    }
+
+
+def passed_over(ranking: dict, verdicts: list[dict], chosen: str | None) -> list[dict]:
+    """Every finalist that was not chosen, and why."""
+    by_node = {v["node"]: v for v in verdicts}
+    rows = []
+    for rank, node in enumerate(ranking["finalists"], start=1):
+        if node == chosen:
+            continue
+        item = by_node.get(node)
+        rows.append({
+            "rank": rank,
+            "node": node,
+            "outcome": (item or {}).get("outcome") or ("not_reached" if item is None else
+                                                       "not_chosen"),
+            "reason": "not reached: selection ended before this finalist" if item is None
+            else item["reason"],
+        })  # fmt: skip
+    return rows
+
+
+def _final_bootstrap(ring, layout, node: str | None) -> list[float] | None:
+    if node is None:
+        return None
+    score = read_score(layout, node, ring["final_view"], "s0") or {}
+    return score.get("bootstrap") if score.get("valid") else None
+
+
+def improvement(ring, layout, chosen: str | None, base: str | None, alpha: float) -> dict:
+    """The chosen program's final-view score minus the baseline's, with a paired bootstrap
+    interval over the final view's rows (the same resamples for both)."""
+    sign = -1.0 if ring["task"]["direction"] == "minimize" else 1.0
+    mine, theirs = _final_score(ring, layout, chosen), _final_score(ring, layout, base)
+    record = {"view": ring["final_view"], "chosen": chosen, "baseline": base,
+              "difference": None, "interval": None, "level": 1 - alpha}  # fmt: skip
+    if mine is None or theirs is None:
+        return record
+    record["difference"] = sign * (mine - theirs)
+    a, b = _final_bootstrap(ring, layout, chosen), _final_bootstrap(ring, layout, base)
+    if a and b and len(a) == len(b):
+        diffs = sorted(sign * (x - y) for x, y in zip(a, b, strict=True))
+        k = max(0, int(alpha / 2 * len(diffs)) - 1)
+        record["interval"] = [diffs[k], diffs[len(diffs) - 1 - k]]
+    return record
+
+
+def winners_curse(chosen: str | None, rows: list[dict], baseline: dict | None, verdicts) -> dict:
+    """The chosen finalist's change from its promotion mean to its guard mean, minus the
+    baseline's own change from its search mean to its guard mean (the curse, net of how
+    much harder the guard view is); the top guarded finalist's when the baseline stays."""
+    row = next((r for r in rows if r["node"] == chosen and r["guard_mean"] is not None), None)
+    row = row or next((r for r in rows if r["guard_mean"] is not None), None)
+    if row is None or baseline is None or baseline.get("guard_mean") is None:
+        return {"node": None, "curse": None, "interval": None}
+    verdict = next((v for v in verdicts if v["node"] == row["node"]), {})
+    base_change = baseline["guard_mean"] - baseline["search_mean"]
+    curse = row["shrinkage"] - base_change
+    interval = ((verdict.get("guard") or {}).get("bootstrap") or {}).get("interval")
+    search_gap = row["promotion_mean"] - baseline["search_mean"]
+    return {
+        "node": row["node"],
+        "change": row["shrinkage"],
+        "baseline_change": base_change,
+        "curse": curse,
+        # The guard's paired difference interval less the (fixed) search difference.
+        "interval": None if interval is None else [v - search_gap for v in interval],
+    }
+
+
+def ships(ring, layout, node: str) -> dict:
+    """Which weights final/solution/ holds: those trained on the final view by its seed-0
+    run (not the guard's runs, which trained or replayed on the guard views)."""
+    trains = bool(load_node(ring, node)["solution"]["per_view_paths"])
+    return {
+        "node": node,
+        "run": f"{ring['final_view']}/s0",
+        "weights": "trained on the final view" if trains else "none (the program has none)",
+        "final_view_score": _final_score(ring, layout, node),
+        "guard_judged_same_weights": False if trains else None,
+    }
+
+
 def decide(ring_dir) -> dict:
     ring, layout, _ = _ctx(ring_dir)
     seated = read_json(layout.seated)
@@ -499,7 +758,9 @@ def decide(ring_dir) -> dict:
         return record
     rows, baseline = finalists_story(ring, layout, ranking, verdicts, base)
     guarded = [v for v in verdicts if v.get("guard")]
-    a_prime = guardstats.alpha_prime(ring["config"]["guard"]["alpha"], final_top_k(ring))
+    a_prime = guardstats.alpha_prime(
+        ring["config"]["guard"]["alpha"], eligible_at_ranking(ring, ranking)
+    )
     guard = (
         chosen_verdict["guard"]
         if chosen_verdict
@@ -518,6 +779,8 @@ def decide(ring_dir) -> dict:
     )
     chosen_row = next((r for r in rows if r["node"] == chosen), None)
     warnings = [REUSE_WARNING] if reuses_search_rows(ring) else []
+    if scorer_mode(ring["task"]) == "fixed":
+        warnings.append(FIXED_SCORER_WARNING)
     if ring.get("sandbox", {}).get("mode") == "none":
         warnings.append("sandbox.mode: none: every program of this ring ran unconfined")
     record = {
@@ -542,17 +805,26 @@ def decide(ring_dir) -> dict:
             "chosen": _final_score(ring, layout, chosen),
             "baseline": _final_score(ring, layout, base),
         },
+        # Biased upward when candidates are equal (the best of several noisy scores).
         "selection_gap": story_gap(ring, chosen, rows, baseline),
+        "improvement": improvement(ring, layout, chosen, base, ring["config"]["guard"]["alpha"]),
+        "winners_curse": winners_curse(chosen, rows, baseline, verdicts),
+        "guard_judged": guard_covered(ring),
+        "passed_over": passed_over(ranking, verdicts, chosen),
         "weights": _weights_fingerprint(ring, chosen),
+        "ships": ships(ring, layout, chosen),
         "guard_reused_search_rows": reuses_search_rows(ring),
         # How every program of the ring was confined; "none" means unconfined (trusted).
         "sandbox": ring.get("sandbox", {}).get("mode"),
         "warnings": warnings,
-        "note": "Guard and promotion scores are conditional on the frozen weights and the "
-        "current data. The guard's bound is a paired bootstrap over the guard rows and the "
+        "note": ("Promotion scores are conditional on the frozen weights and the current "
+        "data; guard scores " + ("include each guard seed's own training (guard.retrain)"
+        if ring["config"]["guard"].get("retrain") else "are conditional on them too") +
+        ". The guard's bound is a paired bootstrap over the guard rows and the "
         "guard seeds' runs; promotion means are on the search views, guard means on the "
         "guard views. Other guarded finalists run on the final view after the decision, "
-        "when time remains; until then the selection gap compares only who ran there.",
+        "when time remains; until then the selection gap compares only who ran there; it "
+        "is biased upward when candidates are equal."),
         "decided_at": time.time(),
     }  # fmt: skip
     write_final(layout, chosen, record)

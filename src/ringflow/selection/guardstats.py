@@ -61,15 +61,23 @@ def per_seed_side_scores(
 
 
 def alpha_prime(alpha: float, final_top_k: int) -> float:
-    """Per-finalist level alpha / final_top_k: P(any false replacement) stays <= alpha."""
+    """Per-finalist level alpha / the number of finalists eligible at ranking (at most
+    final_top_k): P(any false replacement) stays <= alpha."""
     _check_alpha(alpha)
     if isinstance(final_top_k, bool) or not isinstance(final_top_k, int) or final_top_k < 1:
         raise ValueError(f"final_top_k must be an integer >= 1, got {final_top_k!r}")
     return alpha / final_top_k
 
 
-# Relative to the scores' scale, replicates closer than this are "equal": arithmetic noise.
+# Replicates whose spread is below this fraction of the mean paired difference are "equal":
+# arithmetic noise of the mean itself. Judged against the difference, never the scores'
+# scale: at scores near 1e7 a consistent advantage of 5 with real spread still has a bound.
 NO_SPREAD_REL = 1e-9
+
+
+def min_bootstrap(final_top_k: int, alpha: float) -> int:
+    """The fewest bootstrap resamples that can give the alpha/final_top_k quantile."""
+    return math.ceil(final_top_k / alpha - 1e-9)
 
 
 def _bootstrap_table(side: Mapping, views: list[str], seeds: list[int], count: int, what: str):
@@ -139,8 +147,8 @@ def paired_bootstrap_lcb(
         replicates.append(total / (n_views * n_seeds))
     ordered = sorted(replicates)
     index = max(0, math.ceil(alpha * count) - 1)
-    scale = max(abs(v) for row in (*cand, *base) for v in row) or 1.0
     spread = ordered[-1] - ordered[0]
+    mean = math.fsum(replicates) / count
     stats: dict = {
         "method": "paired bootstrap",
         "replicates": count,
@@ -148,19 +156,21 @@ def paired_bootstrap_lcb(
         "seeds": seeds,
         "alpha": alpha,
         "quantile_index": index,
-        "mean": math.fsum(replicates) / count,
+        "mean": mean,
         "min": ordered[0],
         "max": ordered[-1],
         "spread": spread,
         "lcb": None,
+        "interval": None,
         "detectable": None,
         "reason": None,
     }
-    if spread <= NO_SPREAD_REL * scale:
+    if spread == 0 or spread <= NO_SPREAD_REL * abs(mean):
         stats["reason"] = (
             f"the bootstrap distribution of the paired difference has no spread (all {count} "
-            f"replicates are {ordered[0]:.6g}): the scorer ignores --seed and the programs "
-            "are deterministic, so the guard cannot bound the difference"
+            f"replicates are {ordered[0]:.6g}): the scorer ignores --seed (or gives one number "
+            "per output) and the programs are deterministic, so the guard cannot bound the "
+            "difference"
         )
         return stats
     if alpha * count < 1:
@@ -168,6 +178,8 @@ def paired_bootstrap_lcb(
             f"{count} bootstrap resamples cannot give a {alpha:.3g}-quantile; raise guard.bootstrap"
         )
         return stats
+    # The central 1 - 2 * alpha interval of the mean paired difference (reports use it).
+    stats["interval"] = [ordered[index], ordered[min(count - 1, count - 1 - index)]]
     stats["lcb"] = ordered[index]
     # The smallest mean advantage this guard could have told from zero
     # (docs/operations.md#final-selection).

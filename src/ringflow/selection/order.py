@@ -13,13 +13,18 @@ def usable_baseline(index: dict) -> str | None:
     return base if base in ready else None
 
 
+# A review whose runs the clock cut (docs/guard.md#cut-is-not-failed).
+NOT_REVIEWED = "not_reviewed"
+
+
 def ends_selection(verdict: dict) -> bool:
-    """A replacement ends final selection, and so does an incomplete guard: the baseline
-    stays, and no other finalist is tried in its place to save time
-    (docs/operations.md#final-selection)."""
+    """A replacement ends final selection, and so does running out of time (an incomplete
+    guard, a review cut by the clock): the baseline stays, and no other finalist is tried
+    in its place to save time (docs/guard.md#cut-is-not-failed)."""
+    if verdict.get("replace") or (verdict.get("outcome") == NOT_REVIEWED and verdict.get("cut")):
+        return True
     guard = verdict.get("guard") or {}
-    incomplete = bool(verdict.get("eligible")) and not guard.get("complete")
-    return bool(verdict.get("replace")) or incomplete
+    return bool(verdict.get("eligible")) and not guard.get("complete")
 
 
 def choose(ring: dict, seated: dict, ranking: dict, verdicts: list[dict]):

@@ -26,6 +26,7 @@ CHECKPOINT_OUTPUTS: dict[str, tuple[str, Callable[..., Path]]] = {
     "seat_baseline": ("seated", lambda layout: layout.seated),
     "promote": ("promotion", lambda layout: layout.promotion),
     "rank": ("ranking", lambda layout: layout.ranking),
+    "screen": ("screen", lambda layout, node: layout.screen(node)),
     "review": ("review", lambda layout, node: layout.review(node)),
     "verdict": ("verdict", lambda layout, rank: layout.verdict(rank)),
     "decide": ("decision", lambda layout: layout.decision),

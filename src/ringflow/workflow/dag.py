@@ -33,6 +33,7 @@ from ..selection.final import (
     after_decision_final_runs,
     guard_views,
     guarded_before,
+    review_variants,
     trained_finalists,
 )
 from ..selection.order import choose, ends_selection, usable_baseline
@@ -128,7 +129,12 @@ class RingDag:
     def finalists(self) -> list[str]:
         return self.ranking()["finalists"]
 
+    def screen(self, node: str) -> dict:
+        return read_json(self.checkpoints.output("screen", node=node))
+
     def review(self, node: str) -> dict:
+        """A finalist's review, after the view-blind check's first screen."""
+        self.screen(node)
         return read_json(self.checkpoints.output("review", node=node))
 
     def verdicts(self, upto: int | None = None) -> list[dict]:
@@ -340,11 +346,19 @@ class RingDag:
             if not imported_score(self.ring, node, view, variant, lock["search_hash"])
         )
 
-    def review_inputs(self, wildcards) -> list[str]:
-        """The view-blind check: seed 0 on the first search view and two disguised copies."""
+    def screen_inputs(self, wildcards) -> list[str]:
+        """The view-blind check's first screen: seed 0 on the first search view and two
+        disguised copies, once the baseline is seated."""
         view = self.lock()["search_views"][0]
         variants = ["s0", "blind-s0", "blind2-s0"]
         return _paths([self.ring.seated]) + self.score_files([wildcards.node], variants, [view])
+
+    def review_inputs(self, wildcards) -> list[str]:
+        """The screen, and the further runs it asked for (a flagged program that varies)."""
+        view = self.lock()["search_views"][0]
+        screen = self.screen(wildcards.node)
+        extra = self.score_files([wildcards.node], review_variants(screen), [view])
+        return _paths([self.ring.screen(wildcards.node)]) + extra
 
     def guard_variants(self) -> list[str]:
         return [f"g{seed}" for seed in self.lock()["guard_seeds"]]

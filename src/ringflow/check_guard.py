@@ -1,0 +1,68 @@
+"""`ringflow check`'s guard checks: that the scorer resamples its rows (or the task says it
+cannot), and the guard's power, estimated from the baseline before a ring spends anything
+(docs/guard.md#scorer-modes, docs/guard.md#power)."""
+
+from __future__ import annotations
+
+from .scorer_modes import resample_verdict
+
+
+def check_resampling(report, ring: dict, node: str, view: str) -> None:
+    """`ringflow check`: score one scored output of `node` on `view` under other seeds and
+    fail a scorer whose score does not move, unless the task declares mode (c)."""
+    from pathlib import Path
+
+    from .ring.layout import RingLayout
+    from .scoring import _evaluate, read_score, scorer_mode
+
+    mode = scorer_mode(ring["task"])
+    report.head("scorer mode (does the guard see which rows are in the guard view?):")
+    if mode == "fixed":
+        report.warn(
+            "scorer_resamples: false: one number per output; the guard will cover the "
+            "programs' own noise only, not which rows happen to be in the guard view"
+        )
+        return
+    if mode == "rows":
+        report.ok("scorer_rows: true: ringflow draws the row resamples from the guard seeds")
+        return
+    layout = RingLayout(Path(ring["ring_dir"]))
+    first = read_score(layout, node, view, "s0") or {}
+    if not first.get("valid") or first.get("score") is None:
+        report.warn("no valid output to score under two seeds: the resampling is not checked")
+        return
+    exec_dir = layout.exec_dir(node, view, "s0")
+    problem = resample_verdict(
+        lambda seed: _evaluate(ring, exec_dir, view, "s0", seed), 0, first["score"]
+    )
+    if problem is None:
+        report.ok("the score changes with --seed: the scorer resamples its rows")
+    else:
+        report.fail(problem)
+
+
+def report_power(report, ring: dict, index: dict) -> None:
+    """`ringflow check --baseline DIR`: the guard's power, estimated before the ring."""
+    from .errors import RingflowError
+    from .selection.power import probe_baseline
+
+    report.head("power of the guard (the baseline on the guard view, probe seeds):")
+    base = index.get("baseline")
+    ready = {n["id"] for n in index["nodes"] if n["status"] == "ready"}
+    if base is None:
+        report.warn("skipped: no baseline given (--baseline DIR)")
+        return
+    if base not in ready:
+        report.fail(f"the baseline {base} was rejected at import")
+        return
+    try:
+        power = probe_baseline(ring, base)
+    except (RingflowError, ValueError) as exc:
+        report.fail(f"no estimate: {exc}")
+        return
+    report.ok(
+        f"smallest advantage the guard could detect: {power['detectable']:.4g} "
+        f"({len(ring['guard_seeds'])} guard seeds, alpha' {power['alpha_prime']:.3g}; row SD "
+        f"{power['row_sd']:.3g}, seed SD {power['seed_sd']:.3g}); raise guard.seeds or add "
+        "guard rows to detect less"
+    )
