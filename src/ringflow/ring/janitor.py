@@ -1,4 +1,5 @@
-"""After the driver: remove what a kill of the whole workflow left (docs/faults.md#debris-of-killed-runs).
+"""After the driver: remove what a kill of the whole workflow left
+(docs/faults.md#debris-of-killed-runs).
 
 A kill of Snakemake's process group takes the supervisors with it, before they can remove
 their boxes (a replay's hard links into the store among them). The driver starts this

@@ -1,4 +1,5 @@
-"""What a program wrote against limits.output_files and limits.output_gb (docs/limits.md#limits-of-an-execution).
+"""What a program wrote against limits.output_files and limits.output_gb
+(docs/limits.md#limits-of-an-execution).
 
 Counted by descriptor over the output and writable folders together (ringflow/
 safetree.py): counting stops at the first limit passed, so no cap on the walk lets
