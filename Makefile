@@ -14,8 +14,10 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(SNAKEMAKE) --profile profiles/local ring2
 
+# The whole suite, end-to-end rings included; its duration is printed at the end.
 test: $(STAMP)
-	$(PY) -m pytest
+	@start=$$(date +%s); $(PY) -m pytest; rc=$$?; \
+	echo "make test: $$(( $$(date +%s) - start )) s"; exit $$rc
 
 # The inner loop: everything but the end-to-end rings.
 test-fast: $(STAMP)
