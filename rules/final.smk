@@ -24,22 +24,6 @@ checkpoint seat_baseline:
 
 checkpoint screen:
     input:
-        screen_inputs,
-    output:
-        screen=path(RING.screen("{node}")),
-    log:
-        log_for("screen", "{node}"),
-    conda:
-        "../envs/ringflow.yaml"
-    params:
-        ringflow=RINGFLOW,
-        ring=RING.root,
-    shell:
-        "{params.ringflow} screen {params.ring} {wildcards.node} > {log} 2>&1"
-
-
-checkpoint screen:
-    input:
         DAG.screen_inputs,
     output:
         screen=path(RING.screen("{node}")),
