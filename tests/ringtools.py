@@ -208,6 +208,11 @@ def write_config(workdir: Path, **overrides) -> Path:
     return path
 
 
+def step_argv(*args: str) -> list[str]:
+    """A step as the workflow's rules run it: `python -m ringflow step NAME ...`."""
+    return [sys.executable, "-m", "ringflow", "step", *args]
+
+
 def snakemake_argv(workdir: Path, configfile: Path, *extra: str) -> list[str]:
     # Targets and extra options go first: --configfile takes every word that follows it.
     return [str(SNAKEMAKE), *extra, "-s", str(REPO / "Snakefile"), "--directory",

@@ -21,6 +21,7 @@ from ringtools import (
     make_task,
     snakemake,
     start_snakemake,
+    step_argv,
     write_config,
 )
 
@@ -221,17 +222,7 @@ def test_a_sandboxed_program_writes_its_checkpoint_within_the_grace(tmp_path):
     (cands / "saver").mkdir(parents=True)
     (cands / "saver" / "run.py").write_text(CHECKPOINTER)
     ring = locked_ring(tmp_path, cands, "grace")
-    run = [
-        sys.executable,
-        "-m",
-        "ringflow",
-        "step",
-        "execute",
-        str(ring),
-        "n001-saver",
-        "proxy",
-        "s0",
-    ]
+    run = step_argv("execute", str(ring), "n001-saver", "proxy", "s0")
     proc = subprocess.Popen(run)
     exec_dir = ring / "nodes" / "n001-saver" / "exec" / "proxy" / "s0"
     # The program writes into its box's output; it lands in exec_dir/output when it ends.

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from ringtools import locked_ring, make_candidate
+from ringtools import locked_ring, make_candidate, step_argv
 
 pytestmark = pytest.mark.e2e
 
@@ -35,17 +35,7 @@ def test_an_execution_of_a_rejected_node_is_refused_with_its_error(tmp_path):
     cands = tmp_path / "cands"
     (cands / "empty").mkdir(parents=True)
     ring = locked_ring(tmp_path, cands, "rejected")
-    argv = [
-        sys.executable,
-        "-m",
-        "ringflow",
-        "step",
-        "execute",
-        str(ring),
-        "n001-empty",
-        "proxy",
-        "s0",
-    ]
+    argv = step_argv("execute", str(ring), "n001-empty", "proxy", "s0")
     done = subprocess.run(argv, capture_output=True, text=True)
     assert done.returncode == 2
     assert "rejected at import" in done.stderr and "missing program" in done.stderr

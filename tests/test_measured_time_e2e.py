@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
-from ringtools import locked_ring, make_candidate, make_task, results, snakemake, write_config
+from ringtools import (
+    locked_ring,
+    make_candidate,
+    make_task,
+    results,
+    snakemake,
+    step_argv,
+    write_config,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -29,17 +36,7 @@ def test_a_candidate_that_replays_on_seed_0_gets_its_slow_cold_start_reserved(tm
     # ring under test seed 0 only replays: fast, while every training takes 4 s.
     earlier = locked_ring(tmp_path, cands, "earlier")
     for view in ("proxy", "x3"):
-        run = [
-            sys.executable,
-            "-m",
-            "ringflow",
-            "step",
-            "execute",
-            str(earlier),
-            "n001-slow",
-            view,
-            "s0",
-        ]
+        run = step_argv("execute", str(earlier), "n001-slow", view, "s0")
         subprocess.run(run, check=True, capture_output=True)
     config = write_config(tmp_path, ring_id="cold", task=str(make_task(tmp_path)),
                           candidates=str(cands), baseline=str(baseline))  # fmt: skip

@@ -7,14 +7,21 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 
 import pytest
 
 from ringflow.errors import InputError
 from ringflow.ring.clock import view_limits
 from ringflow.ring.lock import lock_ring
-from ringtools import full_config, locked_ring, make_candidate, make_task, snakemake, write_config
+from ringtools import (
+    full_config,
+    locked_ring,
+    make_candidate,
+    make_task,
+    snakemake,
+    step_argv,
+    write_config,
+)
 
 FINAL = {"memory_gb": 3, "time_limit_min": 20, "threads": 2}
 
@@ -116,17 +123,7 @@ def test_the_supervisor_enforces_each_views_own_limits(tmp_path):
                        limits_per_view={"proxy": small, "final": FINAL})  # fmt: skip
     outcome = {}
     for view in ("proxy", "final"):
-        run = [
-            sys.executable,
-            "-m",
-            "ringflow",
-            "step",
-            "execute",
-            str(ring),
-            "n001-hungry",
-            view,
-            "s0",
-        ]
+        run = step_argv("execute", str(ring), "n001-hungry", view, "s0")
         subprocess.run(run, check=True, capture_output=True)
         exec_dir = ring / "nodes" / "n001-hungry" / "exec" / view / "s0"
         outcome[view] = json.loads((exec_dir / "result.json").read_text())
