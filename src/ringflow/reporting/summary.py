@@ -252,7 +252,6 @@ def decision_lines(ring: dict, layout: RingLayout) -> list[str]:
         if final_view.get("baseline") is not None and chosen != base:
             line += f", baseline {final_view['baseline']:.4f}"
         lines.append(line)
-    lines += decision_detail_lines(decision)
     if kind in ("candidate", "baseline"):
         lines += deploy_lines(ring, layout)
     return lines
@@ -297,6 +296,9 @@ def render_summary(ring_dir) -> str:
         *decision_lines(ring, layout),
         *stop_lines(layout),
         *chain_lines(ring),
+        # What the guard judged and who was passed over: after why it stopped and what a
+        # continuation changed, which a user must see first.
+        *(decision_detail_lines(read_json(layout.decision)) if layout.decision.exists() else []),
         "",
         f"  folder   {layout.root}"
         + ("" if layout.final_dir.exists() else "  (final/ not written)"),
