@@ -164,8 +164,10 @@ def _artifact_path(root: Path, raw: object, index: int) -> str:
 def load_solution(
     solution_dir: str | Path, max_weights_bytes: int, limits: TreeLimits = NO_LIMITS
 ) -> Solution:
-    """Check a solution folder; raise CandidateError with a specific message on bad input."""
-    root = Path(solution_dir)
+    """Check a solution folder; raise CandidateError with a specific message on bad input.
+    The folder itself may be a link (a candidates folder of links to candidates); links
+    inside it are checked as the tree's own."""
+    root = Path(solution_dir).resolve()
     if not root.is_dir():
         raise CandidateError(f"{root}: not a folder")
     check_tree(root, limits)
