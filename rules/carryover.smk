@@ -25,7 +25,7 @@ checkpoint import_carryover:
 # checkpoints' outputs while final selection may be running.
 rule seal_carryover:
     input:
-        search=ancient(path(RING.search)),
+        search=path(RING.search),
     output:
         seals=path(RING.carryover_seals),
     log:
@@ -41,11 +41,11 @@ rule seal_carryover:
 
 rule stop_manifest:
     input:
-        decision=ancient(path(RING.decision)),
-        repro=ancient(path(RING.repro_record)),
-        summary=ancient(path(RING.summary)),
-        report=ancient(path(RING.report)),
-        seals=ancient(path(RING.carryover_seals)),
+        decision=path(RING.decision),
+        repro=path(RING.repro_record),
+        summary=path(RING.summary),
+        report=path(RING.report),
+        seals=path(RING.carryover_seals),
     output:
         manifest=path(RING.stop_manifest),
     log:

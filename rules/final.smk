@@ -8,7 +8,7 @@
 
 checkpoint seat_baseline:
     input:
-        search=ancient(path(RING.search)),
+        search=path(RING.search),
     output:
         seated=path(RING.seated),
     log:

@@ -4,7 +4,7 @@
 
 checkpoint promote:
     input:
-        search=ancient(path(RING.search)),
+        search=path(RING.search),
     output:
         promotion=path(RING.promotion),
     log:
@@ -20,7 +20,7 @@ checkpoint promote:
 
 checkpoint rank:
     input:
-        promotion=ancient(path(RING.promotion)),
+        promotion=path(RING.promotion),
         scores=DAG.promoted_inputs,
     output:
         ranking=path(RING.ranking),

@@ -2,16 +2,22 @@
 
 Two rules keep a finished ring finished and a killed ring exact:
 
-- **Inputs are about existence, never age.** Every input is `ancient`: a record is frozen
-  once written, so only a missing output runs a job again (a deleted result is executed
-  again, and nothing downstream of it is redone). Input lists are functions of records that
-  were complete before the job ran (checkpoint outputs), never of what came later.
+- **Input lists are functions of records that were complete before the step ran**
+  (checkpoint outputs, the import's frozen `nodes/static.json`), never of what came later:
+  the first generation once named the nodes it had planned itself, so a finished ring
+  looked out of date and planned its search again. Records are frozen once written, so
+  their times agree with the order they were made in.
 - **Checkpoints are reached in ring order.** Snakemake learns that a completed checkpoint
   is complete only for the checkpoints of jobs already in its DAG, one level a round: a
   rule that reached `rank` before `promote` was known complete would be scheduled without
   the promotion runs it needs (a killed ring resumed that way decided on missing scores).
   So every input function walks the checkpoints from the first in the order a ring reaches
   them (`CHECKPOINT_OUTPUTS`), up to the one it needs, and each round completes one more.
+
+Inputs are `ancient` only where the file's age must not matter and its producer is never
+running while the DAG is updated (a finished parent ring, a key target, a generation's
+plan): Snakemake skips an ancient input that exists when it propagates what must run, and
+a file that a running job writes during that update would drop every step after it.
 
 The rules call the methods of `RingDag`; `FolderCheckpoints` runs the same methods over a
 ring folder, as the tests do (docs/architecture.md#the-workflow-glue).
@@ -41,6 +47,10 @@ from .checkpoints import Checkpoints
 
 
 def _paths(paths) -> list[str]:
+    return [str(p) for p in paths]
+
+
+def _ancient(paths) -> list[str]:
     return [ancient(str(p)) for p in paths]
 
 
@@ -75,7 +85,7 @@ class RingDag:
         if self.chain_parent is None:
             return []
         parent = RingLayout(Path(self.chain_parent))
-        return _paths(getattr(parent, name) for name in names)
+        return _ancient(getattr(parent, name) for name in names)
 
     # ---- the checkpoints, in ring order -----------------------------------------------
 
@@ -225,7 +235,7 @@ class RingDag:
         owner = self._key_owner(wildcards.key)
         if owner["in_store"]:
             return {}
-        return {"trainer": ancient(str(self.ring.result(*owner["trainer"])))}
+        return {"trainer": str(self.ring.result(*owner["trainer"]))}
 
     def resume_rank(self, node: str) -> int | None:
         """A resume node's place in the resume queue (oldest seal first), None otherwise."""
@@ -280,7 +290,7 @@ class RingDag:
         baseline = [b for b in [self.baseline()] if b]
         static = self.score_files(self.ready_static("candidate"), ["s0", "s0-ablate"])
         static += self.score_files(baseline + self.rescore_nodes(), ["s0"])
-        return [*static, ancient(str(self.ring.search_loop))]
+        return [*static, str(self.ring.search_loop)]
 
     def resumes_engineer_work(self) -> bool:
         """Whether this ring resumes engineer work (its resume queue, fixed at import)."""
@@ -321,7 +331,7 @@ class RingDag:
 
     def engineer_inputs(self, wildcards) -> list[str]:
         node = read_json(self.ring.node_json(wildcards.node))
-        return _paths([self.ring.generation(node["origin"]["generation"])])
+        return _ancient([self.ring.generation(node["origin"]["generation"])])
 
     def search_loop_inputs(self, wildcards) -> list[str]:
         walked = self.generations()
