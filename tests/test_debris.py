@@ -109,7 +109,10 @@ def _links_into(ring: Path, store: Path) -> list[Path]:
     walked = [*os.walk(ring), *os.walk(ring.parent / ".boxes")]
     for dirpath, _dirs, files in walked:
         for name in files:
-            st = os.lstat(Path(dirpath) / name)
+            try:
+                st = os.lstat(Path(dirpath) / name)
+            except FileNotFoundError:
+                continue  # removed while we looked (the janitor at work)
             if (st.st_dev, st.st_ino) in objects:
                 found.append(Path(dirpath) / name)
     return found
