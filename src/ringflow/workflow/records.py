@@ -39,6 +39,7 @@ PRIVATE_RECORDS: list[tuple[str, str, str]] = [
     ("nodes/*/exec/*/*/scoring/*", "execute", "the scorer's raw record"),
     ("nodes/*/exec/*/*/weights/*", "execute", "weights a run trained, until registered"),
     ("nodes/*/carryover/*", "seal", "sealed carried-over work"),
+    ("carryover/imported/*", "import-carryover", "verified copies of the sealed work resumed"),
     ("nodes/*/evidence/*", "seal", "sealed evidence of a session cut at the hand-over"),
     ("nodes/*/workspace/*", "engineer", "the engineer session's working copy"),
     ("nodes/*/trajectory/*", "engineer", "the session's log"),
