@@ -95,8 +95,9 @@ def check(timed: Timed, what: str) -> Timed:
 
 
 def ringflow(cwd: Path, *args: str) -> Timed:
-    """One internal step, as a rule calls it."""
-    return check(run_timed([PYTHON, "-m", "ringflow", *args], cwd), f"ringflow {args[0]}")
+    """One step, as a rule calls it (`ringflow step NAME ...`)."""
+    argv = [PYTHON, "-m", "ringflow", "step", *args]
+    return check(run_timed(argv, cwd), f"ringflow step {args[0]}")
 
 
 def snakemake(

@@ -1,7 +1,7 @@
 """Compute saved by weights reuse: one trained candidate through s0, s1, s2 and five guard seeds.
 
 A trained candidate runs the eight executions of one node on one search view (s0, s1, s2,
-g3..g7) with `python -m ringflow execute`, in order, twice in the same run:
+g3..g7) with `python -m ringflow step execute`, in order, twice in the same run:
 
 - with reuse: one ring and one store; s0 trains and registers, the seven others replay;
 - without reuse: the same eight executions, each in a ring of its own with an empty store,

@@ -85,7 +85,8 @@ def test_a_program_that_fills_the_disk_is_not_blamed_for_it(tmp_path, small_disk
     done = _execute(ring, "n001-fill")
     assert done.returncode != 0
     reason = json.loads((ring / "STOPPED.json").read_text())["reason"]
-    assert reason.startswith(f"disk full: the program's output ({ring.parent}/.boxes/) on tmpfs"), reason
+    boxes = ring.parent / ".boxes"
+    assert reason.startswith(f"disk full: the program's output ({boxes}/) on tmpfs"), reason
     assert "while running n001-fill proxy/s0" in reason
     assert results(ring) == {}
     assert _attempt_lines(ring) == []

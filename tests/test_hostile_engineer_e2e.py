@@ -56,7 +56,7 @@ def sessions(tmp_path_factory):
     (tools / "dispatch.sh").write_text("\n".join(lines) + "\n")
     records = {}
     for node, kind in picked.items():
-        argv = [sys.executable, "-m", "ringflow", "engineer", str(ring), node]
+        argv = [sys.executable, "-m", "ringflow", "step", "engineer", str(ring), node]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
         records[kind] = json.loads((ring / "nodes" / node / "node.json").read_text())

@@ -5,7 +5,7 @@ Snakemake's local executor answers SIGINT by waiting for every running job to fi
 its jobs may run for hours. The Snakemake process that drives a ring therefore relays the
 signal to the supervisors of its in-flight executions: each stops its program's tree
 (SIGTERM, the grace for a last checkpoint, SIGKILL) and records `interrupted` with
-`budget_cut: false`. Such an execution is a failed job (`ringflow execute` exits non-zero),
+`budget_cut: false`. Such an execution is a failed job (`ringflow step execute` exits non-zero),
 so Snakemake forgets its outputs and runs it again when the ring is run again.
 """
 
