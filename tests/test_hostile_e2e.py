@@ -404,7 +404,7 @@ def test_the_private_tmpfs_counts_as_memory(arena, name):
     assert result["status"] == "crash", result["reason"]
     memory = result["limits"]["memory"]
     if memory.get("best_effort"):  # no memory cgroup: the supervisor's own count
-        assert "memory limit exceeded" in result["reason"]
+        assert "memory limit (ringflow's" in result["reason"]
         assert "in the sandbox's /tmp and /dev/shm" in result["reason"]
     else:  # the cgroup charges tmpfs pages to the tree: a kill, or a write refused
         killed = any(e["event"] == "oom_kill" for e in result["events"]) or result["signal"]

@@ -507,7 +507,7 @@ def test_memory_limit_enforced_where_a_memory_cgroup_exists(tmp_path):
     if memory.get("best_effort"):
         # No memory cgroup (an ordinary user): RLIMIT_DATA refuses the allocation past
         # the limit, or the supervisor's count of the tree stops it.
-        assert "RLIMIT_DATA" in outcome.reason or "memory limit exceeded" in outcome.reason
+        assert "RLIMIT_DATA" in outcome.reason or "memory limit (ringflow's" in outcome.reason
         return
     assert outcome.signal == signal.SIGKILL
     assert events(outcome, "oom_kill")

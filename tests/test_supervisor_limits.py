@@ -162,7 +162,7 @@ def test_a_spike_between_one_second_checks_is_caught_near_the_limit(tmp_path, mo
     """
     outcome = supervise_without_cgroup(tmp_path, monkeypatch, code, memory_gb=0.12)
     assert outcome.status == statuses.CRASH
-    assert "memory limit exceeded" in outcome.reason
+    assert "memory limit (ringflow's" in outcome.reason
 
 
 def test_many_small_files_fail_the_run_at_the_file_limit_however_fast(tmp_path):

@@ -133,7 +133,7 @@ def test_the_supervisor_enforces_each_views_own_limits(tmp_path):
     assert proxy["status"] == "crash"
     if proxy["limits"]["memory"].get("best_effort"):
         # No memory cgroup (an ordinary user): RLIMIT_DATA refuses the 300 MB.
-        assert "RLIMIT_DATA" in proxy["reason"] or "memory limit exceeded" in proxy["reason"]
+        assert "RLIMIT_DATA" in proxy["reason"] or "memory limit (ringflow's" in proxy["reason"]
         assert final["limits"]["memory"]["rlimit_data_bytes"] == 3 * 1024**3
     else:
         # Killed by the memory limit (through bubblewrap the kill shows as exit code 137).
