@@ -110,7 +110,7 @@ def test_a_named_ring_runs_after_the_ring_it_continues_and_continues_it(tmp_path
     # ring was locked.
     rings = {"first": {"promote_top_k": 2}, "second": {"continue_from": "first"}}
     chain = merged(FAST, {"task": str(task), "candidates": str(tmp_path / "cands"),
-                          "baseline": None, "guard": {"seeds": 2, "bootstrap": 50},
+                          "baseline": None, "guard": {"seeds": 2, "bootstrap": 60},
                           "rings": rings})  # fmt: skip
     chain_file = tmp_path / "chain.yaml"
     chain_file.write_text(yaml.safe_dump(chain))
