@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hmac
 import json
 import os
@@ -108,6 +109,7 @@ class QueryServer:
             # Not the session: refused before anything is read, and never counted.
             conn.sendall(json.dumps({"refused": f"score queries are refused: uid {uid} is "
                                      "not this session's"}).encode() + b"\n")  # fmt: skip
+            _discard_unread(conn)
             return
         request = self._read(conn)
         if not self._has_token(request):
@@ -195,3 +197,14 @@ def queries_record(layout: RingLayout, node_id: str) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _discard_unread(conn: socket.socket, limit: int = 1 << 20) -> None:
+    """After a refusal, let the peer read it: what it sent is read and thrown away (at most
+    `limit` bytes, for two seconds), since closing a socket with unread data resets it."""
+    with contextlib.suppress(OSError):
+        conn.shutdown(socket.SHUT_WR)
+        conn.settimeout(2)
+        seen = 0
+        while seen < limit and (chunk := conn.recv(65536)):
+            seen += len(chunk)
