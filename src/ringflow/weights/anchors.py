@@ -60,8 +60,8 @@ class StoreAnchors:
     def secret(self, create: bool = True) -> bytes | None:
         """The store's secret; created once (0600, whole or not at all) when `create`."""
         cached = _secrets.get(str(self.secret_path))
-        if cached is not None:
-            return cached
+        if cached is not None and self.secret_path.is_file():
+            return cached  # (a store removed and made again at the same path has a new one)
         try:
             data = self.secret_path.read_bytes()
         except FileNotFoundError:
