@@ -207,18 +207,23 @@ def test_a_verdict_waits_for_its_review_and_guards_both_sides(tmp_path):
     assert names(dag.verdict_inputs(w(rank="1"))) == {"selection/review-n001-a.json"}
 
 
-def test_a_replacement_ends_selection_and_the_decision_waits_for_the_final_view(tmp_path):
+def _decision_after_first_verdict(tmp_path, verdict: dict) -> set[str]:
+    """The decision's inputs once the rank-1 finalist n001-a has the verdict given."""
     layout = make_ring(tmp_path / "r")
     through_search(layout)
     atomic_write_json(layout.promotion, {"promoted": ["n001-a", "n002-b"]})
     atomic_write_json(layout.ranking, {"finalists": ["n001-a", "n002-b"]})
     atomic_write_json(layout.screen("n001-a"), {"extra_variants": []})
     atomic_write_json(layout.review("n001-a"), {"passed": True})
-    atomic_write_json(layout.verdict(1), {"node": "n001-a", "replace": True, "eligible": True,
-                                          "reason": "LCB > margin",
-                                          "guard": {"complete": True}})  # fmt: skip
+    atomic_write_json(layout.verdict(1), {"node": "n001-a", "eligible": True, **verdict})
     dag, _ = dag_over(layout)
-    inputs = names(dag.decision_inputs(w()))
+    return names(dag.decision_inputs(w()))
+
+
+def test_a_replacement_ends_selection_and_the_decision_waits_for_the_final_view(tmp_path):
+    inputs = _decision_after_first_verdict(
+        tmp_path, {"replace": True, "reason": "LCB > margin", "guard": {"complete": True}}
+    )
     assert "selection/verdict-1.json" in inputs and "selection/verdict-2.json" not in inputs
     assert {
         "nodes/n000-baseline/exec/final/s0/score.json",
@@ -227,17 +232,9 @@ def test_a_replacement_ends_selection_and_the_decision_waits_for_the_final_view(
 
 
 def test_an_incomplete_guard_ends_selection_with_the_baseline(tmp_path):
-    layout = make_ring(tmp_path / "r")
-    through_search(layout)
-    atomic_write_json(layout.promotion, {"promoted": ["n001-a", "n002-b"]})
-    atomic_write_json(layout.ranking, {"finalists": ["n001-a", "n002-b"]})
-    atomic_write_json(layout.screen("n001-a"), {"extra_variants": []})
-    atomic_write_json(layout.review("n001-a"), {"passed": True})
-    atomic_write_json(layout.verdict(1), {"node": "n001-a", "replace": False, "eligible": True,
-                                          "reason": "incomplete",
-                                          "guard": {"complete": False}})  # fmt: skip
-    dag, _ = dag_over(layout)
-    inputs = names(dag.decision_inputs(w()))
+    inputs = _decision_after_first_verdict(
+        tmp_path, {"replace": False, "reason": "incomplete", "guard": {"complete": False}}
+    )
     assert "selection/review-n002-b.json" not in inputs
     assert "nodes/n001-a/exec/final/s0/score.json" not in inputs
     assert "nodes/n000-baseline/exec/final/s0/score.json" in inputs
