@@ -3,8 +3,8 @@
 
 rule summary:
     input:
-        decision=path(RING.decision),
-        repro=path(RING.repro_record),
+        decision=ancient(path(RING.decision)),
+        repro=ancient(path(RING.repro_record)),
     output:
         summary=path(RING.summary),
     log:
@@ -20,8 +20,8 @@ rule summary:
 
 rule report:
     input:
-        decision=path(RING.decision),
-        repro=path(RING.repro_record),
+        decision=ancient(path(RING.decision)),
+        repro=ancient(path(RING.repro_record)),
     output:
         report=path(RING.report),
     log:
