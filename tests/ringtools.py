@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import yaml
@@ -199,6 +200,20 @@ def locked_ring(workdir: Path, candidates: Path, ring_id: str, **overrides) -> P
     ring = lock_ring(config, workdir)
     import_static(ring)
     return Path(ring["ring_dir"])
+
+
+def gated_ring(workdir: Path, program: str, gate_after_s: float) -> tuple[Path, Path]:
+    """(configuration file, ring folder) of ring r1 over the scripted task with one
+    candidate, n001-slow, running `program` with GATE set `gate_after_s` from now (the
+    program waits for it where it chooses); no baseline, no guard, one promoted node."""
+    make_task(workdir)
+    slow = make_candidate(workdir / "cands" / "slow", mean=0.6)
+    (slow / "run.py").write_text(f"GATE = {time.time() + gate_after_s}\n" + program)
+    config = write_config(workdir, ring_id="r1", task=str(workdir / "task"),
+                          candidates=str(workdir / "cands"), baseline=None,
+                          guard={"enabled": False, "seeds": 5, "alpha": 0.05, "margin": 0.0},
+                          promote_top_k=1)  # fmt: skip
+    return config, workdir / "runs" / "r1"
 
 
 def write_config(workdir: Path, **overrides) -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ringflow.ring.lease import lease_path
-from ringtools import make_candidate, make_task, snakemake, start_snakemake, write_config
+from ringtools import gated_ring, snakemake, start_snakemake
 
 pytestmark = pytest.mark.e2e
 
@@ -52,14 +52,7 @@ def _wait_in_flight(exec_dir: Path, timeout: float = 150) -> None:
 
 
 def test_a_second_driver_is_refused_after_unlock_while_the_first_lives(tmp_path):
-    make_task(tmp_path)
-    slow = make_candidate(tmp_path / "cands" / "slow", mean=0.6)
-    (slow / "run.py").write_text(f"GATE = {time.time() + GATE_AFTER_S}\n" + SLOW)
-    config = write_config(tmp_path, ring_id="r1", task=str(tmp_path / "task"),
-                          candidates=str(tmp_path / "cands"), baseline=None,
-                          guard={"enabled": False, "seeds": 5, "alpha": 0.05, "margin": 0.0},
-                          promote_top_k=1)  # fmt: skip
-    ring = tmp_path / "runs" / "r1"
+    config, ring = gated_ring(tmp_path, SLOW, GATE_AFTER_S)
     first = start_snakemake(tmp_path, config)
     try:
         _wait_in_flight(ring / "nodes" / "n001-slow" / "exec" / "proxy" / "s0")

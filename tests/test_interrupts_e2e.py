@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from ringflow.interrupts import is_supervisor, stopped_by_signal
-from ringtools import make_candidate, make_task, snakemake, start_snakemake, write_config
+from ringtools import gated_ring, snakemake, start_snakemake
 
 pytestmark = [pytest.mark.e2e, pytest.mark.user]
 
@@ -92,14 +92,7 @@ def drivers():
 
 
 def test_interrupted_executions_stop_promptly_and_run_again(tmp_path, drivers):
-    make_task(tmp_path)
-    slow = make_candidate(tmp_path / "cands" / "slow", mean=0.6)
-    (slow / "run.py").write_text(f"GATE = {time.time() + GATE_AFTER_S}\n" + SLOW)
-    config = write_config(tmp_path, ring_id="r1", task=str(tmp_path / "task"),
-                          candidates=str(tmp_path / "cands"), baseline=None,
-                          guard={"enabled": False, "seeds": 5, "alpha": 0.05, "margin": 0.0},
-                          promote_top_k=1)  # fmt: skip
-    ring = tmp_path / "runs" / "r1"
+    config, ring = gated_ring(tmp_path, SLOW, GATE_AFTER_S)
     node = "n001-slow"
 
     # 1. A signal that reaches only the execution's supervisor: the ring goes on without
