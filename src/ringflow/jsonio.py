@@ -44,7 +44,12 @@ def fsync_tree(root: str | os.PathLike) -> None:
         fsync_dir(dirpath)
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes, mode: int = 0o644) -> None:
+def atomic_write_bytes(
+    path: str | os.PathLike, data: bytes, mode: int = 0o644, durable: bool = True
+) -> None:
+    """Readers see the old bytes or the new, never a mix. `durable=False` skips the fsyncs:
+    for a live view rewritten many times a second, where a stall on a busy disk would cost
+    more than the last copy lost in a crash."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -52,13 +57,15 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, mode: int = 0o644) 
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
 def _encode(text: str) -> bytes:
@@ -68,9 +75,11 @@ def _encode(text: str) -> bytes:
     return text.encode("utf-8", "backslashreplace")
 
 
-def atomic_write_json(path: str | os.PathLike, obj: Any, mode: int = 0o644) -> None:
+def atomic_write_json(
+    path: str | os.PathLike, obj: Any, mode: int = 0o644, durable: bool = True
+) -> None:
     text = json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    atomic_write_bytes(path, _encode(text), mode)
+    atomic_write_bytes(path, _encode(text), mode, durable)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str, mode: int = 0o644) -> None:

@@ -202,7 +202,11 @@ class HealthLog:
             return
         line = cur.line(end_wall, end_t, idle_s, self.probes)
         line["partial"] = partial
-        if self._written(append_jsonl, self.jsonl, line):
+        # The supervision loop never waits on the disk: lines are synced once, at the end.
+        def append(path: Path, data: dict) -> None:
+            append_jsonl(path, data, fsync=partial)  # the last line, at close, is synced
+
+        if self._written(append, self.jsonl, line):
             self.lines_written += 1
 
     def _written(self, write, path: Path, data: dict) -> bool:
@@ -234,7 +238,10 @@ class HealthLog:
         }
         if extra:
             data.update(extra)
-        self._written(atomic_write_json, self.latest, data)
+        def write(path: Path, data: dict) -> None:
+            atomic_write_json(path, data, durable=state == "ended")
+
+        self._written(write, self.latest, data)
 
     def close(self, end_t: float, idle_s: float, final: dict) -> None:
         """Write the last (possibly partial) interval and the final latest file."""

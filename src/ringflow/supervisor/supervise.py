@@ -52,6 +52,7 @@ NEAR_LIMIT_FRACTION = 0.5
 GPU_POLL_S = 1.0  # NVML per-process samples are integrated at this cadence
 KILL_SWEEPS = 20
 LEFTOVER_SETTLE_S = 0.5
+OOM_COUNT_SETTLE_S = 0.3  # a kill's count may land just after its victim is reaped
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -540,16 +541,16 @@ class _Supervision:
         window = judge_window(prev, final, self.settings) if prev.ok and final.ok else None
         self.health.record(final, window, self.tracker.idle_s(final.t), "stopped")
         cpu_s = self.sampler.cpu_total({}) if not final.ok else final.cpu_s
-        if (self.cgroup.oom_kills() or 0) > (prev.oom_kills or 0):
-            self.event("oom_kill", count=(self.cgroup.oom_kills() or 0) - (prev.oom_kills or 0))
         if reap_left:
             self.event("reap_left", processes=reap_left)
         status, budget_cut, reason = stop or self._exit_verdict()
         code = self.proc.returncode if self.proc else None
         killed = stop is None and status == statuses.CRASH and code in KILLED_CODES
         # "Killed by signal 9" alone reads as a crash: say whose memory limit it was.
-        if killed and (memory := self.memory_watch.reason(self.cgroup, self.limits.memory_gb)):
+        memory = self.memory_watch.reason(self.cgroup, self.limits.memory_gb) if killed else None
+        if memory:
             reason = f"{memory}; {reason}"
+        self._note_oom_kill(prev, memory)
         if stop is None and status == statuses.CRASH and (full := self._output_at_quota()):
             # A write refused at the file-size limit (RLIMIT_FSIZE) ends the program first.
             reason = f"{full}; {reason}"
@@ -570,6 +571,22 @@ class _Supervision:
         return self._outcome(
             status, budget_cut, reason, wall, cpu_s, reap_left, limits=self._limits_record()
         )
+
+    def _note_oom_kill(self, prev: Sample, memory: str | None) -> None:
+        """One `oom_kill` event for the kills the sampling loop did not see. Some kernels
+        count a limit's hit ("oom") but not the kill in the victim's cgroup, or count the kill
+        a moment after the victim is gone: the limit's verdict stands for the count then."""
+        seen = prev.oom_kills or 0
+        count = (self.cgroup.oom_kills() or 0) - seen
+        if count <= 0 and memory:
+            settle_end = time.monotonic() + OOM_COUNT_SETTLE_S
+            while count <= 0 and time.monotonic() < settle_end:
+                time.sleep(0.02)
+                count = (self.cgroup.oom_kills() or 0) - seen
+        if count > 0:
+            self.event("oom_kill", count=count)
+        elif memory and not any(e.get("event") == "oom_kill" for e in self.events):
+            self.event("oom_kill", count=None, counted="limit reached, kill not counted")
 
     def _watch_disks(self) -> None:
         """Note once per filesystem when one the run writes to is all but full: a program
