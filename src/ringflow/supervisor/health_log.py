@@ -202,6 +202,7 @@ class HealthLog:
             return
         line = cur.line(end_wall, end_t, idle_s, self.probes)
         line["partial"] = partial
+
         # The supervision loop never waits on the disk: lines are synced once, at the end.
         def append(path: Path, data: dict) -> None:
             append_jsonl(path, data, fsync=partial)  # the last line, at close, is synced
@@ -238,6 +239,7 @@ class HealthLog:
         }
         if extra:
             data.update(extra)
+
         def write(path: Path, data: dict) -> None:
             atomic_write_json(path, data, durable=state == "ended")
 
