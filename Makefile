@@ -32,7 +32,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check src tests bench scripts
 	$(VENV)/bin/snakefmt --check Snakefile rules
 	$(SNAKEMAKE) --lint --profile profiles/local
-	$(PY) -m pytest -q -p no:cacheprovider tests/test_import_floors.py
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit/project/test_import_floors.py
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format src tests bench scripts

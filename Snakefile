@@ -10,7 +10,7 @@ from ringflow.ring.named import (
     ring_targets,
     workflow_rings,
 )
-from ringflow.ring.hooks import (
+from ringflow.workflow.hooks import (
     end_rings,
     prepare_config,
     prepare_ring_config,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from ringflow.jsonio import atomic_write_text
+from ringflow.core.jsonio import atomic_write_text
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO / "bench" / "results"

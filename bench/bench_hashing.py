@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ringflow.weights.hashing import HashMemo, view_content_hash
+from ringflow.core.hashing import HashMemo, view_content_hash
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_hashing.json"
 BLOCK = 16 << 20

@@ -20,9 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from ringflow.jsonio import atomic_write_json
-from ringflow.ring.ledger import Ledger
-from ringflow.ring.records import write_record
+from ringflow.core.jsonio import atomic_write_json
+from ringflow.core.ledger import Ledger
+from ringflow.core.records import write_record
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_ledger.json"
 TARGET_RATIO = 2.0

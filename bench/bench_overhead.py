@@ -37,7 +37,7 @@ VIEWS = ("proxy", "final")
 SEARCH_VIEW = "proxy"
 WARM_IMPORTS = (
     "import ringflow.cli, ringflow.execute, ringflow.scoring, ringflow.weights.keytarget, "
-    "ringflow.nodes, ringflow.reporting.summary, ringflow.ring.clock, snakemake.cli, snakemake.api"
+    "ringflow.nodes, ringflow.reporting.summary, ringflow.core.clock, snakemake.cli, snakemake.api"
 )
 
 PROGRAM = """\

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ringflow.errors import ReplayCheckFailed
+from ringflow.core.errors import ReplayCheckFailed
 from ringflow.weights.store import WeightsStore
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_replay.json"

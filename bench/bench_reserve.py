@@ -45,7 +45,7 @@ def demo_ring(work: Path) -> Path:
 
 
 def slow_cold_start_ring(work: Path) -> Path:
-    """As in tests/test_measured_time_e2e.py: seed 0 replays, every training takes 4 s."""
+    """As in tests/e2e/test_measured_time_e2e.py: seed 0 replays, every training takes 4 s."""
     work = work / "cold"
     cands = work / "cands"
     ringtools.make_candidate(cands / "slow", mean=0.6, weights=True, train_sleep=4)

@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 import _ring  # noqa: E402
+from ringflow.core.hashing import listing  # noqa: E402
 from ringflow.ring.inputs import check_inputs, record_snapshot, take_snapshot  # noqa: E402
-from ringflow.weights.hashing import listing  # noqa: E402
 
 NAME = "bench_view_check"
 TARGET_MS = 10.0

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
-from ringflow.ring.hooks import refuse_locked
-from ringflow.ring.layout import NODE_PATTERN, VARIANT_PATTERN, VIEW_PATTERN, RingLayout
+from ringflow.workflow.hooks import refuse_locked
+from ringflow.core.layout import NODE_PATTERN, VARIANT_PATTERN, VIEW_PATTERN, RingLayout
 from ringflow.ring.named import CHAIN_PARENT_KEY
 from ringflow.sandbox.slots import gpu_slots
 from ringflow.workflow.checkpoints import SnakemakeCheckpoints
@@ -28,7 +28,7 @@ DEFAULTS = workflow.source_path("../config/config.yaml")
 
 def first_reach():
     """When the DAG first reaches a locked ring: refuse it under another configuration, with
-    edited inputs or continuing another task (ring/hooks.py); a driver then sets aside the
+    edited inputs or continuing another task (workflow/hooks.py); a driver then sets aside the
     records of executions a kill interrupted, so they run again (workflow/resume.py)."""
     if not workflow.is_main_process or not refuse_locked(RING.root, config, DEFAULTS):
         return False

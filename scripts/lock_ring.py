@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from ringflow.config import config_defaults
-from ringflow.errors import RingflowError
+from ringflow.core.errors import RingflowError
 from ringflow.ring.chain import inherit_config
 from ringflow.ring.lock import lock_ring
 

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from ringflow.reserve import CutoffFile
+from ringflow.core.reserve import CutoffFile
 from ringtools import locked_ring, make_candidate
 
 # Trains until stopped; on SIGTERM it writes a checkpoint and partial output (the grace).

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from carrytools import wait_for
-from ringflow.reserve import CutoffFile
+from ringflow.core.reserve import CutoffFile
 from ringflow.search.plan import plan_generation
 from ringtools import locked_ring, make_candidate
 

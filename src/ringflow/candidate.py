@@ -9,11 +9,11 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from .errors import CandidateError, InputError
-from .jsonio import read_json
-from .safetext import escape_name, is_plain_name
-from .safetree import Entry, TreeLimit, walk
-from .weights.hashing import CACHE_DIR_NAMES, PROGRESS_FILE, is_cache
+from .core.errors import CandidateError, InputError
+from .core.hashing import CACHE_DIR_NAMES, PROGRESS_FILE, is_cache
+from .core.jsonio import read_json
+from .core.safetext import escape_name, is_plain_name
+from .core.safetree import Entry, TreeLimit, walk
 
 
 @dataclass(frozen=True)

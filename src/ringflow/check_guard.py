@@ -12,7 +12,7 @@ def check_resampling(report, ring: dict, node: str, view: str) -> None:
     fail a scorer whose score does not move, unless the task declares mode (c)."""
     from pathlib import Path
 
-    from .ring.layout import RingLayout
+    from .core.layout import RingLayout
     from .scoring import _evaluate, read_score, scorer_mode
 
     mode = scorer_mode(ring["task"])
@@ -43,7 +43,7 @@ def check_resampling(report, ring: dict, node: str, view: str) -> None:
 
 def report_power(report, ring: dict, index: dict) -> None:
     """`ringflow check --baseline DIR`: the guard's power, estimated before the ring."""
-    from .errors import RingflowError
+    from .core.errors import RingflowError
     from .selection.power import probe_baseline
 
     report.head("power of the guard (the baseline on the guard view, probe seeds):")

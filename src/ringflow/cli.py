@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from .errors import RingflowError
+from .core.errors import RingflowError
 
 
 def _ring(args) -> Path:
@@ -17,7 +17,7 @@ def _ring(args) -> Path:
 
 
 def _layout(args):
-    from .ring.layout import RingLayout
+    from .core.layout import RingLayout
 
     return RingLayout(Path(args.ring_dir))
 
@@ -33,8 +33,8 @@ def _declared(args, expected: Path, option: str = "out") -> None:
 
 
 def cmd_import_nodes(args) -> int:
+    from .core.clock import load_ring
     from .nodes import import_static
-    from .ring.clock import load_ring
 
     _declared(args, _layout(args).nodes_static)
     index = import_static(load_ring(args.ring_dir))
@@ -44,8 +44,8 @@ def cmd_import_nodes(args) -> int:
 
 
 def cmd_execute(args) -> int:
+    from .core.interrupts import EXIT_INTERRUPTED, stopped_by_signal
     from .execute import run_execution
-    from .interrupts import EXIT_INTERRUPTED, stopped_by_signal
     from .scoring import score_execution
 
     layout = _layout(args)
@@ -192,7 +192,7 @@ def cmd_repro(args) -> int:
 
 
 def cmd_reserve(args) -> int:
-    from .timekeeper import render_breakdown, tick
+    from .selection.timekeeper import render_breakdown, tick
 
     result = tick(args.ring_dir)
     if args.json:
@@ -205,7 +205,7 @@ def cmd_reserve(args) -> int:
 
 
 def cmd_summary(args) -> int:
-    from .jsonio import atomic_write_text
+    from .core.jsonio import atomic_write_text
     from .reporting.summary import render_summary
 
     text = render_summary(args.ring_dir)
@@ -216,7 +216,7 @@ def cmd_summary(args) -> int:
 
 
 def cmd_step_summary(args) -> int:
-    from .jsonio import atomic_write_text
+    from .core.jsonio import atomic_write_text
     from .reporting.summary import render_summary
 
     layout = _layout(args)
@@ -235,7 +235,7 @@ def cmd_step_report(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .jsonio import read_json
+    from .core.jsonio import read_json
     from .reporting.chain_report import write_chain
     from .reporting.report import write_report
 
@@ -252,7 +252,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_digest(args) -> int:
-    from .jsonio import read_json
+    from .core.jsonio import read_json
     from .reporting.health_digest import ring_digest
     from .reporting.notify import notify
 
@@ -289,7 +289,7 @@ def cmd_verify(args) -> int:
 
 
 def cmd_key(args) -> int:
-    from .ring.clock import load_node, load_ring
+    from .core.clock import load_node, load_ring
     from .weights.keys import explain
 
     ring = load_ring(args.ring_dir)
@@ -314,8 +314,8 @@ def cmd_key(args) -> int:
 
 
 def cmd_store(args) -> int:
-    from .ring.clock import load_ring
-    from .ring.ledger import Ledger
+    from .core.clock import load_ring
+    from .core.ledger import Ledger
     from .weights.heal import check_store, repair_store, rings_of_store
     from .weights.store import WeightsStore
 
@@ -349,8 +349,8 @@ def cmd_store(args) -> int:
 
 
 def cmd_ledger_repair(args) -> int:
-    from .ring.clock import load_ring
-    from .ring.ledger import Ledger, emit_event
+    from .core.clock import load_ring
+    from .core.ledger import Ledger, emit_event
 
     ring = load_ring(args.ring_dir)
     ledger = Ledger(Path(ring["ring_dir"]) / "ledger.jsonl")
@@ -368,8 +368,8 @@ def cmd_ledger_repair(args) -> int:
 
 
 def cmd_export(args) -> int:
+    from .core.clock import load_ring
     from .reporting.summary import run_command
-    from .ring.clock import load_ring
     from .selection.deploy import export
 
     manifest = export(args.ring_dir, args.dest)
@@ -433,7 +433,7 @@ def cmd_stop_manifest(args) -> int:
 
 
 def cmd_taint(args) -> int:
-    from .carryover.ancestry import taint
+    from .ring.ancestry import taint
 
     taint(args.ring_dir, args.why)
     print(f"{args.ring_dir}: marked tainted; no ring will continue from it or its descendants")
@@ -601,7 +601,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ringflow: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        from .diskspace import is_full_error
+        from .core.diskspace import is_full_error
 
         if not is_full_error(exc):
             raise
@@ -612,8 +612,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _stop_for_full_disk(args, exc: OSError) -> str:
-    from .diskspace import full_message
-    from .ring.stop import stop_ring
+    from .core.diskspace import full_message
+    from .core.stop import stop_ring
 
     ring_dir = getattr(args, "ring_dir", None)
     where = exc.filename or ring_dir or os.getcwd()

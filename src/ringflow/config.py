@@ -107,7 +107,7 @@ def guard_problems(config: dict) -> list[str]:
     alpha, count = guard.get("alpha"), guard.get("bootstrap")
     if not isinstance(alpha, int | float) or not 0 < alpha < 1 or not isinstance(count, int):
         return []
-    from .selection.guardstats import min_bootstrap
+    from .guardstats import min_bootstrap
 
     needed = min_bootstrap(top_k, alpha)
     if count >= needed:
@@ -121,7 +121,7 @@ def guard_problems(config: dict) -> list[str]:
 
 def check_config(config: dict, schema_path: str) -> None:
     """Raise InputError listing each bad key (one line each) when the config is invalid."""
-    from .errors import InputError
+    from .core.errors import InputError
 
     with open(schema_path) as handle:
         schema = yaml.safe_load(handle)

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from ringflow.jsonio import atomic_write_text
+from ringflow.core.jsonio import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "config" / "config.schema.yaml"

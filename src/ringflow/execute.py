@@ -18,10 +18,13 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import diskspace, sandbox, statuses
+from . import sandbox
 from .candidate import train_seed_args, weights_dirs
 from .carryover.checkpoint import keep_grace_checkpoint
-from .errors import (
+from .core import diskspace, statuses
+from .core.clock import deadline_for, load_node, load_ring, view_limits
+from .core.disguise import BLIND_COPIES, alias
+from .core.errors import (
     AcceptanceError,
     DeadlineReached,
     MachineryError,
@@ -29,26 +32,24 @@ from .errors import (
     RingflowError,
     SandboxError,
 )
-from .jsonio import read_json
+from .core.hashing import PROGRESS_FILE, HashMemo, drop_ignored
+from .core.jsonio import read_json
+from .core.layout import RingLayout
+from .core.ledger import Ledger, emit_event, ledger_anchor
+from .core.records import write_record
+from .core.safetree import remove_tree
+from .core.stop import refuse_if_stopped, stop_file, stop_ring
 from .ring.boxes import close_box, open_box
-from .ring.clock import deadline_for, load_node, load_ring, view_limits
 from .ring.inputs import check_inputs, program_inputs
-from .ring.layout import RingLayout
-from .ring.ledger import Ledger, emit_event, ledger_anchor
-from .ring.records import write_record
 from .ring.run_inputs import fresh_inputs
-from .ring.stop import refuse_if_stopped, stop_file, stop_ring
-from .safetree import remove_tree
 from .sandbox.gpus import Allocation, allocate, default_lock_dir, device_nodes, machine_gpus
 from .scoring import is_guard_variant
-from .selection.disguise import BLIND_COPIES, alias
 from .supervisor import HealthSettings, ResourceLimits, supervise
 from .supervisor.memory import private_tmp_mb
 from .supervisor.output_limits import over_limits
 from .task import command_argv
 from .weights import keys
 from .weights.attempts import KeyFailed, TrainAttempts
-from .weights.hashing import PROGRESS_FILE, HashMemo, drop_ignored
 from .weights.store import WeightsStore
 from .workcopy import link_tree, reset_dir, submission_files, unshare_files
 

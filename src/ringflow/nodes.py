@@ -17,19 +17,17 @@ from .carryover.scored import (
     settle_imported,
     submission_problem,
 )
-from .errors import CandidateError
-from .jsonio import atomic_write_json, read_json
+from .core.errors import CandidateError
+from .core.hashing import solution_tree_hash
+from .core.jsonio import atomic_write_json, read_json
+from .core.layout import RingLayout, is_review_variant, node_slug, variant_seed
+from .core.ledger import Ledger, emit_event
+from .core.records import write_record
+from .core.statuses import READY, REJECTED
 from .ring.edits import record_sources
-from .ring.layout import RingLayout, is_review_variant, node_slug, variant_seed
-from .ring.ledger import Ledger, emit_event
-from .ring.records import write_record
 from .weights import keys
-from .weights.hashing import solution_tree_hash
 from .weights.store import WeightsStore
 from .workcopy import make_readonly_tree
-
-READY = "ready"
-REJECTED = "rejected"
 
 
 def review_extra_variants(ring: dict) -> list[str]:

@@ -20,7 +20,7 @@ import yaml
 
 from .candidate import load_solution
 from .check_guard import check_resampling, report_power
-from .errors import InputError, RingflowError
+from .core.errors import InputError, RingflowError
 from .reporting.digest import first_line, last_line
 
 REPO_CONFIG = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
@@ -148,8 +148,8 @@ def _check_commands(report: Report, spec) -> None:
 def _run_one(report: Report, ring: dict, node: str) -> None:
     """Run `node` once on the first search view and score its output with the task's
     validator and scorer: a real output, so a working validator and scorer pass."""
+    from .core.layout import RingLayout
     from .execute import run_execution
-    from .ring.layout import RingLayout
     from .scoring import score_execution
 
     view = ring["search_views"][0]
@@ -204,9 +204,9 @@ def check(
     """Check a task and candidates as a ring would; nothing outside a temporary folder is
     written. The probe run is the baseline's when one is given, else the first
     candidate's."""
-    from .jsonio import read_json
+    from .core.jsonio import read_json
+    from .core.layout import RingLayout
     from .nodes import import_static
-    from .ring.layout import RingLayout
     from .ring.lock import lock_ring
     from .task import load_task
 

@@ -17,14 +17,15 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import sandbox, statuses
-from .errors import InputError
-from .jsonio import read_json
-from .ring.clock import load_ring, scoring_deadline_for
+from . import sandbox
+from .core import statuses
+from .core.clock import load_ring, scoring_deadline_for
+from .core.errors import InputError
+from .core.jsonio import read_json
+from .core.layout import RingLayout, variant_seed
+from .core.records import write_record
+from .core.stop import stop_ring
 from .ring.inputs import program_inputs
-from .ring.layout import RingLayout, variant_seed
-from .ring.records import write_record
-from .ring.stop import stop_ring
 from .sandbox.evaluator import (
     INSIDE_INPUTS,
     INSIDE_LABELS,

@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import InputError
+from .core.errors import InputError
 
 DIRECTIONS = ("maximize", "minimize")
 

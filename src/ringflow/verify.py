@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .carryover.ancestry import chain_problems
 from .carryover.seal import seal_check
-from .errors import InputError
-from .ring.clock import load_ring
+from .core.clock import load_ring
+from .core.errors import InputError
+from .core.layout import RingLayout
+from .core.ledger import Ledger, ledger_anchors
+from .core.records import record_problems
+from .core.seeds import chain_rings
+from .ring.ancestry import chain_problems
 from .ring.edits import find_edits
-from .ring.layout import RingLayout
-from .ring.ledger import Ledger, ledger_anchors
 from .ring.lock import lock_anchor_problems
-from .ring.records import record_problems
-from .selection.seeds import chain_rings
 from .weights.heal import check_store_index, rings_of_store
 from .weights.store import WeightsStore
 

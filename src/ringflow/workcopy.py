@@ -9,7 +9,7 @@ import shutil
 import stat
 from pathlib import Path
 
-from .safetree import remove_tree
+from .core.safetree import remove_tree
 
 
 def make_readonly_tree(root: Path) -> None:

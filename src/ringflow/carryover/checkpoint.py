@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from .. import statuses
+from ..core import statuses
 from ..workcopy import reset_dir
 
 CHECKPOINT_DIR = "checkpoint"

@@ -27,10 +27,12 @@ import shutil
 import time
 from pathlib import Path
 
-from .. import statuses
-from ..jsonio import atomic_write_bytes, atomic_write_json, read_json
-from ..ring.layout import RingLayout
-from ..safetree import read_head
+from ..core import statuses
+from ..core.jsonio import atomic_write_bytes, atomic_write_json, read_json
+from ..core.layout import RingLayout
+from ..core.query_record import settled_count
+from ..core.safetree import read_head
+from ..core.statuses import ENGINEERING
 from .seal import SealRequest
 from .snapshot import file_sha256, walk_entries, why_skipped
 
@@ -256,8 +258,6 @@ def session_sources(layout: RingLayout, node_id: str, solution: Path) -> list[tu
 def session_handoff(ring: dict, layout: RingLayout, node: dict, solution: Path) -> dict:
     """The hand-over fields of a session cut at the hand-over point (docs/operations.md#carryover),
     with its solution as the session left it; redacts its raw log first (`engineer.env_pass`)."""
-    from ..search.queries import settled_count
-
     node_id = node["id"]
     trajectory = layout.trajectory(node_id)
     redact_tree(trajectory, ring["config"]["engineer"].get("env_pass") or [])
@@ -292,13 +292,18 @@ def _start_if_present(ring: dict, layout: RingLayout, node: dict) -> Path | None
     return start if start is not None and start.is_dir() else None
 
 
+def operator(ring: dict) -> str | None:
+    command = ring["config"]["engineer"]["command"]
+    if not command:
+        return None
+    return "builtin" if command.strip() == "builtin" else command.split()[0]
+
+
 # ---- resume nodes -------------------------------------------------------------------------
 
 
 def resume_stub(ring: dict, node_id: str, fields: dict) -> dict:
     """A resume node of the engineer kind, planned for a session in generation 0."""
-    from ..search.plan import ENGINEERING, operator
-
     now = time.time()
     return {
         "id": node_id,

@@ -12,9 +12,9 @@ cutoff) and is never imported or resumed.
 
 from __future__ import annotations
 
-from ..jsonio import read_json
-from ..nodes import READY
-from ..ring.layout import RingLayout
+from ..core.jsonio import read_json
+from ..core.layout import RingLayout
+from ..core.statuses import READY
 from .engineer import session_handoff, session_sources
 from .seal import EVIDENCE, EVIDENCE_KIND, EVIDENCE_WHY, SealRequest
 

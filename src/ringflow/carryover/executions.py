@@ -14,11 +14,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from .. import statuses
-from ..jsonio import atomic_write_json, read_json
-from ..ring.clock import load_ring
-from ..ring.layout import RingLayout
-from ..ring.ledger import emit_event
+from ..core import statuses
+from ..core.clock import load_ring
+from ..core.jsonio import atomic_write_json, read_json
+from ..core.layout import RingLayout
+from ..core.ledger import emit_event
 from . import engineer, evidence
 from .checkpoint import AUTHORITATIVE_VARIANT, CHECKPOINT_DIR, is_carried_cut
 from .seal import EVIDENCE, EVIDENCE_SEALED, SealRequest, listed, seal_node, sealed_records

@@ -20,13 +20,13 @@ import secrets
 import shutil
 from pathlib import Path
 
-from ..errors import RingflowError
-from ..jsonio import atomic_write_json, fsync_dir, fsync_tree, read_json
-from ..ring.clock import load_ring
-from ..ring.layout import RingLayout
-from ..ring.ledger import Ledger, emit_event, record_hash
-from ..ring.records import RingEvidence
-from ..selection.seeds import chain_rings
+from ..core.clock import load_ring
+from ..core.errors import RingflowError
+from ..core.jsonio import atomic_write_json, fsync_dir, fsync_tree, read_json
+from ..core.layout import RingLayout
+from ..core.ledger import Ledger, emit_event, record_hash
+from ..core.records import RingEvidence
+from ..core.seeds import chain_rings
 from .engineer import KIND as ENGINEER_KIND
 from .engineer import parent_ring_dir, segment_details
 from .registry import ResumeRegistry, is_ours

@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..jsonio import atomic_write_json, read_json
-from ..ring.clock import load_ring
-from ..ring.layout import RingLayout
-from ..ring.ledger import ledger_anchor
+from ..core.clock import load_ring
+from ..core.jsonio import atomic_write_json, read_json
+from ..core.layout import RingLayout
+from ..core.ledger import ledger_anchor
 from .rescoring import obligations
 from .seal import CARRYOVER, EVIDENCE, listed, lock_sha256, sealed_records
 

@@ -20,13 +20,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..errors import InputError
-from ..jsonio import atomic_write_json, fsync_dir, fsync_tree, read_json
-from ..ring.clock import load_ring
-from ..ring.layout import RingLayout
-from ..ring.records import RingEvidence
-from ..weights.hashing import listing
-from .ancestry import ancestor_problems, chain_problems
+from ..core.clock import load_ring
+from ..core.errors import InputError
+from ..core.hashing import listing
+from ..core.jsonio import atomic_write_json, fsync_dir, fsync_tree, read_json
+from ..core.layout import RingLayout
+from ..core.records import RingEvidence
+from ..ring.ancestry import ancestor_problems, chain_problems
 from .engineer import is_resume, parent_layout
 from .importing import Rejected, _check_seal, _copy_verified
 from .seal import lock_sha256, sealed_records

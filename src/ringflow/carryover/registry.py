@@ -15,7 +15,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from ..jsonio import atomic_write_json, read_json
+from ..core.jsonio import atomic_write_json, read_json
 
 REGISTRY = "carryover/resumed.json"
 LOCK = "locks/carryover-resumed.lock"

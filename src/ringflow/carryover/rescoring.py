@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..jsonio import read_json, read_json_cached
+from ..core.jsonio import read_json, read_json_cached
 from .scores import IMPORTED, indexed_nodes, outcome
 
 MANIFEST = "stop_manifest.json"

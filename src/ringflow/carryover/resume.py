@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..jsonio import read_json
+from ..core.jsonio import read_json
 from .importing import IMPORTED
 
 RESUME = "resume"

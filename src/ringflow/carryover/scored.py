@@ -14,13 +14,13 @@ import json
 from pathlib import Path
 
 from ..candidate import load_solution
-from ..errors import CandidateError, RingflowError
-from ..jsonio import read_json
-from ..ring.clock import load_ring
-from ..ring.layout import RingLayout
-from ..ring.ledger import Ledger, emit_event
-from ..ring.records import RingEvidence
-from ..weights.hashing import solution_tree_hash
+from ..core.clock import load_ring
+from ..core.errors import CandidateError, RingflowError
+from ..core.hashing import solution_tree_hash
+from ..core.jsonio import read_json
+from ..core.layout import RingLayout
+from ..core.ledger import Ledger, emit_event
+from ..core.records import RingEvidence
 from ..weights.store import WeightsStore
 from .rescoring import choose_rescores, inherited_obligations, obligations
 from .scores import (

@@ -17,11 +17,11 @@ from __future__ import annotations
 from pathlib import Path
 from statistics import fmean
 
-from .. import statuses
-from ..jsonio import read_json, read_json_cached
-from ..ring.clock import load_ring
-from ..ring.layout import RingLayout
-from ..safetree import read_head
+from ..core import statuses
+from ..core.clock import load_ring
+from ..core.jsonio import read_json, read_json_cached
+from ..core.layout import RingLayout
+from ..core.safetree import read_head
 from ..scoring import usable
 
 IMPORTED = "imported"

@@ -42,13 +42,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import statuses
-from ..errors import RingflowError
-from ..jsonio import atomic_write_json, canonical_json, fsync_dir, fsync_tree, read_json
-from ..ring.layout import RingLayout
-from ..ring.ledger import Ledger, emit_event
-from ..ring.records import write_record
-from ..safetree import remove_tree
+from ..core import statuses
+from ..core.errors import RingflowError
+from ..core.jsonio import atomic_write_json, canonical_json, fsync_dir, fsync_tree, read_json
+from ..core.layout import RingLayout
+from ..core.ledger import Ledger, emit_event
+from ..core.records import write_record
+from ..core.safetree import remove_tree
 from .snapshot import copy_hashing, file_sha256, walk_checked, walk_entries, why_skipped
 
 SEAL_FILE = "SEAL.json"

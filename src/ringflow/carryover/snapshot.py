@@ -12,9 +12,9 @@ import os
 import stat
 from pathlib import Path, PurePosixPath
 
-from ..errors import InputError
-from ..safetext import escape_name, is_plain_name
-from ..safetree import TreeLimit, walk
+from ..core.errors import InputError
+from ..core.safetext import escape_name, is_plain_name
+from ..core.safetree import TreeLimit, walk
 
 CHUNK = 1 << 20
 

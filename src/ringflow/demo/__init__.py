@@ -22,7 +22,7 @@ import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..jsonio import atomic_write_bytes
+from ..core.jsonio import atomic_write_bytes
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 TASK_FILES_DIR = PACKAGE_DIR / "task_files"

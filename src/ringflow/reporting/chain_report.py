@@ -12,11 +12,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..errors import InputError
-from ..jsonio import atomic_write_text
-from ..ring.layout import RingLayout
+from ..core.errors import InputError
+from ..core.jsonio import atomic_write_text
+from ..core.layout import RingLayout
+from ..core.seeds import chain_rings
 from ..search.best_so_far import ring_progress
-from ..selection.seeds import chain_rings
 from .charts import Chart
 from .headline import deployable, improvement
 from .report import RingFiles, _environment, format_duration, score_label

@@ -10,10 +10,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import statuses
-from ..safetext import printable
+from ..core import statuses
+from ..core.safetext import printable
+from ..core.statuses import REJECTED
 
-REJECTED = "rejected"
 INVALID = "invalid"
 NOT_SCORED = "not scored"
 TAIL_BYTES = 8192

@@ -11,7 +11,7 @@ import shlex
 from pathlib import Path
 from statistics import fmean, stdev
 
-from .. import statuses
+from ..core import statuses
 
 
 def guarded_candidate(decision: dict) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import statuses
+from ..core import statuses
 from .digest import digest_lines, failure_digest
 from .report import base_context, format_duration, health_events, health_figures
 

@@ -20,8 +20,8 @@ import urllib.request
 from email.message import EmailMessage
 from pathlib import Path
 
-from ..jsonio import append_jsonl, atomic_write_json, atomic_write_text, read_json
-from ..ring.layout import RingLayout
+from ..core.jsonio import append_jsonl, atomic_write_json, atomic_write_text, read_json
+from ..core.layout import RingLayout
 from .health_digest import ring_digest
 
 TIMEOUT_S = 15.0

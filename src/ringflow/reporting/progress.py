@@ -17,8 +17,8 @@ import threading
 import time
 from pathlib import Path
 
-from ..ring.layout import RingLayout
-from ..safetext import printable
+from ..core.layout import RingLayout
+from ..core.safetext import printable
 from .report import format_duration
 
 SNAKEMAKE_LOGGER = "snakemake.logging"
@@ -187,8 +187,8 @@ def ring_end(
     """onsuccess/onerror: the last progress line, the summary with its failure digest, and
     where Snakemake's own log is (log: None to leave that to a later ring); after a ring
     that did not finish, the error that stopped it and the command that continues it."""
+    from ..core.recovery import advice
     from ..ring.edits import find_edits
-    from ..ring.recovery import advice
     from .digest import key_error_line
     from .summary import render_summary
 

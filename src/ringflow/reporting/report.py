@@ -18,11 +18,11 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader
 
-from .. import statuses
-from ..errors import InputError
-from ..jsonio import atomic_write_text, read_json
-from ..ring.clock import load_ring
-from ..ring.layout import SEARCH_VARIANTS, RingLayout
+from ..core import statuses
+from ..core.clock import load_ring
+from ..core.errors import InputError
+from ..core.jsonio import atomic_write_text, read_json
+from ..core.layout import SEARCH_VARIANTS, RingLayout
 from ..scoring import usable
 from ..search.best_so_far import ring_progress
 from ..selection.gap import selection_gap as gap_of
@@ -753,7 +753,7 @@ def clock(ring: dict, cutoff_state: dict | None, now: float) -> dict:
 def stage_times(root: Path) -> dict | None:
     """Per stage of final selection, the time reserved when the search ended and the time
     it took (timekeeper.stage_timing); None before the search ended."""
-    from ..timekeeper import stage_timing
+    from ..selection.timekeeper import stage_timing
 
     layout = RingLayout(root)
     if not layout.search.exists():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..safetext import printable
+from ..core.safetext import printable
 from .digest import digest_lines, failure_digest
 from .report import (
     Execution,

@@ -9,10 +9,10 @@ from collections import Counter
 from pathlib import Path
 
 from ..carryover.scored import summary_lines as scored_summary
-from ..jsonio import atomic_write_json, read_json
-from ..ring.clock import load_ring
-from ..ring.layout import RingLayout
-from ..safetext import printable
+from ..core.clock import load_ring
+from ..core.jsonio import atomic_write_json, read_json
+from ..core.layout import RingLayout
+from ..core.safetext import printable
 from ..search.best_so_far import ring_progress
 from ..selection.scores import node_mean
 from .digest import digest_lines, failure_digest
@@ -259,8 +259,8 @@ def decision_lines(ring: dict, layout: RingLayout) -> list[str]:
 
 def stop_lines(layout: RingLayout) -> list[str]:
     """Why the ring stopped early, if it did (the way on: docs/recovery.md)."""
-    from ..ring.recovery import stop_cause
-    from ..ring.stop import stopped_reason
+    from ..core.recovery import stop_cause
+    from ..core.stop import stopped_reason
 
     reason = stopped_reason(layout.root)
     if reason is None:

@@ -15,8 +15,8 @@ import os
 import secrets
 from pathlib import Path
 
-from ..safetree import remove_tree
-from .layout import RingLayout
+from ..core.layout import RingLayout
+from ..core.safetree import remove_tree
 
 
 def boxes_of(ring_dir: str | os.PathLike) -> Path:

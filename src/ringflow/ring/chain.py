@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from ..errors import InputError
-from ..jsonio import read_json
+from ..core.errors import InputError
+from ..core.jsonio import read_json
 
 # Keys that name this ring, where it is or the chain around it, never inherited.
 OWN_KEYS = ("ring_id", "runs_dir", "continue_from", "resources_dir", "rings")
@@ -38,7 +38,7 @@ def _leaf_names(value, prefix: str) -> list[str]:
 
 def command_line_keys(argv: list[str]) -> list[str]:
     """Every dotted key `--config KEY=VALUE ...` sets in argv (a mapping value: its leaves)."""
-    from .recovery import _split_config
+    from ..core.recovery import _split_config
 
     names = []
     for item in _split_config(argv)[1]:

@@ -15,10 +15,10 @@ import hashlib
 import os
 from pathlib import Path
 
-from ..errors import InputError
-from ..jsonio import atomic_write_json, read_json
-from ..weights.hashing import HashMemo, listing, listing_hash, solution_tree_hash
-from .layout import RingLayout
+from ..core.errors import InputError
+from ..core.hashing import HashMemo, listing, listing_hash, solution_tree_hash
+from ..core.jsonio import atomic_write_json, read_json
+from ..core.layout import RingLayout
 
 SOURCES = "sources.json"
 
@@ -125,7 +125,7 @@ def find_edits(ring_dir: str | Path) -> list[str]:
 
 def refuse_edits(ring_dir: str | Path, ring_id: str) -> None:
     """At workflow start: a locked ring does not run on after what it was given changed."""
-    from .recovery import continuation_command, user_argv
+    from ..core.recovery import continuation_command, user_argv
 
     edits = find_edits(ring_dir)
     if edits:

@@ -16,8 +16,8 @@ import shutil
 import stat
 from pathlib import Path
 
-from ..errors import InputError
-from ..weights.hashing import sha256_file
+from ..core.errors import InputError
+from ..core.hashing import sha256_file
 from ..workcopy import link_or_copy
 
 SNAPSHOT_DIR = "inputs"
@@ -133,7 +133,7 @@ def check_inputs(dest: Path, records: list[list]) -> str | None:
 def program_inputs(ring: dict, view: str, variant: str) -> Path:
     """The inputs folder an execution's program reads (and its validator checks)."""
     if variant.startswith("blind"):
-        from ..selection.disguise import BLIND_COPIES, disguised_inputs
+        from ..core.disguise import BLIND_COPIES, disguised_inputs
 
         return disguised_inputs(ring, view, BLIND_COPIES[variant])
     return Path(ring["views"][view]["inputs_snapshot"])

@@ -19,7 +19,7 @@ import socket
 import time
 from pathlib import Path
 
-from ..errors import RingflowError
+from ..core.errors import RingflowError
 
 LEASE_FILE = "driver.lease"
 

@@ -13,21 +13,21 @@ from filelock import FileLock
 
 from .. import sandbox
 from ..config import guard_problems
-from ..errors import InputError, MachineryError, SandboxError
-from ..jsonio import atomic_write_json, read_json, sha256_json
-from ..reserve import CutoffFile
+from ..core import seeds
+from ..core.disguise import alias
+from ..core.errors import InputError, MachineryError, SandboxError
+from ..core.hashing import HashMemo, listing_hash, view_part_hashes
+from ..core.jsonio import atomic_write_json, read_json, sha256_json
+from ..core.layout import RingLayout
+from ..core.ledger import Ledger, emit_event
+from ..core.reserve import CutoffFile
 from ..sandbox.gpus import gpu_facts
 from ..sandbox.interpreter import describe_interpreter
 from ..sandbox.selftest import selftest
-from ..selection import seeds
-from ..selection.disguise import alias
 from ..task import Task, load_task, split_views
 from ..weights import keys
-from ..weights.hashing import HashMemo, listing_hash, view_part_hashes
 from . import chain
 from .inputs import record_snapshot, snapshot_path, take_snapshot
-from .layout import RingLayout
-from .ledger import Ledger, emit_event
 
 # Keys that may differ between the command that locked a ring and a later command that
 # continues it: they name where things are, or the other rings of its chain, not what the
@@ -138,7 +138,7 @@ def lock_sandbox(config: dict, layout: RingLayout, python: Path) -> tuple[dict, 
 def check_ancestors(previous: Path | None) -> None:
     """Refuse to continue from a chain whose rings are missing, tainted or whose ledgers do
     not verify, checked back to the first ring (docs/operations.md#chains)."""
-    from ..carryover.ancestry import check_ancestry
+    from .ancestry import check_ancestry
 
     check_ancestry(previous)
     if previous is None:

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import yaml
 
-from ..errors import InputError
-from .layout import RingLayout
+from ..core.errors import InputError
+from ..core.layout import RingLayout
 
 NAME_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9]*")
 # Rule names of the workflow itself, which a ring's name must not take.

@@ -17,7 +17,7 @@ import os
 import stat
 from pathlib import Path
 
-from ..errors import SandboxError
+from ..core.errors import SandboxError
 
 CHUNK = 1 << 30
 

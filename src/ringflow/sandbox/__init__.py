@@ -15,7 +15,7 @@ Where no sandbox can be had the ring refuses to start, unless `sandbox.mode: non
 
 from __future__ import annotations
 
-from ringflow.errors import SandboxError
+from ringflow.core.errors import SandboxError
 from ringflow.sandbox.box import plan_box
 from ringflow.sandbox.layout import resolve_layout
 from ringflow.sandbox.model import SandboxPlan, SandboxRequest

@@ -14,7 +14,7 @@ import fcntl
 import os
 from pathlib import Path, PurePosixPath
 
-from ringflow.errors import SandboxError
+from ringflow.core.errors import SandboxError
 from ringflow.sandbox.commands import (
     GPU_FOLDERS,
     INSIDE,

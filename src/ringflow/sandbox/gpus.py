@@ -19,7 +19,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from ringflow.errors import DeadlineReached, SandboxError
+from ringflow.core.errors import DeadlineReached, SandboxError
 from ringflow.supervisor.gpu import open_nvml, parse_visible_devices
 
 # Device nodes every CUDA program needs besides its own GPUs' /dev/nvidia<minor>.

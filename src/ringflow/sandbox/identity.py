@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ringflow.errors import SandboxError
+from ringflow.core.errors import SandboxError
 from ringflow.sandbox import seccomp
 
 HOST_UIDS = {"first": 1879048192, "count": 65536}

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ringflow.errors import SandboxError
+from ringflow.core.errors import SandboxError
 
 DESCRIBE = (
     "import json, sys, sysconfig; print(json.dumps({'executable': sys.executable, "

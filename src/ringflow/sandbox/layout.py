@@ -7,7 +7,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ringflow.errors import SandboxError
+from ringflow.core.errors import SandboxError
 from ringflow.sandbox.model import SandboxRequest
 
 

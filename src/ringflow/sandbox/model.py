@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ringflow.errors import SandboxError
+from ringflow.core.errors import SandboxError
 
 NOBODY = 65534
 

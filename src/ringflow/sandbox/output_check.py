@@ -5,8 +5,8 @@ Symbolic links, hard links (another name of a file elsewhere), devices, FIFOs an
 sockets in the output are refused before the validator and the scorer see it, so a
 program can neither point the scorer at the labels nor make it block or read without
 end. Modes are normalised so that the unprivileged evaluator can read what is there.
-The walk is descriptor-relative (any depth, any name: ringflow/safetree.py); names in
-reasons are escaped (ringflow/safetext.py, docs/limits.md).
+The walk is descriptor-relative (any depth, any name: ringflow/core/safetree.py); names in
+reasons are escaped (ringflow/core/safetext.py, docs/limits.md).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import os
 import stat
 from pathlib import Path
 
-from ..safetext import escape_name
-from ..safetree import Entry, TreeLimit, walk
+from ..core.safetext import escape_name
+from ..core.safetree import Entry, TreeLimit, walk
 
 MAX_ENTRIES = 1_000_000  # a backstop only: limits.output_files stops a run long before
 

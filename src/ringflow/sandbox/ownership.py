@@ -15,9 +15,9 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ringflow.errors import SandboxError
-from ringflow.safetext import escape_name
-from ringflow.safetree import TreeLimit, walk
+from ringflow.core.errors import SandboxError
+from ringflow.core.safetext import escape_name
+from ringflow.core.safetree import TreeLimit, walk
 
 
 def refuse_shared_inodes(root: Path) -> None:

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ringflow.errors import SandboxError
+from ringflow.core.errors import SandboxError
 from ringflow.sandbox import seccomp
 from ringflow.sandbox.commands import drop_privileges_argv, namespace_argv, system_argv
 from ringflow.sandbox.identity import (

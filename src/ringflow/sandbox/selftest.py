@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ringflow.errors import SandboxError
+from ringflow.core.errors import SandboxError
 from ringflow.sandbox.box import plan_box
 from ringflow.sandbox.layout import resolve_layout
 from ringflow.sandbox.model import SandboxRequest

@@ -30,20 +30,20 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from .. import statuses
 from ..candidate import copy_submission, runnable_problem, workspace_limits
-from ..errors import DeadlineReached, RingflowError
+from ..core import statuses
+from ..core.clock import view_limits
+from ..core.errors import DeadlineReached, RingflowError
+from ..core.hashing import drop_ignored, solution_tree_hash
+from ..core.jsonio import append_jsonl, read_json
+from ..core.layout import RingLayout
+from ..core.safetree import remove_tree
 from ..execute import Execution, run_program
-from ..jsonio import append_jsonl, read_json
 from ..ring.boxes import close_box, open_box
-from ..ring.clock import view_limits
 from ..ring.inputs import program_inputs
-from ..ring.layout import RingLayout
-from ..safetree import remove_tree
 from ..sandbox.gpus import allocate, default_lock_dir
 from ..scoring import evaluate_predictions
-from ..timekeeper import slots_for
-from ..weights.hashing import drop_ignored, solution_tree_hash
+from ..selection.timekeeper import slots_for
 from ..workcopy import make_readonly_tree
 
 DEFAULT_INTERVAL_MIN = 5.0

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..jsonio import atomic_write_json, read_json
-from ..ring.layout import RingLayout
+from ..core.jsonio import atomic_write_json, read_json
+from ..core.layout import RingLayout
 
 
 @contextmanager

@@ -12,8 +12,8 @@ import jinja2
 
 from ..carryover import engineer as carried
 from ..carryover.scores import imported_refuted
-from ..jsonio import read_json
-from ..ring.layout import RingLayout
+from ..core.jsonio import read_json
+from ..core.layout import RingLayout
 from ..selection.scores import node_mean
 from . import public_validator
 

@@ -15,30 +15,24 @@ import re
 import time
 from pathlib import Path
 
-from ..jsonio import atomic_write_json, read_json
-from ..ring.clock import current_cutoff, load_ring
-from ..ring.layout import RingLayout, node_slug
-from ..ring.ledger import Ledger
-from ..ring.records import write_record
-from ..ring.stop import refuse_if_stopped
+from ..carryover.engineer import operator
+from ..core.clock import current_cutoff, load_ring
+from ..core.jsonio import atomic_write_json, read_json
+from ..core.layout import RingLayout, node_slug
+from ..core.ledger import Ledger
+from ..core.records import write_record
+from ..core.statuses import ENGINEERING
+from ..core.stop import refuse_if_stopped
 from ..selection.scores import node_mean
 from .index import next_number, set_entry, update_index
 from .lottery import draw_parents, generation_rng, ranked, tickets
 
-ENGINEERING = "engineering"
 DRAFT, IMPROVE = "draft", "improve"
 
 
 def handover_at(ring: dict) -> float:
     """The engineer's hand-over point: cutoff - node_tail_min, from the live cutoff."""
     return current_cutoff(ring) - ring["config"]["timeline"]["node_tail_min"] * 60
-
-
-def operator(ring: dict) -> str | None:
-    command = ring["config"]["engineer"]["command"]
-    if not command:
-        return None
-    return "builtin" if command.strip() == "builtin" else command.split()[0]
 
 
 def parent_scores(ring: dict, layout: RingLayout, index: dict) -> dict[str, float]:

@@ -20,7 +20,7 @@ import shlex
 import shutil
 from pathlib import Path
 
-from ..jsonio import atomic_write_json, atomic_write_text
+from ..core.jsonio import atomic_write_json, atomic_write_text
 
 RUNNER = Path(__file__).with_name("validate_runner.py")
 INTERPRETERS = ("python", "python3")

@@ -33,20 +33,11 @@ import threading
 import time
 from pathlib import Path, PurePosixPath
 
-from ..jsonio import append_jsonl
-from ..ring.layout import RingLayout
+from ..core.jsonio import append_jsonl
+from ..core.layout import RingLayout
+from ..core.query_record import ADMITTED, settled_count
 from ..scoring import evaluate_predictions
 from .query_client import MAX_BYTES
-
-ADMITTED = "admitted"
-
-
-def settled_count(record: Path) -> int:
-    """Queries the scorer side admitted for a node, from its own record."""
-    if not record.exists():
-        return 0
-    lines = record.read_text().splitlines()
-    return sum(1 for line in lines if line.strip() and json.loads(line)["status"] == ADMITTED)
 
 
 class QueryServer:

@@ -27,7 +27,7 @@ import stat
 import time
 from pathlib import Path
 
-from .. import sandbox, statuses
+from .. import sandbox
 from ..candidate import (
     check_tree,
     copy_submission,
@@ -36,15 +36,17 @@ from ..candidate import (
 )
 from ..carryover import engineer as carried
 from ..carryover.resume import is_resume
-from ..errors import CandidateError, SandboxError
-from ..jsonio import atomic_write_json, read_json
+from ..core import statuses
+from ..core.clock import load_node, load_ring
+from ..core.errors import CandidateError, SandboxError
+from ..core.hashing import solution_tree_hash
+from ..core.jsonio import atomic_write_json, read_json
+from ..core.layout import RingLayout
+from ..core.ledger import Ledger, emit_event
+from ..core.records import write_record
+from ..core.stop import refuse_if_stopped, stop_ring
 from ..nodes import READY, REJECTED, _assign_trainers, execution_spec, planned_variants
 from ..ring.boxes import close_box, open_box
-from ..ring.clock import load_node, load_ring
-from ..ring.layout import RingLayout
-from ..ring.ledger import Ledger, emit_event
-from ..ring.records import write_record
-from ..ring.stop import refuse_if_stopped, stop_ring
 from ..sandbox.box import confined_plan, sandbox_head, sandbox_tail
 from ..sandbox.commands import INSIDE
 from ..sandbox.identity import RunIdentity, claim_identity
@@ -52,7 +54,6 @@ from ..sandbox.model import SandboxPlan
 from ..sandbox.ownership import OwnershipLoan
 from ..supervisor import HealthSettings, ResourceLimits, supervise
 from ..supervisor.memory import private_tmp_mb
-from ..weights.hashing import solution_tree_hash
 from ..weights.store import WeightsStore
 from ..workcopy import make_readonly_tree
 from . import best_so_far, instructions, public_validator

@@ -17,10 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..errors import InputError, StoreError
-from ..jsonio import atomic_write_json, fsync_dir, read_json
-from ..ring.layout import RingLayout
-from ..weights.hashing import listing, sha256_file
+from ..core.errors import InputError, StoreError
+from ..core.hashing import listing, sha256_file
+from ..core.jsonio import atomic_write_json, fsync_dir, read_json
+from ..core.layout import RingLayout
 from ..weights.store import WeightsStore
 
 MANIFEST = "MANIFEST.json"

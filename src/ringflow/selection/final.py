@@ -12,22 +12,23 @@ import time
 from pathlib import Path
 from statistics import fmean
 
-from .. import statuses
-from ..errors import InputError
-from ..jsonio import atomic_write_json, fsync_dir, fsync_tree, read_json, sha256_json
-from ..ring.clock import final_top_k, load_node, load_ring, stage_deadline
-from ..ring.layout import RingLayout
-from ..ring.ledger import Ledger, emit_event
-from ..ring.records import hash_record, write_record
+from .. import guardstats
+from ..core import statuses
+from ..core.clock import final_top_k, load_node, load_ring, stage_deadline
+from ..core.errors import InputError
+from ..core.hashing import listing, listing_hash
+from ..core.jsonio import atomic_write_json, fsync_dir, fsync_tree, read_json, sha256_json
+from ..core.layout import RingLayout
+from ..core.ledger import Ledger, emit_event
+from ..core.records import hash_record, write_record
+from ..core.seeds import chain_rings
 from ..scoring import read_score, scorer_mode, usable
-from ..weights.hashing import listing, listing_hash
 from ..weights.store import WeightsStore
-from . import guardstats, viewblind
+from . import viewblind
 from .deploy import complete_solution
 from .gap import selection_gap
 from .order import NOT_REVIEWED, choose, ends_selection, usable_baseline
 from .scores import node_mean
-from .seeds import chain_rings
 
 REUSE_WARNING = (
     "This task has no guard view: the guard re-used the search views' rows, which also "

@@ -44,13 +44,13 @@ def detectable_advantage(
 def probe_baseline(ring: dict, node: str) -> dict:
     """Run the baseline on every guard view under the probe seeds, score each run on the
     guard's bootstrap resamples, and estimate the guard's power (a throwaway ring)."""
+    from ..core.clock import final_top_k
+    from ..core.jsonio import atomic_write_json, read_json
+    from ..core.layout import RingLayout
     from ..execute import run_execution
-    from ..jsonio import atomic_write_json, read_json
-    from ..ring.clock import final_top_k
-    from ..ring.layout import RingLayout
+    from ..guardstats import alpha_prime
     from ..scoring import score_execution
     from .final import guard_views
-    from .guardstats import alpha_prime
 
     layout = RingLayout(Path(ring["ring_dir"]))
     record = read_json(layout.node_json(node))

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from statistics import fmean
 
-from ..jsonio import atomic_write_json, read_json
-from ..ring.clock import load_ring
-from ..ring.layout import RingLayout
-from ..ring.ledger import emit_event
+from ..core.clock import load_ring
+from ..core.jsonio import atomic_write_json, read_json
+from ..core.layout import RingLayout
+from ..core.ledger import emit_event
 from .scores import PROMOTION_SEEDS, candidate_ids, node_mean, rank_key
 
 __all__ = ["PROMOTION_SEEDS", "candidate_ids", "node_mean", "promote", "rank", "rank_key"]
@@ -54,7 +54,7 @@ def rank(ring_dir: str | Path) -> dict:
         rows.append({"node": node, "score": fmean(seeds.values()), "seeds": seeds})
     rows.sort(key=rank_key(promotion["direction"]))
     # Fixes k before any guard run (docs/operations.md#the-clock).
-    from ..timekeeper import settle_final_k
+    from .timekeeper import settle_final_k
 
     k = settle_final_k(ring["ring_dir"], [row["node"] for row in rows])
     ranking = {

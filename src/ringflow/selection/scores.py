@@ -7,7 +7,7 @@ from __future__ import annotations
 from statistics import fmean
 
 from ..carryover.scores import imported_score
-from ..ring.layout import RingLayout
+from ..core.layout import RingLayout
 from ..scoring import read_score, usable
 
 PROMOTION_SEEDS = ("s0", "s1", "s2")

@@ -11,7 +11,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from ..jsonio import append_jsonl, atomic_write_json
+from ..core.jsonio import append_jsonl, atomic_write_json
 from .activity import Window
 from .sampling import Sample
 

@@ -2,7 +2,7 @@
 (docs/limits.md#limits-of-an-execution).
 
 Counted by descriptor over the output and writable folders together (ringflow/
-safetree.py): counting stops at the first limit passed, so no cap on the walk lets
+core/safetree.py): counting stops at the first limit passed, so no cap on the walk lets
 a program hide files past it, and sizes are apparent sizes (a sparse file counts at
 the size it claims, which is what a copy of it would take).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from ..safetree import usage
+from ..core.safetree import usage
 
 
 def over_limits(

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from stat import S_ISREG
 
-from ..safetree import usage
+from ..core.safetree import usage
 from .cgroup import OwnedCgroup
 from .gpu import GpuMonitor, GpuWindow
 from .proctree import ProcessTree, ProcStat, read_text, thread_ids

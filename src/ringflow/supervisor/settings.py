@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 
 def _number(section: str, key: str, value: Any, *, allow_none: bool, allow_zero: bool) -> Any:

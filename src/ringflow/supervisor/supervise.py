@@ -23,8 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .. import diskspace, statuses
-from ..errors import InputError
+from ..core import diskspace, statuses
+from ..core.errors import InputError
 from .activity import ActivityTracker, judge_window
 from .cgroup import OwnedCgroup
 from .gpu import GpuMonitor

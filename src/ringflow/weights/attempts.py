@@ -15,8 +15,8 @@ import os
 import time
 from pathlib import Path
 
-from ..errors import RingflowError
-from ..jsonio import append_jsonl
+from ..core.errors import RingflowError
+from ..core.jsonio import append_jsonl
 
 REGISTERED = "registered"
 

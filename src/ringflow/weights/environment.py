@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, RingflowError
-from ..jsonio import sha256_json
-from .hashing import HashMemo, is_cache, listing, listing_hash
+from ..core.errors import InputError, RingflowError
+from ..core.hashing import HashMemo, is_cache, listing, listing_hash
+from ..core.jsonio import sha256_json
 
 # Variables a program's results can depend on that the job passes on to it.
 KEYED_VARIABLES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "LC_NUMERIC", "LANGUAGE", "TZ")
@@ -118,7 +118,7 @@ def folder_hash(folder: str | os.PathLike, memo: HashMemo | None) -> str:
 
 
 def _one_file(path: Path, memo: HashMemo | None) -> dict:
-    from .hashing import hash_files
+    from ..core.hashing import hash_files
 
     sha = hash_files([path], memo)[str(path)]
     return {"size": path.stat().st_size, "sha256": sha}

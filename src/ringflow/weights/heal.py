@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import DeadlineReached
-from ..jsonio import atomic_write_json, fsync_dir
-from .anchors import same_files
-from .hashing import hash_files, sha256_file
+from ..core.anchors import same_files
+from ..core.errors import DeadlineReached
+from ..core.hashing import hash_files, sha256_file
+from ..core.jsonio import atomic_write_json, fsync_dir
 from .keys import SHA256_PATTERN
 from .store import OBJECT_MODE, WeightsStore, _index_fault, remove_if_owner_gone
 
@@ -351,7 +351,7 @@ def _key_lock(store: WeightsStore, key: str, wait_s: float):
 def rings_of_store(ring: dict) -> dict[str, Path]:
     """{ring_id: ledger} of the rings beside this one (same runs folder) and its ancestors
     that use the same store."""
-    from ..selection.seeds import chain_rings
+    from ..core.seeds import chain_rings
 
     store = os.path.realpath(ring["store"])
     found: dict[str, Path] = {}

@@ -12,9 +12,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, RingflowError
-from ..jsonio import canonical_json, sha256_json
-from .hashing import sha256_file
+from ..core.errors import InputError, RingflowError
+from ..core.hashing import sha256_file
+from ..core.jsonio import canonical_json, sha256_json
 
 SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
 REPO = Path(__file__).resolve().parents[3]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..jsonio import atomic_write_json, read_json
-from ..ring.clock import load_ring
-from ..ring.layout import RingLayout
+from ..core.clock import load_ring
+from ..core.jsonio import atomic_write_json, read_json
+from ..core.layout import RingLayout
 from .store import WeightsStore
 
 

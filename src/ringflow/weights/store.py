@@ -44,18 +44,18 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from ..errors import (
+from ..core.anchors import StoreAnchors, same_files
+from ..core.errors import (
     AcceptanceError,
     DeadlineReached,
     InputError,
     ReplayCheckFailed,
     StoreError,
 )
-from ..jsonio import fsync_dir
-from ..safetext import escape_name
-from ..safetree import TreeLimit, walk
-from .anchors import StoreAnchors, same_files
-from .hashing import CHUNK_BYTES, hash_files, is_cache, sha256_file
+from ..core.hashing import CHUNK_BYTES, hash_files, is_cache, sha256_file
+from ..core.jsonio import fsync_dir
+from ..core.safetext import escape_name
+from ..core.safetree import TreeLimit, walk
 from .keys import SHA256_PATTERN
 
 OBJECT_MODE = 0o444

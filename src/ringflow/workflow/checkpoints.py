@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from ..ring.layout import RingLayout
+from ..core.layout import RingLayout
 
 # Every checkpoint of a ring, in the order a ring reaches them, with its one declared output.
 # The rules declare these same paths (rules/*.smk), so what a checkpoint writes and what the

@@ -32,9 +32,9 @@ from snakemake.io import ancient
 
 from ..carryover.rescoring import rescore_rank
 from ..carryover.scores import imported_score
-from ..jsonio import read_json_cached as read_json
-from ..ring.clock import view_limits
-from ..ring.layout import RingLayout
+from ..core.clock import view_limits
+from ..core.jsonio import read_json_cached as read_json
+from ..core.layout import RingLayout
 from ..selection.final import (
     after_decision_final_runs,
     guard_views,

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..interrupts import stopped_by_signal
-from ..ring.layout import RingLayout
-from ..ring.ledger import emit_event
+from ..core.interrupts import stopped_by_signal
+from ..core.layout import RingLayout
+from ..core.ledger import emit_event
 
 
 def _interrupted(result_path: Path) -> bool:

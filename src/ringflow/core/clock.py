@@ -1,0 +1,124 @@
+"""A locked ring as jobs see it: its RING.json and its clock (the live, moving deadlines).
+
+Every job reads this, so it imports little; creating the lock lives in `lock.py`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import InputError
+from .jsonio import read_json
+from .layout import RingLayout, is_review_variant
+from .reserve import CutoffFile
+from .reserve import settle_deadline as bounded_settle
+
+
+def load_ring(ring_dir: str | Path) -> dict:
+    path = Path(ring_dir) / "RING.json"
+    if not path.is_file():
+        raise InputError(f"{ring_dir}: not a ring folder (RING.json not found)")
+    return read_json(path, what=str(path))
+
+
+def load_node(ring: dict, node_id: str) -> dict:
+    return read_json(RingLayout(Path(ring["ring_dir"])).node_json(node_id))
+
+
+def current_cutoff(ring: dict) -> float:
+    """The live cutoff: it may have moved earlier since the ring started."""
+    return CutoffFile(RingLayout(Path(ring["ring_dir"])).cutoff).cutoff()
+
+
+def final_deadline(ring: dict) -> float:
+    return ring["stop_at"] - ring["config"]["timeline"]["stop_margin_s"]
+
+
+# Seed 0 and its ablation control are search work and end at the cutoff; promotion seeds
+# and everything of final selection run in the final reserve, up to stop_at - margin.
+SEARCH_PHASE_VARIANTS = ("s0", "s0-ablate")
+# The stages of final selection in the order they run; each has its own deadline, computed
+# backwards from stop_at (reserve.stage_deadlines), so a late stage keeps its share.
+FINAL_STAGES = ("promotion", "review", "guard", "final")
+
+
+def is_search_work(ring: dict, view: str, variant: str) -> bool:
+    return view != ring["final_view"] and variant in SEARCH_PHASE_VARIANTS
+
+
+def stage_of(ring: dict, view: str, variant: str) -> str:
+    """Which stage an execution belongs to: search, one of FINAL_STAGES, or "diagnostic"
+    (the reproduction check, after the decision)."""
+    if view == ring["final_view"]:
+        return "final"
+    if variant in SEARCH_PHASE_VARIANTS:
+        return "search"
+    if variant in ("s1", "s2"):
+        return "promotion"
+    if is_review_variant(variant):
+        return "review"
+    if variant == "fresh-s0":
+        # The reproduction check runs after the decision, in whatever time is left (up to
+        # stop_at - stop_margin_s); no stage reserves time for it.
+        return "diagnostic"
+    if variant.startswith("g") and variant[1:].isdigit():
+        return "guard"
+    raise InputError(f"no stage for execution {view}/{variant}")
+
+
+def stage_deadline(ring: dict, stage: str) -> float:
+    """The live deadline of a final-selection stage: the one the timekeeper last planned
+    (cutoff.json "stages"), never later than stop_at - stop_margin_s."""
+    end = final_deadline(ring)
+    state = CutoffFile(RingLayout(Path(ring["ring_dir"])).cutoff).read()
+    planned = (state.get("stages") or {}).get(stage, {}).get("deadline")
+    return end if planned is None else min(end, float(planned))
+
+
+def deadline_for(ring: dict, view: str, variant: str):
+    """A callable giving the current deadline of one execution (re-read at every call)."""
+    if is_search_work(ring, view, variant):
+        return lambda: current_cutoff(ring)
+    stage = stage_of(ring, view, variant)
+    return lambda: stage_deadline(ring, stage)
+
+
+def settle_deadline(ring: dict) -> float:
+    """Search work in flight at the cutoff may still be scored until this moment
+    (docs/operations.md#the-clock)."""
+    timeline = ring["config"]["timeline"]
+    return bounded_settle(
+        current_cutoff(ring),
+        ring["config"]["exec_health"]["term_grace_s"],
+        timeline["settle_extra_s"],
+        ring["stop_at"],
+        timeline["stop_margin_s"],
+    )
+
+
+def scoring_deadline_for(ring: dict, view: str, variant: str):
+    """Scoring settles what ran: search work is scored until the end of the settle phase;
+    the scoring of a final-selection execution belongs to its stage's share."""
+    if is_search_work(ring, view, variant):
+        return lambda: settle_deadline(ring)
+    stage = stage_of(ring, view, variant)
+    return lambda: stage_deadline(ring, stage)
+
+
+def view_limits(ring: dict, view: str) -> dict:
+    """One view's limits (docs/operations.md#health-supervision): as locked in RING.json, `limits`
+    with that view's `limits_per_view` entry laid over it."""
+    locked = ring.get("views", {}).get(view, {}).get("limits")
+    if locked is not None:
+        return dict(locked)
+    config = ring["config"]
+    return {**config["limits"], **(config.get("limits_per_view") or {}).get(view, {})}
+
+
+def final_top_k(ring: dict) -> int:
+    """Finalists this ring tries: final_top_k, or the lower k the ring settled on before
+    its first guard run because the capped reserve could not cover more (final_k.json)."""
+    settled = RingLayout(Path(ring["ring_dir"])).final_k
+    if settled.exists():
+        return int(read_json(settled, what=str(settled))["k"])
+    return ring["config"]["final_top_k"]

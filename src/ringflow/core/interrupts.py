@@ -1,0 +1,109 @@
+"""Interrupting a ring (docs/operations.md#recovery-after-a-stop): SIGINT or SIGTERM to Snakemake
+stops its executions now.
+
+Snakemake's local executor answers SIGINT by waiting for every running job to finish, and
+its jobs may run for hours. The Snakemake process that drives a ring therefore relays the
+signal to the supervisors of its in-flight executions: each stops its program's tree
+(SIGTERM, the grace for a last checkpoint, SIGKILL) and records `interrupted` with
+`budget_cut: false`. Such an execution is a failed job (`ringflow step execute` exits non-zero),
+so Snakemake forgets its outputs and runs it again when the ring is run again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import psutil
+
+from . import statuses
+from .ledger import emit_event
+
+RELAYED = (signal.SIGINT, signal.SIGTERM)
+EXIT_INTERRUPTED = 3
+
+
+def is_supervisor(cmdline: list[str]) -> bool:
+    """`python -m ringflow step execute RING NODE VIEW VARIANT`, the execute rule's command."""
+    wanted = ["-m", "ringflow", "step", "execute"]
+    return any(cmdline[i : i + 4] == wanted for i in range(len(cmdline) - 3))
+
+
+def supervisors(pid: int | None = None) -> list[psutil.Process]:
+    try:
+        children = psutil.Process(pid or os.getpid()).children(recursive=True)
+    except psutil.Error:
+        return []
+    found = []
+    for child in children:
+        try:
+            if is_supervisor(child.cmdline()):
+                found.append(child)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _terminal_group() -> int | None:
+    """The foreground process group of our terminal: Ctrl-C already reached it."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:
+        return None
+    try:
+        return os.tcgetpgrp(fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def relay(ring_root, signum: int) -> list[int]:
+    """Send SIGTERM to every in-flight execution's supervisor that did not get the signal."""
+    foreground = _terminal_group() if signum == signal.SIGINT else None
+    sent = []
+    for proc in supervisors():
+        try:
+            if foreground is not None and os.getpgid(proc.pid) == foreground:
+                continue  # the terminal's Ctrl-C reached it already: a second would cut its grace
+            proc.send_signal(signal.SIGTERM)
+            sent.append(proc.pid)
+        except (psutil.Error, OSError):
+            continue
+    if sent:
+        name = signal.Signals(signum).name
+        emit_event(ring_root, "interrupt_relayed", signal=name, supervisors=sent)
+        print(
+            f"ringflow: {name}: stopping {len(sent)} execution(s) in flight; they are recorded "
+            "interrupted and run again when the ring is run again",
+            file=sys.stderr,
+        )
+    return sent
+
+
+def install_relay(ring_root) -> bool:
+    """Relay SIGINT and SIGTERM to the executions, then let Snakemake handle them as usual."""
+    for signum in RELAYED:
+        previous = signal.getsignal(signum)
+
+        def handler(sig, frame, previous=previous):
+            relay(ring_root, sig)
+            if callable(previous):
+                previous(sig, frame)
+            elif previous == signal.SIG_DFL:
+                signal.signal(sig, signal.SIG_DFL)
+                os.kill(os.getpid(), sig)
+
+        try:
+            signal.signal(signum, handler)
+        except ValueError:  # not the main thread: nothing to relay from here
+            return False
+    return True
+
+
+def stopped_by_signal(result: dict) -> bool:
+    """Interrupted by a signal or a lost parent, not by the ring's clock: run it again."""
+    if result.get("status") != statuses.INTERRUPTED or result.get("budget_cut"):
+        return False
+    return any(e.get("event") in ("signal", "orphaned") for e in result.get("events") or [])

@@ -1,0 +1,165 @@
+"""What the Snakefile does around its rings: check each ring's configuration as the
+workflow is read, and when Snakemake starts and ends, for every ring it runs, the refusals,
+the timekeeper, the Ctrl-C relay, the progress lines, the digests sent (notify) and the
+summary.
+
+Refusals are checked when the DAG first reaches a ring (its input functions call
+`refuse_locked`): only then is it known which rings a command needs, and a ring it does not
+need (another ring of the demo chain, say) never refuses it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import yaml
+
+from ..config import check_config, coerce_config, config_defaults, config_problems
+from ..core.errors import InputError
+from ..core.interrupts import install_relay
+from ..core.layout import RingLayout
+from ..core.stop import keep_stop_reserve
+from ..reporting import notify
+from ..reporting.progress import ring_end, ring_start
+from ..ring.boxes import remove_abandoned_boxes
+from ..ring.chain import inherit_config, refuse_task_switch, remember_command_line
+from ..ring.edits import refuse_edits
+from ..ring.janitor import start_janitor
+from ..ring.lease import hold_leases, release_leases
+from ..ring.lock import check_existing_lock
+from ..ring.named import NamedRing
+from ..sandbox.slots import gpu_declared, gpu_slots
+from ..selection import timekeeper
+from ..weights.store import WeightsStore
+
+
+def prepare_config(config: dict, schema_path: str) -> None:
+    """The workflow's configuration, coerced (values given on the command line are text) and
+    checked, in place; each ring's overrides are checked with the ring."""
+    remember_command_line()
+    coerce_config(config, schema_path)
+    check_config(config, schema_path)
+
+
+def _parent_locked(config: dict) -> bool:
+    previous = config.get("continue_from")
+    return not previous or (Path(previous) / "RING.json").is_file()
+
+
+def prepare_ring_config(ring: NamedRing, schema_path: str, defaults_path: str) -> dict:
+    """One ring's whole configuration. A ring that continues a ring of the chain not yet
+    locked takes its parent's configuration when it is locked itself."""
+    config = dict(ring.config)
+    if ring.prefix:
+        with open(schema_path) as handle:
+            schema = yaml.safe_load(handle)
+        coerced = dict(config)
+        coerce_config(coerced, schema_path)
+        problems = config_problems(coerced, schema)
+        if problems:
+            raise InputError(
+                f"chain: ring {ring.name}: invalid configuration:\n  " + "\n  ".join(problems)
+            )
+        config = coerced
+    if ring.parent is None or _parent_locked(config):
+        inherit_config(config, config_defaults(defaults_path))
+    return config
+
+
+def refuse_locked(root: Path, config: dict, defaults_path: str) -> bool:
+    """A locked ring under another configuration, or with edited inputs, or continuing
+    another task: refused before anything of it runs. False while the ring is not locked
+    (the lock itself checks a new ring)."""
+    if not (Path(root) / "RING.json").is_file():
+        return False
+    config = dict(config)
+    if _parent_locked(config):
+        # A ring of a chain read before its parent was locked took the parent's
+        # configuration at its own lock: compare with that.
+        inherit_config(config, config_defaults(defaults_path))
+    try:
+        check_existing_lock(config)
+        refuse_edits(root, config["ring_id"])
+        if _parent_locked(config):
+            refuse_task_switch(config)
+    except InputError as exc:
+        # Snakemake shows a refusal inside the traceback of an input function: say it first.
+        print(f"ringflow: error: {exc}", file=sys.stderr, flush=True)
+        raise
+    return True
+
+
+def start_rings(rings: list[NamedRing], configs: dict[str, dict], workflow) -> None:
+    """onstart: the driver lease of every ring first (a second driver of a ring is refused
+    before anything of it runs), what killed runs left, the janitor for this run, then
+    each ring's timekeeper, Ctrl-C relay and progress lines."""
+    # A finished ring is immutable: nothing of it runs again, and nothing is written to it.
+    rings = [ring for ring in rings if not RingLayout(ring.root).stop_manifest.exists()]
+    if not rings:
+        return
+    for note in hold_leases([ring.root for ring in rings], " ".join(sys.argv)):
+        print(note, file=sys.stderr)
+    for ring in rings:
+        remove_debris(ring.root, configs[ring.name])
+        keep_stop_reserve(ring.root)
+    _JANITOR[:] = [_start_janitor(rings, configs)]
+    # Jobs on a cluster's nodes bring their own GPUs (checked against the partition there);
+    # on this machine a profile that declares GPUs gets as many slots as NVML sees, 0 too.
+    local = not getattr(workflow, "non_local_exec", False)
+    declared = local and gpu_declared(workflow.global_resources)
+    slots = gpu_slots(workflow.global_resources)
+    for ring in rings:
+        config = configs[ring.name]
+        per_execution = config["gpus_per_execution"] or 1
+        timekeeper.record_slots(ring.root, workflow, slots if declared else (slots or None),
+                                per_execution, gpu_profile=declared)  # fmt: skip
+        timekeeper.start_in_background(ring.root)
+        install_relay(ring.root)
+        ring_start(ring.root, config["terminal"])
+        notify.ring_start(ring.root, config.get("notify"))
+
+
+_JANITOR: list = []  # the janitor's Popen, kept for the driver's life
+
+
+def _store_of(config: dict) -> Path:
+    return Path(config["store"]).expanduser().resolve()
+
+
+def _start_janitor(rings: list[NamedRing], configs: dict[str, dict]):
+    """What a kill of the whole workflow leaves is removed once the driver is gone, after
+    the supervisors' grace for stopping their programs."""
+    graces = [(configs[r.name].get("exec_health") or {}).get("term_grace_s", 60) for r in rings]
+    grace = max(graces, default=60)
+    pairs = [(Path(ring.root), _store_of(configs[ring.name])) for ring in rings]
+    return start_janitor(pairs, settle_s=float(grace) + 30)
+
+
+def remove_debris(ring_root: Path, config: dict) -> None:
+    """What killed runs of a ring left: their boxes (a replay's hard links into the store
+    among them) and their registrations' temporary files in the store, each removed once
+    its holder is gone (its flock is free); a live run's are left alone."""
+    boxes = remove_abandoned_boxes(ring_root)
+    if boxes:
+        print(f"ringflow: the ring {ring_root}: removed {len(boxes)} folder(s) that killed "
+              f"runs left in {RingLayout(Path(ring_root)).boxes}", file=sys.stderr)  # fmt: skip
+    store_root = _store_of(config)
+    if (store_root / "objects").is_dir():
+        removed, _in_use = WeightsStore(store_root).remove_dead_leftovers()
+        if removed:
+            print(f"ringflow: the store {store_root}: removed {len(removed)} temporary "
+                  "file(s) of killed registrations", file=sys.stderr)  # fmt: skip
+
+
+def end_rings(rings: list[NamedRing], log, completed: bool) -> None:
+    """onsuccess/onerror: every ring ends with its summary and failure digest, however it
+    ended; after a failure, why the ring stopped and the command that continues it."""
+    for index, ring in enumerate(rings):
+        timekeeper.tick_safely(ring.root)
+        last = index == len(rings) - 1
+        notify.ring_end(ring.root)
+        ring_end(ring.root, log if last else None, completed, ring.name if ring.prefix else None)
+        # A job killed on its own (not the driver) leaves its box: the run ends without it.
+        remove_abandoned_boxes(ring.root)
+    release_leases()

@@ -1,0 +1,144 @@
+"""Interrupts (issue: SIGINT to Snakemake let in-flight executions finish, then ran them
+again; an execution stopped by a signal that reached only it was never retried and dropped
+its node out of promotion)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ringflow.core.interrupts import is_supervisor, stopped_by_signal
+from ringtools import gated_ring, snakemake, start_snakemake
+
+pytestmark = [pytest.mark.e2e, pytest.mark.user]
+
+# Seed 0 on proxy (not the ablation) sleeps until GATE, an epoch fixed at creation; every
+# other execution is quick.
+SLOW = """\
+import argparse, json, os, time
+p = argparse.ArgumentParser()
+p.add_argument("--seed", type=int, default=0)
+p.add_argument("--ablate", action="store_true")
+a = p.parse_args()
+data = open(os.path.join(os.environ["RINGFLOW_INPUT_DIR"], "data.txt")).read().strip()
+if data == "data of proxy" and not a.ablate:
+    while time.time() < GATE:
+        time.sleep(0.2)
+with open(os.path.join(os.environ["RINGFLOW_OUTPUT_DIR"], "score.json"), "w") as f:
+    json.dump({"value": 0.6}, f)
+"""
+GATE_AFTER_S = 100
+
+
+def _events(ring: Path) -> list[dict]:
+    path = ring / "events.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def _wait_in_flight(ring: Path, node: str, after: float, timeout: float = 120) -> Path:
+    exec_dir = ring / "nodes" / node / "exec" / "proxy" / "s0"
+    end = time.time() + timeout
+    while time.time() < end:
+        latest = exec_dir / "health" / "health_latest.json"
+        if (
+            latest.exists()
+            and latest.stat().st_mtime > after
+            and not (exec_dir / "result.json").exists()
+        ):
+            return exec_dir
+        time.sleep(0.2)
+    raise AssertionError(f"{exec_dir} never ran")
+
+
+def _supervisors(workdir: Path) -> list[psutil.Process]:
+    """The `ringflow step execute` processes of rings under workdir (named relatively)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
+        if is_supervisor(proc.info["cmdline"] or []) and proc.info["cwd"] == str(workdir):
+            found.append(proc)
+    return found
+
+
+def _supervisor_of(workdir: Path, node: str) -> psutil.Process:
+    for proc in _supervisors(workdir):
+        if node in proc.info["cmdline"] and "proxy" in proc.info["cmdline"]:
+            return proc
+    raise AssertionError("no supervisor found")
+
+
+def _interrupted(ring: Path, node: str) -> list[dict]:
+    return [e for e in _events(ring) if e["kind"] == "execution_finished"
+            and e["node"] == node and e["view"] == "proxy" and e["variant"] == "s0"
+            and e["status"] == "interrupted" and not e["budget_cut"]]  # fmt: skip
+
+
+@pytest.fixture
+def drivers():
+    """Background Snakemake processes of a test: killed with their session if left running."""
+    started: list = []
+    yield started
+    for driver in started:
+        if driver.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+
+
+def test_interrupted_executions_stop_promptly_and_run_again(tmp_path, drivers):
+    config, ring = gated_ring(tmp_path, SLOW, GATE_AFTER_S)
+    node = "n001-slow"
+
+    # 1. A signal that reaches only the execution's supervisor: the ring goes on without
+    #    it, ends incomplete, and the execution is not left as if it had finished.
+    start = time.time()
+    driver = start_snakemake(tmp_path, config)
+    drivers.append(driver)
+    exec_dir = _wait_in_flight(ring, node, start)
+    _supervisor_of(tmp_path, node).send_signal(signal.SIGTERM)
+    assert driver.wait(timeout=180) != 0
+    assert len(_interrupted(ring, node)) == 1
+    assert not (exec_dir / "result.json").exists()
+    assert (ring / "nodes" / node / "exec" / "x3" / "s0" / "result.json").exists()
+
+    # 2. Run again: the execution runs again. SIGINT to Snakemake alone stops it promptly.
+    again = time.time()
+    driver = start_snakemake(tmp_path, config)
+    drivers.append(driver)
+    _wait_in_flight(ring, node, again)
+    sent = time.time()
+    driver.send_signal(signal.SIGINT)
+    driver.wait(timeout=60)
+    assert time.time() - sent < 30, "SIGINT waited for the execution to finish"
+    assert time.time() < start + GATE_AFTER_S, "the program finished by itself: too slow a run"
+    assert len(_interrupted(ring, node)) == 2
+    assert any(e["kind"] == "interrupt_relayed" for e in _events(ring))
+    assert _supervisors(tmp_path) == []
+
+    # 3. Run again: it runs a third time, finishes, and the ring completes with its score.
+    time.sleep(max(0.0, start + GATE_AFTER_S - time.time()))
+    snakemake(tmp_path, config)
+    result = json.loads((exec_dir / "result.json").read_text())
+    assert result["status"] == "ok"
+    promotion = json.loads((ring / "selection" / "promotion.json").read_text())
+    assert promotion["promoted"] == [node]
+
+
+def test_only_a_signal_that_was_not_a_budget_cut_asks_for_a_rerun():
+    signal_event = {"event": "signal", "signal": "SIGTERM"}
+    assert stopped_by_signal({"status": "interrupted", "budget_cut": False,
+                              "events": [signal_event]})  # fmt: skip
+    assert stopped_by_signal({"status": "interrupted", "budget_cut": False,
+                              "events": [{"event": "orphaned"}]})  # fmt: skip
+    assert not stopped_by_signal({"status": "interrupted", "budget_cut": True,
+                                  "events": [signal_event]})  # fmt: skip
+    # A failed replay check is interrupted too, but running it again would not help.
+    assert not stopped_by_signal({"status": "interrupted", "budget_cut": False, "events": []})
+    assert not stopped_by_signal({"status": "crash", "budget_cut": False,
+                                  "events": [signal_event]})  # fmt: skip

@@ -1,0 +1,112 @@
+"""The summary a newcomer reads: the decision first with how much better it is, a node's
+row saying what happened to it, a continuation's changed keys, the deploy command, and
+the words it uses explained."""
+
+from __future__ import annotations
+
+import json
+
+from test_report import START, finished, hand_ring, write
+
+from ringflow.reporting.digest import Failure
+from ringflow.reporting.summary import node_happened, render_summary
+
+
+def _lock(ring, **extra):
+    lock = json.loads((ring / "RING.json").read_text())
+    write(ring / "RING.json", {"search_hash": "0" * 64, **lock, "ring_dir": str(ring), **extra})
+
+
+def test_the_decision_comes_first_with_its_interval_and_the_deploy_command(tmp_path):
+    ring = hand_ring(tmp_path)
+    finished(ring, "n000-base", "a", "s0", 0.5, ended_at=START + 30)
+    finished(ring, "n001-good", "a", "s0", 0.7, ended_at=START + 40)
+    _lock(ring, program_python="/envs/program/bin/python")
+    write(ring / "selection" / "decision.json", {
+        "decision": "candidate", "chosen": "n001-good", "baseline": "n000-base",
+        "reason": "LCB 0.1 > margin 0: candidate replaces baseline",
+        "guard": {"lcb": 0.1, "mean": 0.2, "alpha": 0.05, "margin": 0.0, "seeds": [3, 4, 5],
+                  "views": ["g"]},
+        "final_view": {"view": "final", "chosen": 0.71, "baseline": 0.52},
+    })  # fmt: skip
+    write(ring / "final" / "solution" / "MANIFEST.json",
+          {"run": {"command": "python run.py --seed 0"}})  # fmt: skip
+    lines = render_summary(ring).splitlines()
+    assert lines[1] == (
+        "final decision: candidate -> n001-good: final/ holds it; it beat the baseline n000-base"
+    )
+    assert lines[2].startswith(
+        "  how much better: +0.2000 on average, at least +0.1000 better with 95.0% confidence "
+        "(guard: 3 fresh seeds on view(s) g"
+    )
+    assert lines[3] == "  on the final view final: n001-good 0.7100, baseline 0.5200"
+    assert lines[4].startswith("  to deploy it: ringflow export ")
+    assert lines[5].endswith("RINGFLOW_SEED=0 /envs/program/bin/python run.py --seed 0")
+    text = "\n".join(lines)
+    assert "LCB" not in text and "Words used here:" in text
+
+
+def test_a_continuation_lists_every_changed_key_in_its_first_lines(tmp_path):
+    ring = hand_ring(tmp_path)
+    changed = {"engineer.command": {"parent": "builtin", "this": None},
+               "final_top_k": {"parent": 3, "this": 2}}  # fmt: skip
+    _lock(ring, chain={"continues": "r0", "parent_dir": "/runs/r0", "changed": changed})
+    lines = render_summary(ring).splitlines()[:6]
+    assert "continues ring r0 (/runs/r0); 2 key(s) differ from it:" in lines
+    assert "  engineer.command: 'builtin' -> None" in lines
+    assert "  final_top_k: 3 -> 2" in lines
+
+
+def test_a_node_row_says_what_happened():
+    ready = {"id": "n1", "status": "ready"}
+    crash = [Failure("n1", "crash", 4, "a/s0", "boom")]
+    assert node_happened(ready, [{}] * 4, crash) == "crashed 4/4"
+    assert node_happened(ready, [{}] * 4, [Failure("n1", "invalid", 1, "a/s0", "x")]) == (
+        "invalid 1/4, ok 3/4"
+    )
+    assert node_happened(ready, [{"budget_cut": True}, {}], []) == "ok 1/2, cut 1/2"
+    assert node_happened(ready, [], []) == "not run"
+    assert node_happened({"id": "n2", "status": "rejected"}, [], []) == "rejected"
+    assert node_happened({"id": "n3", "status": "carried_over"}, [], []) == "carried over"
+
+
+def test_the_progress_line_counts_failures_as_the_digest_does(tmp_path):
+    from test_failure_digest import _ring_with_failures
+
+    from ringflow.reporting.digest import failure_digest
+    from ringflow.reporting.progress import progress_line, snapshot
+
+    ring = _ring_with_failures(tmp_path)
+    _lock(ring)
+    runs = [f for f in failure_digest(ring) if f.kind != "rejected"]
+    snap = snapshot(ring)
+    assert snap["failed"] == sum(f.count for f in runs) == 4  # the clock's cut is no failure
+    assert snap["failed_nodes"] == len({f.node for f in runs}) == 3
+    assert ", 4 failed (of 3 nodes) |" in progress_line(snap)
+
+
+def test_a_stopped_ring_says_why_near_the_top(tmp_path):
+    ring = hand_ring(tmp_path)
+    _lock(ring)
+    write(ring / "STOPPED.json", {"reason": "the task's scorer failed on the baseline's output",
+                                  "cause": "task"})  # fmt: skip
+    lines = render_summary(ring).splitlines()
+    assert lines[2] == (
+        "the ring stopped (task failure, not a candidate's): the task's scorer failed on the "
+        "baseline's output"
+    )
+
+
+def test_a_failing_scorer_is_the_tasks_fault_in_the_digest_and_the_row(tmp_path):
+    from ringflow.reporting.digest import failure_digest
+
+    ring = hand_ring(tmp_path)
+    _lock(ring)
+    finished(ring, "n001-good", "a", "s0", 0.5, ended_at=START + 30)
+    score = ring / "nodes/n001-good/exec/a/s0/score.json"
+    write(score, {"valid": False, "evaluator_failed": "scorer", "score": None,
+                  "reason": "scorer failed: can't open file 'scorer.py'"})  # fmt: skip
+    [failure] = failure_digest(ring)
+    assert failure.kind == "scorer failed" and "can't open file" in failure.reason
+    row = next(x for x in render_summary(ring).splitlines() if x.startswith("n001-good"))
+    assert "scorer failed 1/1" in row and "invalid" not in row

@@ -1,0 +1,320 @@
+"""A final pick that holds on data the search never saw: null populations, a tiny constant
+advantage, invalid output, guard seeds unique per store and anchored in the ledger."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ringflow.core.errors import InputError
+from ringflow.core.jsonio import atomic_write_json
+from ringflow.core.seeds import REGISTRY_FILE
+from ringflow.nodes import import_static
+from ringflow.ring.lock import lock_ring
+from ringflow.scoring import BOOTSTRAP_SEED_BASE, _bootstrap, bootstrap_values, usable
+from ringflow.selection.final import choose, guarded_before, side_problem
+from ringflow.selection.promote import promote, rank
+from ringflow.verify import verify_ring
+from ringtools import SCORER_ARGS, full_config, make_candidate, make_task, snakemake, write_config
+
+# ---- a task scored on rows: every program right on each row with its own probability --
+
+ROW_SCORER = (
+    SCORER_ARGS
+    + """\
+truth = dict(line.split(",") for line in open(os.path.join(a.labels, "y.csv")).read().split())
+try:
+    pred = dict(line.split(",") for line in open(os.path.join(a.pred, "pred.csv")).read().split())
+    hits = [pred[i] == y for i, y in sorted(truth.items())]
+except Exception as exc:
+    hits = None
+    rec = {"score": None, "valid": False, "reason": f"bad predictions: {exc}"}
+def accuracy(seed):
+    rng = random.Random(seed)
+    return sum(rng.choice(hits) for _ in hits) / len(hits)
+if hits is not None:
+    rec = {"score": accuracy(a.seed), "valid": True, "reason": ""}
+    if a.bootstrap:
+        rec["bootstrap"] = [accuracy(a.seed + b) for b in range(a.bootstrap)]
+json.dump(rec, open(a.out, "w"))
+"""
+)
+
+# Deterministic: right on each row with probability `p`, the draw fixed by the program's
+# own key and the row id (never by --seed).
+ROW_PROGRAM = """\
+import hashlib, json, os
+b = json.load(open("behaviour.json"))
+rows = open(os.path.join(os.environ["RINGFLOW_INPUT_DIR"], "x.csv")).read().split()
+out = []
+for line in rows:
+    i, x = line.split(",")
+    u = int(hashlib.sha256(f"{b['key']}/{i}".encode()).hexdigest()[:8], 16) / 2**32
+    out.append(f"{i},{x if u < b['p'] else str(1 - int(x))}")
+open(os.path.join(os.environ["RINGFLOW_OUTPUT_DIR"], "pred.csv"), "w").write("\\n".join(out))
+"""
+
+ROWS = {"proxy": 200, "guard": 300, "final": 200}
+
+
+def make_row_task(folder: Path, data_seed: int) -> Path:
+    folder.mkdir(parents=True)
+    spec = {"name": "rows", "direction": "maximize", "scorer": "python scorer.py",
+            "scorer_bootstrap": True,
+            "views": {"search": ["proxy"], "guard": ["guard"], "final": "final"}}  # fmt: skip
+    (folder / "task.yaml").write_text(yaml.safe_dump(spec))
+    (folder / "scorer.py").write_text(ROW_SCORER)
+    rng = random.Random(data_seed)
+    for view, n in ROWS.items():
+        labels = [rng.randrange(2) for _ in range(n)]
+        ids = [f"d{data_seed}{view}{i}" for i in range(n)]
+        for part, name in (("inputs", "x.csv"), ("labels", "y.csv")):
+            (folder / "views" / view / part).mkdir(parents=True)
+            text = "\n".join(f"{i},{y}" for i, y in zip(ids, labels, strict=True))
+            (folder / "views" / view / part / name).write_text(text + "\n")
+    return folder
+
+
+def make_row_program(folder: Path, key: str, p: float) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "run.py").write_text(ROW_PROGRAM)
+    (folder / "behaviour.json").write_text(json.dumps({"key": key, "p": p}))
+    return folder
+
+
+@pytest.mark.e2e
+def test_null_population_rarely_replaces_the_baseline(tmp_path):
+    """8 candidates as good as the baseline, 10 rings on fresh data: at most 2 replaced."""
+    cands = tmp_path / "cands"
+    for i in range(8):
+        make_row_program(cands / f"c{i}", f"c{i}", 0.9)
+    base = make_row_program(tmp_path / "base" / "baseline", "base", 0.9)
+    decisions = []
+    for ring in range(10):
+        task = make_row_task(tmp_path / f"task{ring}", data_seed=ring)
+        config = write_config(tmp_path, ring_id=f"null{ring}", task=str(task),
+                              candidates=str(cands), baseline=str(base),
+                              guard={"seeds": 2})  # fmt: skip
+        snakemake(tmp_path, config)
+        final = json.loads((tmp_path / "runs" / f"null{ring}" / "final" / "FINAL.json").read_text())
+        assert final["guard"]["views"] == ["guard"] and final["finalists"]
+        assert final["selection_gap"]["view"] == "final"
+        decisions.append(final["decision"])
+    assert decisions.count("candidate") <= 2, decisions
+
+
+@pytest.mark.e2e
+def test_a_tiny_constant_advantage_with_a_seed_blind_scorer_is_not_chosen(tmp_path):
+    task = make_task(tmp_path, roles={"search": ["proxy"], "guard": ["guard"], "final": "final"})
+    make_candidate(tmp_path / "cands" / "tiny", mean=0.5 + 1e-9)
+    base = make_candidate(tmp_path / "base" / "baseline", mean=0.5)
+    config = write_config(tmp_path, ring_id="tiny", task=str(task),
+                          candidates=str(tmp_path / "cands"), baseline=str(base))  # fmt: skip
+    snakemake(tmp_path, config)
+    final = json.loads((tmp_path / "runs" / "tiny" / "final" / "FINAL.json").read_text())
+    assert final["decision"] == "baseline"
+    assert "no spread" in final["reason"] and "ignores --seed" in final["reason"]
+    assert final["guard"]["lcb"] is None and final["guard"]["bootstrap"]["spread"] == 0
+    # The whole story, although the baseline was kept.
+    row = final["finalists"][0]
+    assert row["node"] == "n001-tiny" and row["promotion_mean"] == pytest.approx(0.5)
+    assert row["guard_mean"] == pytest.approx(0.5) and row["shrinkage"] == pytest.approx(0)
+    assert final["guard_mean"] == pytest.approx(0.5) and final["promotion_mean"] == 0.5
+    assert final["selection_gap"]["gap"] is not None
+    assert set(final["selection_gap"]["compared"]) == {"n000-baseline", "n001-tiny"}
+
+
+@pytest.mark.e2e
+def test_a_task_without_a_guard_view_says_the_guard_reused_search_rows(tmp_path):
+    task = make_task(tmp_path)
+    make_candidate(tmp_path / "cands" / "a", mean=0.8, sd=0.01)
+    base = make_candidate(tmp_path / "base" / "baseline", mean=0.5, sd=0.01, noise_key="b")
+    config = write_config(tmp_path, ring_id="reuse", task=str(task),
+                          candidates=str(tmp_path / "cands"), baseline=str(base))  # fmt: skip
+    snakemake(tmp_path, config)
+    ring = tmp_path / "runs" / "reuse"
+    final = json.loads((ring / "final" / "FINAL.json").read_text())
+    assert final["guard_reused_search_rows"] is True
+    assert final["guard"]["views"] == ["proxy", "x3"]
+    assert "re-used the search views' rows" in final["warnings"][0]
+    assert "re-used the search views" in (ring / "report.html").read_text()
+
+
+# ---- invalid output has no score ---------------------------------------------------------
+
+
+def scored(ring: Path, node: str, view: str, variant: str, value: float | None) -> None:
+    path = ring / "nodes" / node / "exec" / view / variant / "score.json"
+    record = {"scored": True, "valid": value is not None, "score": value, "reason": ""}
+    atomic_write_json(path, record)
+
+
+def test_invalid_output_has_no_score_in_either_direction():
+    for direction in ("maximize", "minimize"):
+        assert usable({"scored": True, "valid": False, "score": None}, direction) is None
+        # A record written by an older scorer with 0.0 for invalid output is still no score.
+        assert usable({"scored": True, "valid": False, "score": 0.0}, direction) is None
+        assert usable({"scored": True, "valid": True, "score": -0.3}, direction) == -0.3
+
+
+def test_invalid_everywhere_never_ranks_above_a_scored_node_with_negative_scores(tmp_path):
+    cands = tmp_path / "cands"
+    make_candidate(cands / "broken", mean=0.0)
+    make_candidate(cands / "meh", mean=-0.5)
+    base = make_candidate(tmp_path / "base" / "baseline", mean=-0.3)
+    config = full_config(ring_id="neg", task=str(make_task(tmp_path)), candidates=str(cands),
+                         baseline=str(base))  # fmt: skip
+    ring = lock_ring(config, tmp_path)
+    import_static(ring)
+    root = Path(ring["ring_dir"])
+    for view in ring["search_views"]:
+        scored(root, "n000-baseline", view, "s0", -0.3)
+        for variant in ("s0", "s1", "s2"):
+            scored(root, "n001-broken", view, variant, None)
+            scored(root, "n002-meh", view, variant, -0.5)
+    promotion = promote(root)
+    assert [r["node"] for r in promotion["ranked_by_seed0"]] == ["n002-meh"]
+    assert [r["node"] for r in promotion["unscored"]] == ["n001-broken"]
+    ranking = rank(root)
+    assert ranking["finalists"] == ["n002-meh"]
+    chosen, _, _ = choose(ring, {"baseline": "n000-baseline"}, ranking, [])
+    assert chosen == "n000-baseline"
+
+
+# ---- guard seeds: unique per store, anchored in the ledger -------------------------------
+
+
+def lock(tmp_path: Path, ring_id: str, continue_from: str | None = None, roles=None) -> dict:
+    config = full_config(ring_id=ring_id, task=str(make_task(tmp_path, roles=roles)),
+                         candidates=str(tmp_path / "cands"), baseline=None,
+                         continue_from=continue_from)  # fmt: skip
+    return lock_ring(config, tmp_path)
+
+
+@pytest.fixture
+def store_dir(tmp_path):
+    make_candidate(tmp_path / "cands" / "a", mean=0.5)
+    return tmp_path / "store"
+
+
+def test_siblings_and_new_chains_on_one_store_get_disjoint_guard_seeds(tmp_path, store_dir):
+    first = lock(tmp_path, "first")
+    left = lock(tmp_path, "left", continue_from="runs/first")
+    right = lock(tmp_path, "right", continue_from="runs/first")
+    fresh_chain = lock(tmp_path, "other")
+    groups = [set(r["guard_seeds"]) for r in (first, left, right, fresh_chain)]
+    assert groups[0] == {3, 4, 5, 6, 7}
+    for i, a in enumerate(groups):
+        for b in groups[i + 1 :]:
+            assert not a & b
+    assert set(right["chain_exposed_seeds"]) >= groups[0] | groups[1] | groups[2]
+    registry = json.loads((store_dir / REGISTRY_FILE).read_text())
+    assert [r["ring_id"] for r in registry["rings"]] == ["first", "left", "right", "other"]
+    # Locking the same ring again hands out nothing new.
+    assert lock(tmp_path, "left", continue_from="runs/first")["guard_seeds"] == left["guard_seeds"]
+    assert len(json.loads((store_dir / REGISTRY_FILE).read_text())["rings"]) == 4
+
+
+def test_a_tampered_ancestor_lock_fails_verify_and_the_ancestor_check(tmp_path, store_dir):
+    lock(tmp_path, "first")
+    child = lock(tmp_path, "child", continue_from="runs/first")
+    assert verify_ring(child["ring_dir"]) == []
+    path = tmp_path / "runs" / "first" / "RING.json"
+    ancestor = json.loads(path.read_text())
+    ancestor["guard_seeds"], ancestor["chain_exposed_seeds"] = [], []
+    os.chmod(path, 0o644)
+    path.write_text(json.dumps(ancestor))
+    problems = verify_ring(child["ring_dir"])
+    assert any("ancestor" in p and "guard_seeds" in p for p in problems), problems
+    assert any("guard_seeds" in p for p in verify_ring(tmp_path / "runs" / "first"))
+    with pytest.raises(InputError, match=r"does not verify.*(guard_seeds|RING\.json)"):
+        lock(tmp_path, "grandchild", continue_from="runs/child")
+
+
+def test_a_program_guarded_in_an_earlier_ring_is_not_guarded_again(tmp_path, store_dir):
+    roles = {"search": ["proxy"], "guard": ["guard"], "final": "final"}
+    first = lock(tmp_path, "first", roles=roles)
+    import_static(first)
+    verdict = {"rank": 1, "node": "n001-a", "eligible": True, "replace": False,
+               "guard": {"views": ["guard"], "complete": True}}  # fmt: skip
+    atomic_write_json(tmp_path / "runs" / "first" / "selection" / "verdict-1.json", verdict)
+    second = lock(tmp_path, "second", continue_from="runs/first", roles=roles)
+    import_static(second)
+    before = guarded_before(second, "n001-a")
+    assert before == {"ring": "first", "node": "n001-a", "views": ["guard"]}
+    # A new ring on other guard rows may guard it.
+    assert guarded_before(first, "n001-a") is None
+
+
+SEED_SCORER = (
+    "import argparse, json\n"
+    "p = argparse.ArgumentParser()\n"
+    "for a in ('--pred', '--labels', '--out'): p.add_argument(a)\n"
+    "p.add_argument('--seed', type=int)\n"
+    "p.add_argument('--bootstrap', type=int, default=0)\n"
+    "a = p.parse_args()\n"
+    "rec = {'score': a.seed % 7 / 10, 'valid': True, 'reason': ''}\n"
+    "if a.bootstrap: rec['bootstrap'] = [(a.seed + b) % 7 / 10 for b in range(a.bootstrap)]\n"
+    "json.dump(rec, open(a.out, 'w'))\n"
+)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_bootstrap_scores_come_from_one_call_or_one_call_per_resample(tmp_path, batched):
+    """The scorer itself runs (directly here; a ring runs it in the evaluator sandbox)."""
+    scorer = tmp_path / "scorer.py"
+    scorer.write_text(SEED_SCORER)
+    calls = []
+
+    def call_scorer(seed, extra):
+        out = tmp_path / f"out-{seed}.json"
+        argv = [sys.executable, str(scorer), "--pred", "p", "--labels", "l", "--seed",
+                str(seed), "--out", str(out), *extra]  # fmt: skip
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        calls.append(extra)
+        return ("done" if done.returncode == 0 else "exit"), done.stderr, out
+
+    task = {"scorer_bootstrap": batched}
+    record = _bootstrap(task, 4, call_scorer, 60.0)
+    assert record["bootstrap"] == [(BOOTSTRAP_SEED_BASE + b) % 7 / 10 for b in range(4)]
+    assert len(calls) == (1 if batched else 4)
+
+
+def test_a_scorer_that_returns_no_bootstrap_list_fails_as_a_scorer():
+    values, why = bootstrap_values({"valid": True, "score": 0.5}, True, 9)
+    assert values is None and "'bootstrap'" in why
+    values, why = bootstrap_values({"valid": False, "score": None}, False, 9)
+    assert values is None and "no valid score" in why
+    assert bootstrap_values({"valid": True, "score": 0.5}, False, 9) == ([0.5], "")
+
+
+def run(seed: int, status="ok", score=0.5, bootstrap=(0.5,), budget_cut=False, reason=""):
+    return {"view": "guard", "seed": seed, "status": status, "budget_cut": budget_cut,
+            "score": score, "bootstrap": list(bootstrap) if bootstrap else None,
+            "reason": reason}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("bad", "kind"),
+    [
+        (run(4, status="crash", score=None, bootstrap=None, reason="exit 1"), "failed"),
+        (run(4, score=None, bootstrap=None, reason="invalid: bad header"), "failed"),
+        (run(4, status="interrupted", score=None, bootstrap=None, budget_cut=True), "incomplete"),
+        (run(4, status="interrupted", score=None, bootstrap=None, reason="orphaned"), "incomplete"),
+        (run(4, status=None, score=None, bootstrap=None), "incomplete"),
+    ],
+)
+def test_a_guard_side_tells_its_own_failure_from_an_incomplete_guard(bad, kind):
+    problem = side_problem([run(3), bad, run(5)])
+    assert problem is not None and problem[0] == kind and "guard/g4" in problem[1]
+    assert side_problem([run(3), run(4), run(5)]) is None
+    # Time running out anywhere outranks a failure elsewhere: the guard is incomplete.
+    cut = run(5, status="interrupted", score=None, bootstrap=None, budget_cut=True)
+    assert side_problem([bad, cut])[0] == "incomplete"

@@ -1,0 +1,215 @@
+"""Every reader of what a program or an engineer session wrote, fed hostile trees.
+
+Property style: each seed builds a tree from a random mix of what a candidate controls
+(names that are not UTF-8 or hold newlines and escape sequences, nesting past PATH_MAX,
+symlink loops, FIFOs, sockets, sparse files, deeply nested JSON, a huge single line) and
+runs it through every reader. None may raise, hang or leave a name a JSON record cannot
+carry: each gives a verdict with a reason, escaped (docs/limits.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import stat
+from pathlib import Path
+
+import pytest
+
+from ringflow.candidate import TreeLimits, check_tree, load_solution
+from ringflow.carryover.snapshot import walk_checked
+from ringflow.core.errors import CandidateError
+from ringflow.core.jsonio import atomic_write_json, read_json
+from ringflow.core.safetext import escape_name, printable
+from ringflow.core.safetree import remove_tree, usage
+from ringflow.sandbox.output_check import refuse_pointers
+from ringflow.sandbox.ownership import OwnershipLoan
+from ringflow.supervisor.output_limits import over_limits
+from ringflow.supervisor.sampling import folder_bytes, read_progress
+from ringflow.weights.store import WeightsStore
+from ringflow.workcopy import reset_dir
+
+NAMES = [b"bad\xff\xfename", b"new\nline", b"\x1b[31mred\x1b[0m", b"back\\slash",
+         b"\xe2\x80\xaeevil",
+         b"plain.txt", b"-dash", b" space "]  # fmt: skip
+
+
+def deep(fd: int, levels: int, width: int = 200) -> int:
+    """Folders `levels` deep below fd (past PATH_MAX with the defaults); the deepest fd."""
+    current = os.dup(fd)
+    for _ in range(levels):
+        os.mkdir("d" * width, dir_fd=current)
+        nxt = os.open("d" * width, os.O_RDONLY | os.O_DIRECTORY, dir_fd=current)
+        os.close(current)
+        current = nxt
+    return current
+
+
+FEATURES = ("names", "deep", "loop", "fifo", "socket", "sparse", "deep_json", "huge_line",
+            "dangling", "unreadable")  # fmt: skip
+
+
+def hostile_tree(root: Path, rng: random.Random, features: set[str]) -> list[socket.socket]:
+    """Build a tree of `features` under root; returns sockets to keep bound."""
+    root.mkdir(parents=True)
+    (root / "run.py").write_text("print('hi')\n")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    held = []
+    try:
+        if "names" in features:
+            for name in rng.sample(NAMES, 4):
+                if rng.random() < 0.5:
+                    os.close(os.open(name, os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
+                else:
+                    os.symlink(b"/dev/null", name, dir_fd=fd)
+        if "deep" in features:
+            bottom = deep(fd, rng.choice([25, 30, 40]))
+            os.close(os.open(b"deep\xffname", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=bottom))
+            os.close(bottom)
+        if "loop" in features:
+            os.symlink("loop-a", "loop-b", dir_fd=fd)
+            os.symlink("loop-b", "loop-a", dir_fd=fd)
+        if "fifo" in features:
+            os.mkfifo("fifo", dir_fd=fd)
+        if "socket" in features:
+            sock = socket.socket(socket.AF_UNIX)
+            sock.bind(str(root / "sock"))
+            held.append(sock)
+        if "sparse" in features:
+            with open(root / "sparse.bin", "wb") as handle:
+                handle.truncate(rng.choice([1, 2, 8]) << 30)
+        if "deep_json" in features:
+            depth = rng.choice([2000, 100_000])
+            (root / "progress.json").write_text("[" * depth + "]" * depth)
+            (root / "EXECUTION.json").write_text('{"a":' * 5000 + "1" + "}" * 5000)
+        if "huge_line" in features:
+            (root / "huge.log").write_bytes(b"\x1b]0;title\x07" + b"x" * (8 << 20))
+        if "dangling" in features:
+            os.symlink("nowhere", "dangling", dir_fd=fd)
+        if "unreadable" in features:
+            os.mkdir("locked", dir_fd=fd)
+            os.close(os.open("locked/inner", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
+            os.chmod("locked", 0, dir_fd=fd)
+    finally:
+        os.close(fd)
+    return held
+
+
+def recordable(text: str) -> None:
+    """A reason can go into JSON, back out, and onto a terminal unchanged in meaning."""
+    assert isinstance(text, str)
+    text.encode("utf-8")  # no lone surrogate: names were escaped
+    assert printable(text) == text.replace("\n", "\\n") or "\n" not in text
+    assert "\x1b" not in text and "\x07" not in text
+
+
+SEEDS = range(12)
+
+
+@pytest.fixture(params=SEEDS, ids=lambda seed: f"seed{seed}")
+def tree(request, tmp_path):
+    rng = random.Random(request.param)
+    features = set(rng.sample(FEATURES, rng.randint(3, len(FEATURES))))
+    if request.param < len(FEATURES):
+        features.add(FEATURES[request.param])  # every feature alone leads at least once
+    root = tmp_path / "tree"
+    held = hostile_tree(root, rng, features)
+    yield root, features
+    for sock in held:
+        sock.close()
+    remove_tree(root, ignore_errors=True)
+
+
+def test_the_output_check_gives_a_reason_for_any_tree(tree):
+    root, features = tree
+    reason = refuse_pointers(root)
+    refusing = {"names", "loop", "fifo", "socket", "dangling", "deep"} & features
+    if refusing:
+        assert reason is not None and "output" in reason
+    if reason is not None:
+        recordable(reason)
+        atomic_write_json(root.parent / "score.json", {"reason": f"invalid: {reason}"})
+        assert read_json(root.parent / "score.json")["reason"].endswith(reason)
+
+
+def test_the_limit_count_never_stops_short_and_counts_sparse_files_whole(tree):
+    root, features = tree
+    found = usage(root, make_readable=True)
+    assert found.over is None
+    if "sparse" in features:
+        assert found.bytes >= 1 << 30
+        assert "output limit exceeded" in over_limits([root], None, 1 << 29)
+    assert "output file limit" in over_limits([root], max(found.entries - 1, 1), None)
+    assert over_limits([root], found.entries, found.bytes) is None
+
+
+def test_the_health_sample_reads_any_folder_and_progress_file(tree):
+    root, features = tree
+    size, mtime = folder_bytes(root)
+    assert size >= 0 and mtime > 0
+    progress = read_progress(root / "progress.json")
+    if "deep_json" in features:
+        assert progress["content"] is None and progress["content_error"]
+        json.dumps(progress)
+
+
+def test_a_workspace_or_candidate_is_refused_with_a_reason(tree):
+    root, features = tree
+    refusing = {"names", "loop", "fifo", "socket", "dangling", "deep", "deep_json"} & features
+    limits = TreeLimits(max_files=10_000, max_bytes=1 << 30, max_file_bytes=512 << 20)
+    try:
+        check_tree(root, limits)
+        load_solution(root, 1 << 30, limits)
+    except CandidateError as exc:
+        recordable(str(exc))
+    else:
+        assert not refusing and "sparse" not in features and "unreadable" not in features
+
+
+def test_a_seal_copies_what_it_can_and_lists_the_rest(tree):
+    root, features = tree
+    entries, left = walk_checked(root)
+    for rel, _st in entries:
+        rel.encode("utf-8")
+        assert len(rel) <= 1024
+    for item in left:
+        recordable(item["path"] + item["why"])
+    if "names" in features:
+        assert any(item["why"] == "name is not plain text" for item in left)
+
+
+def test_ownership_and_store_walks_finish_on_any_tree(tree):
+    root, _features = tree
+    me = os.getuid(), os.getgid()
+    loan = OwnershipLoan(*me)
+    loan.adopt(root)
+    for note in loan.take_back():
+        recordable(note)
+    for name in WeightsStore._undeclared(root.parent, {"tree/weights/w.bin"}, set()):
+        recordable(name)
+
+
+def test_any_tree_is_removed_whole(tree):
+    root, _features = tree
+    reset_dir(root)
+    assert list(root.iterdir()) == []
+    remove_tree(root)
+    assert not root.exists()
+
+
+def test_names_are_escaped_one_way_and_text_for_the_terminal_another():
+    assert escape_name(b"a\xffb\nc\\d\x1b") == "a\\xffb\\nc\\\\d\\x1b"
+    assert escape_name("plain/name.txt") == "plain/name.txt"
+    shown = printable("stderr: \x1b[2J\x1b]0;pwned\x07 \u202eevil\ndone", keep_newlines=True)
+    assert shown == "stderr: \\x1b[2J\\x1b]0;pwned\\x07 \\u202eevil\ndone"
+    assert printable("a\\b") == "a\\b"  # text that already holds an escaped name is kept
+
+
+def test_a_progress_file_that_is_a_fifo_is_not_opened(tmp_path):
+    fifo = tmp_path / "progress.json"
+    os.mkfifo(fifo)
+    record = read_progress(fifo)
+    assert record["content"] is None and record["content_error"] == "not a regular file"
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)

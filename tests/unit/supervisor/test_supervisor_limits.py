@@ -1,0 +1,188 @@
+"""Per-execution limits the supervisor enforces (docs/operations.md#health-supervision): logs,
+output, processes, memory."""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import textwrap
+from pathlib import Path
+
+from ringflow.core import statuses
+from ringflow.supervisor import HealthSettings, ResourceLimits, supervise
+from ringflow.supervisor.cgroup import DISABLE_ENV
+
+FAST = HealthSettings(collect_s=0.2, interval_s=1, hang_min=5, term_grace_s=1)
+
+
+def run(tmp_path: Path, code: str, env: dict | None = None, **limits):
+    out = tmp_path / "output"
+    out.mkdir(exist_ok=True)
+    return supervise(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=tmp_path,
+        env={**os.environ, "OUT": str(out), **(env or {})},
+        stdout_path=tmp_path / "stdout.log",
+        stderr_path=tmp_path / "stderr.log",
+        health_dir=tmp_path / "health",
+        settings=FAST,
+        limits=ResourceLimits(memory_gb=None, time_limit_min=2, threads=1, **limits),
+        watch_output=[out],
+        watch_ancestors=False,
+    )
+
+
+def test_a_flooded_log_is_cut_with_a_marker_and_the_program_finishes(tmp_path):
+    outcome = run(
+        tmp_path,
+        """
+        import sys
+        for _ in range(3000):
+            sys.stdout.write("x" * 1023 + "\\n")
+        sys.stderr.write("small\\n")
+        """,
+        log_mb=1,
+    )
+    assert outcome.status == statuses.OK, outcome.reason
+    log = (tmp_path / "stdout.log").read_bytes()
+    assert len(log) < 1024 * 1024 + 200
+    assert b"log truncated at 1048576 bytes" in log
+    assert (tmp_path / "stderr.log").read_text() == "small\n"
+    assert any(e["event"] == "log_truncated" for e in outcome.events)
+
+
+def test_output_over_its_quota_ends_the_execution_with_that_reason(tmp_path):
+    outcome = run(
+        tmp_path,
+        """
+        import os, time
+        with open(os.path.join(os.environ["OUT"], "big.bin"), "wb") as f:
+            for _ in range(40):
+                f.write(b"x" * (1 << 20))
+                f.flush()
+                time.sleep(0.05)
+        time.sleep(30)
+        """,
+        output_gb=10 / 1024,
+    )
+    assert outcome.status == statuses.CRASH and not outcome.budget_cut
+    assert "output limit exceeded" in outcome.reason and "output_gb" in outcome.reason
+    assert outcome.wall_s < 15
+
+
+def test_forking_past_the_process_limit_ends_the_execution(tmp_path):
+    outcome = run(
+        tmp_path,
+        """
+        import subprocess, time
+        children = []
+        for _ in range(60):
+            try:
+                children.append(subprocess.Popen(["sleep", "30"]))
+            except OSError:
+                break
+        time.sleep(30)
+        """,
+        max_processes=20,
+    )
+    assert outcome.status == statuses.CRASH
+    assert "process limit reached" in outcome.reason and "max_processes" in outcome.reason
+    assert outcome.reap_left == []
+    assert outcome.limits["max_processes"]["value"] == 20
+
+
+def supervise_without_cgroup(tmp_path, monkeypatch, code: str, memory_gb: float, **kw):
+    monkeypatch.setenv(DISABLE_ENV, "1")  # as an ordinary user, who has no memory cgroup
+    return supervise(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=tmp_path,
+        env=dict(os.environ),
+        stdout_path=tmp_path / "stdout.log",
+        stderr_path=tmp_path / "stderr.log",
+        health_dir=tmp_path / "health",
+        settings=FAST,
+        limits=ResourceLimits(memory_gb=memory_gb, time_limit_min=2, threads=1),
+        watch_ancestors=False,
+        **kw,
+    )
+
+
+# Three processes of 60 MB each: every one under RLIMIT_DATA, the tree over the limit.
+THREE_HOLDERS = """
+import subprocess, sys, time
+hold = "b = bytearray(60 << 20); import time; time.sleep(30)"
+kids = [subprocess.Popen([sys.executable, "-c", hold]) for _ in range(3)]
+time.sleep(30)
+"""
+
+
+def test_memory_without_a_cgroup_is_enforced_on_the_summed_rss(tmp_path, monkeypatch):
+    outcome = supervise_without_cgroup(tmp_path, monkeypatch, THREE_HOLDERS, memory_gb=0.1)
+    assert outcome.status == statuses.CRASH
+    assert outcome.reason.startswith("memory limit (ringflow's 0.1 GB, limits.memory_gb) exceeded")
+    assert "summed RSS" in outcome.reason
+    assert outcome.reap_left == []
+    memory = outcome.limits["memory"]
+    assert memory["enforced"] and memory["best_effort"] and "summed RSS" in memory["how"]
+    assert memory["rlimit_data_bytes"] == int(0.1 * 1024**3)
+
+
+def test_one_process_past_the_memory_limit_is_refused_by_rlimit_data(tmp_path, monkeypatch):
+    code = "b = bytearray(300 << 20)"
+    outcome = supervise_without_cgroup(tmp_path, monkeypatch, code, memory_gb=0.1)
+    assert outcome.status == statuses.CRASH and outcome.exit_code == 1
+    assert "RLIMIT_DATA" in outcome.reason and "limits.memory_gb" in outcome.reason
+    assert "MemoryError" in (tmp_path / "stderr.log").read_text()
+
+
+def test_a_gpu_run_gets_no_data_limit(tmp_path, monkeypatch):
+    code = "import resource; print(resource.getrlimit(resource.RLIMIT_DATA)[0])"
+    outcome = supervise_without_cgroup(tmp_path, monkeypatch, code, memory_gb=0.1, gpu_ids=[0])
+    assert outcome.status == statuses.OK
+    assert int((tmp_path / "stdout.log").read_text()) == resource.RLIM_INFINITY
+    assert outcome.limits["memory"]["rlimit_data_bytes"] is None
+
+
+def test_a_tree_near_its_memory_limit_is_checked_ten_times_a_second(tmp_path, monkeypatch):
+    # Past half its limit for 4 s: read every 0.1 s there, not once a second.
+    code = "import time; base = bytearray(80 << 20); time.sleep(4)"
+    outcome = supervise_without_cgroup(tmp_path, monkeypatch, code, memory_gb=0.12)
+    assert outcome.status == statuses.OK, outcome.reason
+    assert outcome.limits["memory"]["near_limit_checks"] >= 10
+
+
+def test_a_spike_between_one_second_checks_is_caught_near_the_limit(tmp_path, monkeypatch):
+    code = """
+    import subprocess, sys, time
+    base = bytearray(60 << 20)
+    time.sleep(1.5)
+    spike = "b = bytearray(70 << 20); import time; time.sleep(0.8)"
+    subprocess.run([sys.executable, "-c", spike])
+    """
+    outcome = supervise_without_cgroup(tmp_path, monkeypatch, code, memory_gb=0.12)
+    assert outcome.status == statuses.CRASH
+    assert "memory limit (ringflow's" in outcome.reason
+
+
+def test_many_small_files_fail_the_run_at_the_file_limit_however_fast(tmp_path):
+    # Written and ended within one check interval: the count after the run catches it.
+    code = """
+    import os
+    out = os.environ["OUT"]
+    for i in range(120):
+        open(os.path.join(out, f"f{i}"), "w").close()
+    """
+    outcome = run(tmp_path, code, output_files=100)
+    assert outcome.status == statuses.CRASH
+    assert "output file limit exceeded" in outcome.reason and "output_files" in outcome.reason
+
+
+def test_a_sparse_file_counts_at_its_apparent_size(tmp_path):
+    code = """
+    import os
+    with open(os.path.join(os.environ["OUT"], "sparse"), "wb") as f:
+        f.truncate(64 << 20)
+    """
+    outcome = run(tmp_path, code, output_gb=10 / 1024)
+    assert outcome.status == statuses.CRASH and "output limit exceeded" in outcome.reason
