@@ -80,6 +80,27 @@ class RingLayout:
     def score(self, node: str, view: str, variant: str) -> Path:
         return self.exec_dir(node, view, variant) / "score.json"
 
+    def executions(self, node: str = "*") -> list[tuple[str, str, str, Path]]:
+        """(node, view, variant, folder) of every execution folder, started or done, of the
+        ring or of one node, in a stable order."""
+        found = []
+        for folder in sorted(self.root.glob(f"nodes/{node}/exec/*/*")):
+            if folder.is_dir():
+                found.append((folder.parts[-4], folder.parts[-2], folder.parts[-1], folder))
+        return found
+
+    def results(self) -> list[tuple[str, str, str, Path]]:
+        """(node, view, variant, result.json) of every execution that has ended."""
+        return [
+            (node, view, variant, path)
+            for node, view, variant, folder in self.executions()
+            if (path := folder / "result.json").is_file()
+        ]
+
+    def node_files(self, name: str) -> list[Path]:
+        """`nodes/<node>/<name>` of every node that has one, in node order."""
+        return sorted(self.root.glob(f"nodes/*/{name}"))
+
     def key_target(self, key: str) -> Path:
         return self.root / "keys" / f"{key}.json"
 

@@ -408,7 +408,7 @@ def ledger_anchors(layout: RingLayout) -> list[tuple[str, Any]]:
     anchors: list[tuple[str, Any]] = []
     head = layout.root / "ledger.head"
     sources = [head] if head.exists() else []
-    sources += sorted(layout.root.glob("nodes/*/exec/*/*/result.json"))
+    sources += [path for *_, path in layout.results()]
     manifest = layout.root / "stop_manifest.json"
     if manifest.exists():
         sources.append(manifest)

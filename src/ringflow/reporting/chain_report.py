@@ -31,7 +31,7 @@ def _better(direction: str, a: float, b: float) -> bool:
 def _origin_counts(files: RingFiles, root: Path) -> dict:
     """This ring's nodes that came from earlier rings: resumed work and imported scores."""
     resumed, imported = [], []
-    for path in sorted(root.glob("nodes/*/node.json")):
+    for path in RingLayout(root).node_files("node.json"):
         node = files.json(path) or {}
         kind = (node.get("origin") or {}).get("kind")
         if kind == "resume":

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import statuses
+from ..core.layout import RingLayout
 from ..core.safetext import printable
 from ..core.statuses import REJECTED
 
@@ -114,19 +115,20 @@ def execution_failure(exec_dir: Path, result: dict | None, score: dict | None):
 def failure_digest(ring_root: str | Path, nodes: list[dict] | None = None) -> list[Failure]:
     """Failures per node and kind, in node order; `nodes` as in nodes/index.json."""
     root = Path(ring_root)
+    layout = RingLayout(root)
     if nodes is None:
-        index = _read(root / "nodes" / "index.json") or {}
+        index = _read(layout.nodes_index) or {}
         nodes = index.get("nodes", [])
     digest: list[Failure] = []
     for node in nodes:
         node_id = node.get("id")
         if node.get("status") == REJECTED:
-            record = _read(root / "nodes" / node_id / "node.json") or {}
+            record = _read(layout.node_json(node_id)) or {}
             reason = first_line(record.get("error") or node.get("error")) or "no reason recorded"
             digest.append(Failure(node_id, REJECTED, 1, "", reason))
             continue
         found: dict[str, list] = {}
-        for exec_dir in sorted((root / "nodes" / node_id / "exec").glob("*/*")):
+        for *_, exec_dir in layout.executions(node_id):
             failure = execution_failure(
                 exec_dir, _read(exec_dir / "result.json"), _read(exec_dir / "score.json")
             )

@@ -12,6 +12,7 @@ from pathlib import Path
 from statistics import fmean, stdev
 
 from ..core import statuses
+from ..core.layout import RingLayout
 
 
 def guarded_candidate(decision: dict) -> str | None:
@@ -103,7 +104,7 @@ def deployable(root: Path, decision: dict | None) -> dict:
 def score_queries(root: Path) -> int:
     """Score queries the engineer sessions made (one line each in nodes/*/queries.jsonl)."""
     count = 0
-    for path in root.glob("nodes/*/queries.jsonl"):
+    for path in RingLayout(root).node_files("queries.jsonl"):
         try:
             count += sum(1 for line in path.read_text().splitlines() if line.strip())
         except OSError:

@@ -66,8 +66,7 @@ def snapshot(ring_root: str | Path, now: float | None = None) -> dict:
     done = running = failed = 0
     failed_nodes: set[str] = set()
     seed0: dict[str, dict[str, float]] = {}
-    for exec_dir in layout.root.glob("nodes/*/exec/*/*"):
-        node, view, variant = exec_dir.parts[-4], exec_dir.parts[-2], exec_dir.parts[-1]
+    for node, view, variant, exec_dir in layout.executions():
         known.add((node, view, variant))
         result = _read(exec_dir / "result.json")
         if result is None:

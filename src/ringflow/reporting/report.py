@@ -108,15 +108,13 @@ class Execution:
 def scan_executions(files: RingFiles) -> list[Execution]:
     """Every exec folder of the ring, finished or not, in node/view/variant order."""
     found = []
-    for exec_dir in sorted(files.root.glob("nodes/*/exec/*/*")):
-        if not exec_dir.is_dir():
-            continue
+    for node, view, variant, exec_dir in RingLayout(files.root).executions():
         health = exec_dir / "health"
         found.append(
             Execution(
-                node=exec_dir.parent.parent.parent.name,
-                view=exec_dir.parent.name,
-                variant=exec_dir.name,
+                node=node,
+                view=view,
+                variant=variant,
                 path=exec_dir,
                 result=files.json(exec_dir / "result.json"),
                 score=files.json(exec_dir / "score.json"),
@@ -131,7 +129,7 @@ def load_nodes(files: RingFiles, layout: RingLayout, index: dict | None) -> list
     """The ring's nodes: the index's entries merged with each node.json (either may lack)."""
     entries = list(index.get("nodes", [])) if index else []
     known = {n.get("id") for n in entries}
-    for path in sorted(layout.root.glob("nodes/*/node.json")):
+    for path in layout.node_files("node.json"):
         if path.parent.name not in known:
             entries.append({"id": path.parent.name})
     nodes = []

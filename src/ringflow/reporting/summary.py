@@ -34,14 +34,8 @@ def write_search_summary(ring_dir) -> dict:
 
 def executions(layout: RingLayout):
     """Every result.json of the ring, as (node, view, variant, result)."""
-    for path in sorted(layout.root.glob("nodes/*/exec/*/*/result.json")):
-        variant_dir = path.parent
-        yield (
-            variant_dir.parent.parent.parent.name,
-            variant_dir.parent.name,
-            variant_dir.name,
-            read_json(path),
-        )
+    for node, view, variant, path in layout.results():
+        yield node, view, variant, read_json(path)
 
 
 def _fmt(value) -> str:

@@ -223,8 +223,6 @@ def ring_targets(root: str | Path) -> list[str]:
         layout.summary,
         layout.report,
     ]
-    for folder in sorted(layout.root.glob("nodes/*/exec/*/*")):
-        if folder.is_dir():
-            node, view, variant = folder.parts[-4], folder.parts[-2], folder.parts[-1]
-            targets += [layout.result(node, view, variant), layout.score(node, view, variant)]
+    for node, view, variant, _folder in layout.executions():
+        targets += [layout.result(node, view, variant), layout.score(node, view, variant)]
     return [str(path) for path in targets]

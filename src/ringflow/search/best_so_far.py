@@ -101,9 +101,9 @@ def _markers(layout: RingLayout) -> Path:
 def executions_in_flight(layout: RingLayout) -> int:
     """Executions running now: health sampled, no result yet (as `ringflow status` counts)."""
     running = 0
-    for latest in layout.root.glob("nodes/*/exec/*/*/health/health_latest.json"):
-        if not (latest.parent.parent / "result.json").exists():
-            running += 1
+    for *_, folder in layout.executions():
+        if (folder / "health" / "health_latest.json").exists():
+            running += not (folder / "result.json").exists()
     return running
 
 

@@ -119,9 +119,8 @@ class Measurements:
         self.scoring: dict[str, list[float]] = defaultdict(list)
         self.review_command: list[float] = []
         self.count = 0
-        for path in layout.root.glob("nodes/*/exec/*/*/result.json"):
+        for node, view, _variant, path in layout.results():
             folder = path.parent
-            node, view = folder.parent.parent.parent.name, folder.parent.name
             result = read_json(path)
             if result.get("status") != statuses.OK:
                 continue
@@ -513,9 +512,9 @@ def stage_timing(ring: dict, layout: RingLayout) -> dict:
     """Per stage of final selection: the share reserved when the search ended, and the
     wall time its executions (and review commands) actually took."""
     intervals: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for path in layout.root.glob("nodes/*/exec/*/*/result.json"):
+    for _node, view, variant, path in layout.results():
         folder = path.parent
-        stage = stage_of(ring, folder.parent.name, folder.name)
+        stage = stage_of(ring, view, variant)
         result = read_json(path)
         if stage not in FINAL_STAGES or not isinstance(result.get("started_at"), int | float):
             continue

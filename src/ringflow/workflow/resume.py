@@ -31,10 +31,9 @@ def rerun_interrupted(root: Path) -> list[str]:
     if layout.stop_manifest.exists():
         return []  # a finished ring is immutable
     again = []
-    for result in sorted(layout.root.glob("nodes/*/exec/*/*/result.json")):
+    for node, view, variant, result in layout.results():
         if not _interrupted(result):
             continue
-        node, view, variant = result.parts[-5], result.parts[-3], result.parts[-2]
         for path in (layout.score(node, view, variant), result):
             path.unlink(missing_ok=True)
         again.append(f"{node}/{view}/{variant}")
