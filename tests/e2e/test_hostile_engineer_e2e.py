@@ -1,6 +1,7 @@
-"""Hostile engineer sessions (SPEC 8): whatever a session leaves in its workspace, its node
-gets a recorded status with a specific reason, nothing past engineer.limits is submitted,
-and the next session of the same ring runs as if nothing had happened."""
+"""Hostile engineer sessions (docs/limits.md#engineer-sessions): whatever a session leaves in
+its workspace, its node gets a recorded status with a specific reason, nothing past
+engineer.limits is submitted, and the next session of the same ring runs as if nothing had
+happened."""
 
 from __future__ import annotations
 

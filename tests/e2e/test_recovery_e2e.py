@@ -66,6 +66,15 @@ def test_a_scorer_failure_continues_in_the_printed_new_ring(tmp_path):
     assert done.returncode != 0
     stopped = json.loads((tmp_path / "runs" / "sc" / "STOPPED.json").read_text())
     assert stopped["cause"] == "task"
+    # What ringflow says at the end opens with the cause, not Snakemake's RuleException.
+    said = done.stderr.splitlines()
+    errors = [i for i, line in enumerate(said) if line.startswith("ringflow: the error: ")]
+    assert errors, done.stderr[-3000:]
+    at = errors[-1]
+    assert "the task's scorer failed on the baseline's output" in said[at], said[at]
+    assert "the scorer is broken" in said[at], said[at]
+    assert said[at + 1].startswith("ringflow: the ring "), said[at:]
+    assert not [line for line in said[at:] if "RuleException" in line or "Traceback" in line]
     command = printed_command(done.stderr)
     assert "continue_from=runs/sc" in command and "ring_id=sc-2" in command
     (task / "scorer.py").write_text(SCORER)  # the fix

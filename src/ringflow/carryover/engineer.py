@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import time
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from ..core import statuses
 from ..core.jsonio import atomic_write_bytes, atomic_write_json, read_json
 from ..core.layout import RingLayout
 from ..core.query_record import settled_count
+from ..core.safetext import printable
 from ..core.safetree import read_head
 from ..core.statuses import ENGINEERING
 from .seal import SealRequest
@@ -43,6 +45,8 @@ SEGMENTS_DIR = "segments"
 SEGMENT_FILE = "SEGMENT.json"
 TRANSCRIPT = "transcript.log"
 LAST_MESSAGES = 30
+MESSAGE_CHARS = 500  # per quoted line of the log
+LOG_TAIL_BYTES = 64 * 1024
 NO_CHANGES = {"added": [], "modified": [], "removed": []}
 METHOD_CHARS = 2000
 SESSION_STATS = ("status", "started_at", "ended_at", "wall_s", "cpu_s", "exit_code", "signal",
@@ -100,10 +104,32 @@ def redact_tree(folder: Path, names: list[str]) -> list[str]:
 
 
 def last_lines(path: Path, count: int = LAST_MESSAGES) -> list[str]:
-    if not path.is_file():
+    """The last `count` non-empty lines of a session's log, read from its tail only (the
+    log may be one line of gigabytes), each escaped and cut to MESSAGE_CHARS: the next
+    session's instructions and HANDOFF.json quote them (docs/limits.md#text-shown-to-the-user)."""
+    text = _read_tail(path, LOG_TAIL_BYTES)
+    if text is None:
         return []
-    lines = path.read_text(errors="replace").splitlines()
-    return [line for line in lines if line.strip()][-count:]
+    lines = [line for line in text.splitlines() if line.strip()][-count:]
+    return [printable(line)[:MESSAGE_CHARS] for line in lines]
+
+
+def _read_tail(path: Path, max_bytes: int) -> str | None:
+    """The last max_bytes of a regular file as text (bad bytes replaced), or None when it
+    is missing or not a regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        return os.pread(fd, max_bytes, max(info.st_size - max_bytes, 0)).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def changed_files(start: Path | None, workspace: Path) -> dict:

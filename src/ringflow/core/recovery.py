@@ -9,8 +9,9 @@ A stop has a cause (recorded in STOPPED.json) and the cause decides how the work
 - `data`: a view changed under the locked ring; the changed data runs in a new ring too.
 - `environment`: the candidates' environment differs from the one the ring was locked
   with; a new ring locks the new environment (or restore the old one and rerun).
-- `machine`: the sandbox or the weights store failed; nothing the ring computes changed, so
-  once the machine is fixed the same ring continues after STOPPED.json is removed.
+- `machine`: the sandbox or the weights store failed, or a disk ran full; nothing the ring
+  computes changed, so once the machine is fixed (room freed) the same ring continues after
+  STOPPED.json is removed.
 - no stop file: a job was interrupted (Ctrl-C) or failed; the same command continues.
 
 The command is the one that ran this Snakemake (`RINGFLOW_COMMAND` names a launcher's

@@ -18,6 +18,7 @@ from ..core.statuses import REJECTED
 INVALID = "invalid"
 NOT_SCORED = "not scored"
 TAIL_BYTES = 8192
+LINE_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,9 @@ def first_line(text: str | None) -> str:
 
 
 def last_line(path: Path) -> str:
-    """The last non-empty line of a log (read from its tail only)."""
+    """The last non-empty line of a log (read from its tail only), escaped and cut to
+    LINE_CHARS: a program writes its own stderr, escape sequences and all, and every
+    caller shows the line to a user (docs/limits.md#text-shown-to-the-user)."""
     try:
         with open(path, "rb") as handle:
             handle.seek(0, 2)
@@ -53,7 +56,7 @@ def last_line(path: Path) -> str:
     except OSError:
         return ""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1][:300] if lines else ""
+    return printable(lines[-1])[:LINE_CHARS] if lines else ""
 
 
 # What ringflow's own refusals and stops look like inside Snakemake's log: a traceback of an
@@ -66,13 +69,21 @@ ERROR_LINE = re.compile(
 
 
 def key_error_line(log: Path) -> str:
-    """The first line of ringflow's own error in a Snakemake log, or ""."""
+    """The first line of ringflow's own error in a Snakemake log, or "". A first line that
+    ends in a colon ("... has changed since:") gets the line after it, which names the
+    cause."""
     try:
         text = log.read_text(errors="replace")
     except OSError:
         return ""
     match = ERROR_LINE.search(text)
-    return (match.group(1) or match.group(2)).strip()[:400] if match else ""
+    if not match:
+        return ""
+    line = (match.group(1) or match.group(2)).strip()
+    if line.endswith(":"):
+        following = text[match.end() :].strip().split("\n", 1)[0].strip()
+        line = f"{line} {following}".rstrip()
+    return line[:400]
 
 
 def _read(path: Path) -> dict | None:

@@ -12,6 +12,7 @@ store and checked against their registered sha256; nothing here links into the s
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import tempfile
 import time
@@ -62,10 +63,22 @@ def _weights_of(ring: dict, node: dict, store: WeightsStore, view: str) -> dict:
     }
 
 
-def how_to_run(command: list[str], per_view: bool) -> dict:
+def _example_argv(command: list[str], python: str | None) -> list[str]:
+    """The command with the ring's interpreter in place of a bare `python`."""
+    if python and command and command[0] in ("python", "python3"):
+        return [python, *command[1:]]
+    return list(command)
+
+
+def how_to_run(command: list[str], per_view: bool, python: str | None = None) -> dict:
+    """How to run the solution from the folder that holds its MANIFEST.json: final/solution/
+    in the ring, or the folder `ringflow export RING DEST` wrote (DEST itself, no solution/
+    inside), so the words name no folder of either. `python`: the candidates' interpreter
+    the ring ran them with."""
     argv = " ".join(command)
+    example = shlex.join([*_example_argv(command, python), "--seed", "0"])
     return {
-        "working_directory": "this folder (solution/)",
+        "working_directory": "this folder (the one that holds this MANIFEST.json)",
         "command": f"{argv} --seed 0",
         "environment": {
             "RINGFLOW_INPUT_DIR": "a folder of inputs laid out like a view's inputs/",
@@ -73,9 +86,8 @@ def how_to_run(command: list[str], per_view: bool) -> dict:
             "RINGFLOW_SEED": "0",
         },
         "example": (
-            "cd solution && RINGFLOW_INPUT_DIR=/path/to/new/inputs "
-            "RINGFLOW_OUTPUT_DIR=/path/to/predictions RINGFLOW_SEED=0 "
-            f"{argv} --seed 0"
+            "cd <this folder> && RINGFLOW_INPUT_DIR=/path/to/new/inputs "
+            f"RINGFLOW_OUTPUT_DIR=/path/to/predictions RINGFLOW_SEED=0 {example}"
         ),
         "weights": (
             "the weights trained on the final view lie at their declared paths, so the "
@@ -83,7 +95,8 @@ def how_to_run(command: list[str], per_view: bool) -> dict:
             if per_view
             else "this program trains no weights"
         ),
-        "python": "python means the candidates' environment the ring ran them with",
+        "python": "python means the candidates' environment the ring ran them with"
+        + (f": {python}" if python else ""),
     }
 
 
@@ -129,7 +142,7 @@ def complete_solution(layout: RingLayout, node_id: str, solution: Path) -> dict:
         "final_weights_complete": not per_view
         or bool(views[ring["final_view"]]["files"] and "problem" not in views[ring["final_view"]]),
         "environment": {"env_key": ring["env_key"], **ring["environment"]},
-        "run": how_to_run(node["solution"]["command"], bool(per_view)),
+        "run": how_to_run(node["solution"]["command"], bool(per_view), ring.get("program_python")),
         "lineage_segments": (node.get("resume_origin") or {}).get("segments", []),
         "written_at": time.time(),
     }

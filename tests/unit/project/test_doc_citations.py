@@ -1,6 +1,6 @@
 """Comments cite the project's own documents: every `docs/<file>.md#anchor` a comment or
-docstring of src/, rules/ or the Snakefile names exists, and none cites a document the
-repository does not carry. Links between the documents resolve the same way."""
+docstring of src/, rules/, the Snakefile or the tests names exists, and none cites a
+document the repository does not carry. Links between the documents resolve the same way."""
 
 from __future__ import annotations
 
@@ -84,6 +84,11 @@ def sources() -> list[Path]:
             REPO / "Snakefile"]  # fmt: skip
 
 
+def sources_of_tests() -> list[Path]:
+    """The tests' Python files: their comments and docstrings cite like the code's."""
+    return sorted((REPO / "tests").rglob("*.py"))
+
+
 def citation_problems(path: Path, known: dict[str, set[str]]) -> list[str]:
     problems = []
     where = path.relative_to(REPO)
@@ -115,6 +120,14 @@ def test_no_comment_cites_a_missing_document_or_anchor():
     assert {"architecture.md", "contracts.md", "ring-folder.md", "configuration.md",
             "operations.md"} <= set(known)  # fmt: skip
     problems = [p for path in sources() for p in citation_problems(path, known)]
+    assert not problems, "\n".join(problems)
+
+
+def test_no_test_cites_a_missing_document_or_anchor():
+    known = known_documents()
+    files = sources_of_tests()
+    assert Path(__file__).resolve() in {f.resolve() for f in files}
+    problems = [p for path in files for p in citation_problems(path, known)]
     assert not problems, "\n".join(problems)
 
 

@@ -14,16 +14,21 @@ import os
 import random
 import socket
 import stat
+import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
 from ringflow.candidate import TreeLimits, check_tree, load_solution
+from ringflow.carryover.engineer import LAST_MESSAGES, MESSAGE_CHARS, last_lines
 from ringflow.carryover.snapshot import walk_checked
 from ringflow.core.errors import CandidateError
 from ringflow.core.jsonio import atomic_write_json, read_json
 from ringflow.core.safetext import escape_name, printable
 from ringflow.core.safetree import remove_tree, usage
+from ringflow.reporting.digest import LINE_CHARS, last_line
+from ringflow.reporting.progress import progress_line, snapshot
 from ringflow.sandbox.output_check import refuse_pointers
 from ringflow.sandbox.ownership import OwnershipLoan
 from ringflow.supervisor.output_limits import over_limits
@@ -46,6 +51,9 @@ def deep(fd: int, levels: int, width: int = 200) -> int:
         current = nxt
     return current
 
+
+# One line of 8 MiB that starts and ends with escape sequences, an undecodable byte last.
+HUGE_LINE = b"\x1b]0;title\x07" + b"x" * (8 << 20) + b"\x1b[2J\x07\xff\n"
 
 FEATURES = ("names", "deep", "loop", "fifo", "socket", "sparse", "deep_json", "huge_line",
             "dangling", "unreadable")  # fmt: skip
@@ -85,7 +93,7 @@ def hostile_tree(root: Path, rng: random.Random, features: set[str]) -> list[soc
             (root / "progress.json").write_text("[" * depth + "]" * depth)
             (root / "EXECUTION.json").write_text('{"a":' * 5000 + "1" + "}" * 5000)
         if "huge_line" in features:
-            (root / "huge.log").write_bytes(b"\x1b]0;title\x07" + b"x" * (8 << 20))
+            (root / "huge.log").write_bytes(HUGE_LINE)
         if "dangling" in features:
             os.symlink("nowhere", "dangling", dir_fd=fd)
         if "unreadable" in features:
@@ -213,3 +221,110 @@ def test_a_progress_file_that_is_a_fifo_is_not_opened(tmp_path):
     record = read_progress(fifo)
     assert record["content"] is None and record["content_error"] == "not a regular file"
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+# Logs a program or a session writes, as the log readers meet them: the huge line of the
+# hostile trees, a short last line of escape sequences, millions of lines, names with
+# newlines (one line per piece), nothing but blank lines.
+LOGS = {
+    "huge_line": None,  # built by hostile_tree
+    "escapes": b"ok\n\x1b[31mred alert\x1b[0m \xe2\x80\xae\x07\xc2\x9b\xff\r\n",
+    "many_lines": b"line\n" * 2_000_000 + b"\x1b]0;last\x07\n",
+    "newlines": NAMES[1] + b"\n" + NAMES[0] + b"\n",
+    "blank": b"\n \n\t\n",
+}
+
+
+def log_file(tmp_path: Path, kind: str) -> Path:
+    if LOGS[kind] is None:
+        hostile_tree(tmp_path / "tree", random.Random(0), {kind})
+        return tmp_path / "tree" / "huge.log"
+    path = tmp_path / f"{kind}.log"
+    path.write_bytes(LOGS[kind])
+    return path
+
+
+def bounded_read(reader, path: Path):
+    """(what reader returned, seconds, peak bytes allocated while it ran)."""
+    tracemalloc.start()
+    try:
+        started = time.monotonic()
+        value = reader(path)
+        took = time.monotonic() - started
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return value, took, peak
+
+
+def shown(line: str, limit: int) -> None:
+    """A line fit for a terminal: nothing left to escape, no escape sequence, bounded."""
+    assert printable(line) == line
+    assert not {"\x1b", "\x07", "\x9b", "\r", "\n", "\u202e"} & set(line), repr(line)
+    assert len(line) <= limit
+
+
+@pytest.mark.parametrize("kind", sorted(LOGS))
+def test_the_log_readers_read_any_log_from_its_tail_and_escape_it(tmp_path, kind):
+    path = log_file(tmp_path, kind)
+    line, took, peak = bounded_read(last_line, path)
+    assert took < 1 and peak < 1 << 20, (took, peak)
+    shown(line, LINE_CHARS)
+    messages, took, peak = bounded_read(last_lines, path)
+    assert took < 1 and peak < 1 << 20, (took, peak)
+    assert len(messages) <= LAST_MESSAGES
+    for message in messages:
+        shown(message, MESSAGE_CHARS)
+    if kind == "blank":
+        assert line == "" and messages == []
+    else:
+        assert line and messages[-1].strip()[:20] == line[:20]  # both read the same line
+    if kind == "huge_line":
+        assert line == "x" * LINE_CHARS  # the line's tail, cut: never 8 MiB of it
+        assert messages[-1] == "x" * MESSAGE_CHARS
+    if kind == "escapes":
+        assert messages == ["ok", "\\x1b[31mred alert\\x1b[0m \\u202e\\x07\\x9b\ufffd"]
+        assert line == messages[-1]
+
+
+def test_the_log_readers_never_open_what_is_not_a_file(tmp_path):
+    fifo = tmp_path / "stderr.log"
+    os.mkfifo(fifo)
+    assert last_lines(fifo) == [] and last_lines(tmp_path / "missing.log") == []
+    assert last_line(tmp_path / "missing.log") == ""
+
+
+def test_the_progress_line_escapes_what_a_ring_folder_holds(tmp_path):
+    """The progress line quotes the ring's id and the best node's id, an execution
+    folder's name: neither reaches the terminal with an escape sequence in it."""
+    ring = tmp_path / "ring"
+    node = "n001-\x1b[31mred\x07\u202e"
+    exec_dir = ring / "nodes" / node / "exec" / "a" / "s0"
+    exec_dir.mkdir(parents=True)
+    (exec_dir / "result.json").write_text(json.dumps({"status": "ok"}))
+    (exec_dir / "score.json").write_text(json.dumps({"scored": True, "valid": True,
+                                                     "score": 0.5}))  # fmt: skip
+    (ring / "nodes" / "index.json").write_text(json.dumps({"nodes": []}))
+    (ring / "RING.json").write_text(json.dumps({
+        "ring_id": "r\x1b]0;pwned\x07", "search_views": ["a"],
+        "task": {"direction": "maximize"}, "initial_cutoff": time.time() + 600}))  # fmt: skip
+    snap = snapshot(ring)
+    assert snap["best"] == (node, 0.5)
+    line = progress_line(snap)
+    shown(line, 1000)
+    assert "ring r\\x1b]0;pwned\\x07:" in line
+    assert "n001-\\x1b[31mred\\x07\\u202e 0.5000" in line
+
+
+def test_a_progress_file_full_of_escape_sequences_is_recorded_as_data(tmp_path):
+    """progress.json reaches health_latest.json as JSON: unchanged when read back, and its
+    control characters written as JSON escapes, never as raw bytes in the file."""
+    path = tmp_path / "progress.json"
+    step = "\x1b[2J\x1b]0;pwned\x07\r"
+    path.write_text(json.dumps({"step": step}))
+    record = read_progress(path)
+    assert record["content"] == {"step": step}
+    atomic_write_json(tmp_path / "health_latest.json", {"progress": record})
+    raw = (tmp_path / "health_latest.json").read_bytes()
+    assert not {0x1B, 0x07, 0x0D} & set(raw), raw
+    assert read_json(tmp_path / "health_latest.json")["progress"]["content"] == {"step": step}

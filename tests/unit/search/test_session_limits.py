@@ -1,0 +1,51 @@
+"""A live engineer session past engineer.limits is stopped while it runs, as `crash`
+(docs/limits.md#engineer-sessions): the supervisor counts its workspace like a program's
+output, every second, and the node that session leaves is refused."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from engtools import engineer_config, search_config
+from ringflow.search.plan import plan_generation
+from ringtools import locked_ring, make_candidate
+
+pytestmark = pytest.mark.sandbox
+
+LIMITS = {"file_mb": 100, "workspace_gb": 0.001, "workspace_files": 20}
+SLEEP_S = 120  # far past the test's own timeout: only the limit can end the session early
+WRITES = {
+    "workspace_gb": "head -c 3000000 /dev/zero > big.bin\n",
+    "workspace_files": "for i in $(seq 1 40); do : > f$i; done\n",
+}
+REASONS = {
+    "workspace_gb": "output limit exceeded",
+    "workspace_files": "output file limit exceeded",
+}
+
+
+@pytest.mark.parametrize("limit", sorted(WRITES))
+def test_a_live_session_past_its_workspace_limit_is_stopped_as_crash(tmp_path, limit):
+    make_candidate(tmp_path / "cands" / "a", mean=0.5)
+    script = f"printf 'print(1)\\n' > run.py\n{WRITES[limit]}echo written\nsleep {SLEEP_S}\n"
+    engineer = engineer_config(tmp_path / "tools", script, env_pass=[], limits=LIMITS)
+    ring = locked_ring(tmp_path, tmp_path / "cands", "ws", engineer=engineer,
+                       search=search_config())  # fmt: skip
+    (node,) = plan_generation(ring, 0)["nodes"]
+    argv = [sys.executable, "-m", "ringflow", "step", "engineer", str(ring), node]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = ring / "nodes" / node
+    session = json.loads((folder / "session.json").read_text())
+    assert "written" in (folder / "trajectory" / "stdout.log").read_text()
+    assert session["status"] == "crash", session
+    assert REASONS[limit] in session["reason"], session["reason"]
+    assert not session["budget_cut"] and session["wall_s"] < SLEEP_S / 4, session
+    assert session["reap_left"] == []
+    record = json.loads((folder / "node.json").read_text())
+    assert record["status"] == "rejected" and "workspace" in record["error"], record
+    assert not (folder / "solution").exists()
