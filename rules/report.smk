@@ -18,6 +18,8 @@ rule summary:
         "{params.step} summary {params.ring} --out {output.summary} > {log} 2>&1"
 
 
+# A ring that continues another also gets its chain page, chain.html, from this step: a
+# private record (ringflow.workflow.records), so that a finished ring never runs again for it.
 rule report:
     input:
         decision=ancient(path(RING.decision)),

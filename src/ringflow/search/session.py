@@ -21,6 +21,7 @@ and its trajectory starts with their logs.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import stat
@@ -372,9 +373,11 @@ def _session_limits(ring: dict) -> ResourceLimits:
     the workspace's files and bytes as it counts a program's output."""
     config, workspace = ring["config"], workspace_limits(ring)
     gb = None if workspace.max_bytes is None else workspace.max_bytes / 1024**3
-    return ResourceLimits.from_config(
+    limits = ResourceLimits.from_config(
         {**config["limits"], "output_gb": gb, "output_files": workspace.max_files}
     )
+    names = ("engineer.limits.workspace_gb", "engineer.limits.workspace_files")
+    return dataclasses.replace(limits, output_names=names)
 
 
 def _redact(trajectory: Path, names: list[str]) -> None:

@@ -16,7 +16,10 @@ from ..core.safetree import usage
 
 
 def over_limits(
-    folders: Sequence[os.PathLike | str], max_files: int | None, max_bytes: int | None
+    folders: Sequence[os.PathLike | str],
+    max_files: int | None,
+    max_bytes: int | None,
+    names: tuple[str, str] = ("limits.output_gb", "limits.output_files"),
 ) -> str | None:
     """Why what the program wrote passes limits.output_files or limits.output_gb, or None.
 
@@ -30,10 +33,10 @@ def over_limits(
         entries, size = entries + found.entries, size + found.bytes
         if found.over and "entries" in found.over:
             return (f"output file limit exceeded: more than {max_files} files and folders "
-                    f"(limits.output_files = {max_files})")  # fmt: skip
+                    f"({names[1]} = {max_files})")  # fmt: skip
         if found.over and "bytes" in found.over:
             return (f"output limit exceeded: more than {max_bytes} bytes written "
-                    f"(limits.output_gb = {max_bytes / 1024**3:g})")  # fmt: skip
+                    f"({names[0]} = {max_bytes / 1024**3:g})")  # fmt: skip
         if found.over:
             return f"output limit exceeded: the output is {found.over}"
     return None

@@ -29,7 +29,7 @@ def _check_keys(section: str, cls: type, d: Any) -> dict:
         return {}
     if not isinstance(d, dict):
         raise InputError(f"{section}: must be a mapping, got {type(d).__name__}")
-    known = {f.name for f in dataclasses.fields(cls)}
+    known = {f.name for f in dataclasses.fields(cls) if f.metadata.get("config", True)}
     unknown = sorted(set(d) - known)
     if unknown:
         raise InputError(f"{section}: unknown key(s) {unknown}; known keys are {sorted(known)}")
@@ -79,6 +79,11 @@ class ResourceLimits:
     output_files: int | None = None  # files and folders there, counted alike
     log_mb: float | None = None  # each of stdout.log and stderr.log; the rest is dropped
     max_processes: int | None = None  # processes and threads of the tree
+    # The configuration keys the output limits came from, for the reason a stop gives (an
+    # engineer session's workspace limits are engineer.limits.workspace_gb and _files).
+    output_names: tuple[str, str] = dataclasses.field(
+        default=("limits.output_gb", "limits.output_files"), metadata={"config": False}
+    )
 
     @classmethod
     def from_config(cls, d: dict) -> ResourceLimits:

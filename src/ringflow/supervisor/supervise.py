@@ -613,7 +613,7 @@ class _Supervision:
             return None
         max_bytes = None if limits.output_gb is None else int(limits.output_gb * 1024**3)
         return over_limits([*self.watch_output, *self.watch_writable], limits.output_files,
-                           max_bytes)  # fmt: skip
+                           max_bytes, limits.output_names)  # fmt: skip
 
     def _output_at_quota(self) -> str | None:
         quota = self.limits.output_gb
@@ -623,7 +623,7 @@ class _Supervision:
         if over_limits([*self.watch_output, *self.watch_writable], None,
                        int(quota * 1024**3) - 1) is None:  # fmt: skip
             return None
-        return f"output limit exceeded: the output reached limits.output_gb = {quota}"
+        return f"output limit exceeded: the output reached {self.limits.output_names[0]} = {quota}"
 
     def _limit_exceeded(self) -> str | None:
         """Which per-execution limit the tree is over (docs/operations.md#health-supervision), or

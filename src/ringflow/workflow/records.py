@@ -49,8 +49,8 @@ PRIVATE_RECORDS: list[tuple[str, str, str]] = [
     ("final/*", "seat-baseline, decide, repro", "the deployable result, replaced whole"),
     ("STOPPED.json", "any step", "why the machinery stopped the ring"),
     ("package/*", "ringflow package", "a packaged result, on request"),
-    ("*.html", "ringflow report", "reports written on request (chain page, screenshots)"),
-    ("screenshots/*", "the report's browser check", "screenshots of the report"),
+    ("chain.html", "report", "a continuation's chain page; it reads the earlier rings"),
+    ("*.html", "ringflow report", "pages written on request (--out, --chain)"),
 ]
 
 

@@ -44,6 +44,9 @@ def test_a_live_session_past_its_workspace_limit_is_stopped_as_crash(tmp_path, l
     assert "written" in (folder / "trajectory" / "stdout.log").read_text()
     assert session["status"] == "crash", session
     assert REASONS[limit] in session["reason"], session["reason"]
+    # The reason names the key the user set, not the program output's own limits.
+    assert f"engineer.limits.{limit}" in session["reason"], session["reason"]
+    assert "limits.output" not in session["reason"]
     assert not session["budget_cut"] and session["wall_s"] < SLEEP_S / 4, session
     assert session["reap_left"] == []
     record = json.loads((folder / "node.json").read_text())
