@@ -1,9 +1,26 @@
-# Final selection: the baseline goes to final/ first; each finalist, in rank order, is
+# Final selection: the baseline's probe runs estimate the guard's power beside the search;
+# the baseline (in a chain, the incumbent) goes to final/ first; each finalist, in rank order, is
 # reviewed (view-blind check: a screen on two disguised copies, more when it flags a
 # program whose output varies) and guarded against the baseline on
 # fresh seeds on the guard views; the first whose paired bootstrap LCB clears the margin
 # replaces the baseline. After the decision, when time remains: the reproduction check and
 # the other guarded finalists' final-view runs (diagnostics; they decide nothing).
+
+
+rule power:
+    input:
+        DAG.power_inputs,
+    output:
+        power=path(RING.power),
+    log:
+        DAG.log("power", "power"),
+    conda:
+        "../envs/ringflow.yaml"
+    params:
+        step=STEP,
+        ring=RING.root,
+    shell:
+        "{params.step} power {params.ring} --out {output.power} > {log} 2>&1"
 
 
 checkpoint seat_baseline:

@@ -4,6 +4,7 @@ cannot), and the guard's power, estimated from the baseline before a ring spends
 
 from __future__ import annotations
 
+from .core import statuses
 from .scorer_modes import resample_verdict
 
 
@@ -48,7 +49,7 @@ def report_power(report, ring: dict, index: dict) -> None:
 
     report.head("power of the guard (the baseline on the guard view, probe seeds):")
     base = index.get("baseline")
-    ready = {n["id"] for n in index["nodes"] if n["status"] == "ready"}
+    ready = {n["id"] for n in index["nodes"] if n["status"] == statuses.READY}
     if base is None:
         report.warn("skipped: no baseline given (--baseline DIR)")
         return

@@ -150,6 +150,14 @@ def cmd_seat_baseline(args) -> int:
     return 0
 
 
+def cmd_power(args) -> int:
+    from .selection.power import ring_power
+
+    _declared(args, _layout(args).power)
+    print(json.dumps(ring_power(args.ring_dir)))
+    return 0
+
+
 def cmd_screen(args) -> int:
     from .selection.final import screen
 
@@ -226,11 +234,18 @@ def cmd_step_summary(args) -> int:
 
 
 def cmd_step_report(args) -> int:
+    from .reporting.chain_report import write_chain_of_continuation
     from .reporting.report import write_report
 
     layout = _layout(args)
     _declared(args, layout.report)
     print(f"report written to {write_report(args.ring_dir, layout.report)}")
+    # A continuation's chain page is a private record, not an output of the rule: it reads
+    # the earlier rings, and a finished ring is never run again to write it
+    # (docs/report.md#the-chain-page).
+    chain = write_chain_of_continuation(args.ring_dir)
+    if chain is not None:
+        print(f"chain page written to {chain}")
     return 0
 
 
@@ -582,6 +597,7 @@ def add_steps(sub) -> None:
     add("seal", cmd_seal, "seal the work the cutoff cut off")
     add("promote", cmd_promote, "promote the top nodes by seed-0 score")
     add("rank", cmd_rank, "rank promoted nodes by the 3-seed mean")
+    add("power", cmd_power, "estimate the guard's power from the baseline's probe runs")
     add("seat-baseline", cmd_seat_baseline, "write the baseline to final/ first")
     add("screen", cmd_screen, "the view-blind check's first screen", (("node",), {}))
     add("review", cmd_review, "review a finalist", (("node",), {}))
@@ -589,7 +605,7 @@ def add_steps(sub) -> None:
     add("decide", cmd_decide, "make the final decision")
     add("repro", cmd_repro, "the reproduction check")
     add("summary", cmd_step_summary, "write the ring's summary.txt")
-    add("report", cmd_step_report, "write the ring's report.html")
+    add("report", cmd_step_report, "write the ring's report.html (a continuation's chain.html)")
     add("stop-manifest", cmd_stop_manifest, "write stop_manifest.json")
 
 

@@ -34,7 +34,7 @@ from .core.errors import (
 )
 from .core.hashing import PROGRESS_FILE, HashMemo, drop_ignored
 from .core.jsonio import read_json
-from .core.layout import RingLayout
+from .core.layout import RingLayout, is_guard_variant
 from .core.ledger import Ledger, emit_event, ledger_anchor
 from .core.records import write_record
 from .core.safetree import remove_tree
@@ -43,7 +43,6 @@ from .ring.boxes import close_box, open_box
 from .ring.inputs import check_inputs, program_inputs
 from .ring.run_inputs import fresh_inputs
 from .sandbox.gpus import Allocation, allocate, default_lock_dir, device_nodes, machine_gpus
-from .scoring import is_guard_variant
 from .supervisor import HealthSettings, ResourceLimits, supervise
 from .supervisor.memory import private_tmp_mb
 from .supervisor.output_limits import over_limits
@@ -142,7 +141,7 @@ def _load(ring_dir, node_id: str, view: str, variant: str, gpus: int = 0) -> Exe
     if node["status"] == statuses.CARRIED_OVER:
         raise RingflowError(f"node {node_id} was carried over (sealed in nodes/{node_id}/"
                             "carryover/): a ring that continues this one resumes it")  # fmt: skip
-    if node["status"] != "ready":
+    if node["status"] != statuses.READY:
         raise RingflowError(f"node {node_id} was rejected at import: {node.get('error')}")
     try:
         spec = node["executions"][view][variant]

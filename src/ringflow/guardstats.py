@@ -28,19 +28,22 @@ def _check_alpha(alpha: float) -> None:
         raise ValueError(f"alpha must lie strictly between 0 and 1, got {alpha!r}")
 
 
-def guard_verdict(stats: Mapping, *, margin: float, complete: bool) -> tuple[bool, str]:
-    """Replace the baseline only if every guard job finished and the LCB is above margin."""
+def guard_verdict(
+    stats: Mapping, *, margin: float, complete: bool, against: str = "baseline"
+) -> tuple[bool, str]:
+    """Replace the side guarded against (the baseline, or the chain's incumbent) only if
+    every guard job finished and the LCB is above margin."""
     if not math.isfinite(margin):
         raise ValueError(f"guard margin must be a finite number, got {margin!r}")
     if not complete:
-        return False, "incomplete guard: baseline kept"
+        return False, f"incomplete guard: {against} kept"
     lcb = stats.get("lcb")
     if lcb is None:
         why = stats.get("reason") or "no LCB"
-        return False, f"{why}: baseline kept"
+        return False, f"{why}: {against} kept"
     if lcb > margin:
-        return True, f"LCB {lcb:.4g} > margin {margin:g}: candidate replaces baseline"
-    return False, f"LCB {lcb:.4g} <= margin {margin:g}: baseline kept"
+        return True, f"LCB {lcb:.4g} > margin {margin:g}: candidate replaces {against}"
+    return False, f"LCB {lcb:.4g} <= margin {margin:g}: {against} kept"
 
 
 def per_seed_side_scores(

@@ -20,9 +20,10 @@ from .carryover.scored import (
 from .core.errors import CandidateError
 from .core.hashing import solution_tree_hash
 from .core.jsonio import atomic_write_json, read_json
-from .core.layout import RingLayout, is_review_variant, node_slug, variant_seed
+from .core.layout import RingLayout, is_guard_variant, is_review_variant, node_slug, variant_seed
 from .core.ledger import Ledger, emit_event
 from .core.records import write_record
+from .core.seeds import PROBE_SEEDS
 from .core.statuses import READY, REJECTED
 from .ring.edits import record_sources
 from .weights import keys
@@ -45,6 +46,9 @@ def planned_variants(ring: dict) -> dict[str, list[str]]:
     search += ["fresh-s0", "blind-s0", "blind2-s0", *review_extra_variants(ring)]
     plan = {view: list(search) for view in ring["search_views"]}
     plan.update({view: list(guard) for view in guard_views})
+    # The baseline's probe runs: the guard's power before any guard seed is spent.
+    for view in guard_views or ring["search_views"]:
+        plan[view] += [f"g{seed}" for seed in PROBE_SEEDS]
     plan[ring["final_view"]] = ["s0"]
     return plan
 
@@ -56,8 +60,7 @@ GUARD_TRAIN_SEED_BASE = 10_000
 
 def guard_train_seed(ring: dict, solution: Solution, variant: str) -> int | None:
     """The training seed of a guard run that retrains (guard.retrain), else None."""
-    guard_run = variant.startswith("g") and variant[1:].isdigit()
-    if not guard_run or not ring["config"]["guard"].get("retrain"):
+    if not is_guard_variant(variant) or not ring["config"]["guard"].get("retrain"):
         return None
     seed = variant_seed(variant)
     return seed if solution.seed_affects_training else GUARD_TRAIN_SEED_BASE + seed

@@ -20,6 +20,7 @@ import yaml
 
 from .candidate import load_solution
 from .check_guard import check_resampling, report_power
+from .core import statuses
 from .core.errors import InputError, RingflowError
 from .reporting.digest import first_line, last_line
 
@@ -253,9 +254,9 @@ def check(
         report.head("views:")
         report.ok(_views_line(ring))
         index = import_static(ring)
-        ready = [n for n in index["nodes"] if n["status"] == "ready"]
+        ready = [n for n in index["nodes"] if n["status"] == statuses.READY]
         base = next((n for n in index["nodes"] if n["role"] == "baseline"), None)
-        if base is not None and base["status"] != "ready":
+        if base is not None and base["status"] != statuses.READY:
             error = read_json(RingLayout(work / "runs" / "check").node_json(base["id"]))
             report.fail(f"baseline {baseline_dir.name}: {error.get('error')}")
         elif base is not None:

@@ -22,7 +22,7 @@ from .core import statuses
 from .core.clock import load_ring, scoring_deadline_for
 from .core.errors import InputError
 from .core.jsonio import read_json
-from .core.layout import RingLayout, variant_seed
+from .core.layout import RingLayout, is_guard_variant, variant_seed
 from .core.records import write_record
 from .core.stop import stop_ring
 from .ring.inputs import program_inputs
@@ -125,10 +125,6 @@ def _check_rows(raw: object, path: Path) -> dict:
 # execution is drawn with seed BOOTSTRAP_SEED_BASE + b, so both sides of a pair are scored
 # on the same rows, and no resample is the rows of a program seed's own score.
 BOOTSTRAP_SEED_BASE = 1_000_000
-
-
-def is_guard_variant(variant: str) -> bool:
-    return variant.startswith("g") and variant[1:].isdigit()
 
 
 def scorer_mode(task: dict) -> str:

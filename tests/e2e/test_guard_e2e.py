@@ -84,3 +84,37 @@ def test_guard_retrain_trains_every_guard_run_and_says_so(tmp_path):
             result = json.loads((exec_dir / "result.json").read_text())
             assert result["weights_mode"] == "train", (node, seed)
     assert "guard.retrain" in final["note"]
+
+
+def test_a_review_cut_by_the_clock_leaves_the_finalist_not_reviewed(tmp_path):
+    """The review's disguised runs start after a moment the test picks (the search's seed-0
+    runs come before it; the slow promotion seeds push the review past it) and then run
+    long: the review stage's deadline cuts them. Not a failed review: not reviewed, the
+    baseline stays, and the summary names the finalist passed over and why."""
+    import subprocess
+    import sys
+    import time
+
+    good = {"mean": 0.8, "sd": 0.01, "seed_sleep": {"1": 45, "2": 45},
+            "seed0_slow_after": time.time() + 30, "seed0_slow_s": 600}  # fmt: skip
+    ring = run_ring(tmp_path, "tight", baseline={"mean": 0.5, "sd": 0.01, "noise_key": "b"},
+                    candidates={"good": good},
+                    timeline={"duration_min": 4, "final_reserve_min": 3.5})  # fmt: skip
+    s0 = json.loads((ring / "nodes" / "n001-good" / "exec" / "proxy" / "s0" /
+                     "result.json").read_text())  # fmt: skip
+    assert s0["started_at"] < good["seed0_slow_after"], "the search's seed-0 run started late"
+    review = json.loads((ring / "selection" / "review-n001-good.json").read_text())
+    assert review["outcome"] == "not_reviewed" and review["cut"] and not review["passed"]
+    assert "was cut" in review["reasons"][0]
+    cut = json.loads((ring / "nodes" / "n001-good" / "exec" / "proxy" / "blind-s0" /
+                      "result.json").read_text())  # fmt: skip
+    assert cut["status"] == "interrupted" and cut["budget_cut"]
+    final = json.loads((ring / "final" / "FINAL.json").read_text())
+    assert final["decision"] == "baseline"
+    assert final["passed_over"] == [{"rank": 1, "node": "n001-good", "outcome": "not_reviewed",
+                                     "reason": final["verdicts"][0]["reason"]}]  # fmt: skip
+    assert "failed" not in final["verdicts"][0]["outcome"]
+    text = subprocess.run([sys.executable, "-m", "ringflow", "summary", str(ring)],
+                          capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert "passed over: n001-good (rank 1, not reviewed): not reviewed:" in text
+    assert "review failed" not in text

@@ -103,7 +103,7 @@ def seal_ring(ring_dir: str | Path) -> dict:
                                     evidence_refused)  # fmt: skip
             if record is not None:
                 evidence_seals.append(listed(entry["id"], record, EVIDENCE))
-        if entry["status"] not in ("ready", statuses.CARRIED_OVER):
+        if entry["status"] not in (statuses.READY, statuses.CARRIED_OVER):
             continue
         if entry.get("imported"):
             # Imported scored work is not sealed: a cut rescore is an obligation instead.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..core import statuses
 from ..core.jsonio import read_json, read_json_cached
 from .scores import IMPORTED, indexed_nodes, outcome
 
@@ -46,7 +47,7 @@ def obligations(ring_dir: str | Path) -> list[dict]:
     ring, layout, entries = indexed_nodes(ring_dir)
     out = []
     for entry in entries:
-        if not entry.get("rescore") or entry["status"] != "ready":
+        if not entry.get("rescore") or entry["status"] != statuses.READY:
             continue
         missing = [view for view in ring["search_views"]
                    if outcome(layout, entry["id"], view, "s0") is None]  # fmt: skip

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from ..candidate import load_solution
+from ..core import statuses
 from ..core.clock import load_ring
 from ..core.errors import CandidateError, RingflowError
 from ..core.hashing import solution_tree_hash
@@ -204,7 +205,7 @@ def settle_imported(node: dict, sender_ids: dict[tuple[str, str], str]) -> None:
     origin = block["from"]
     parent = sender_ids.get((origin["ring_id"], origin["parent"])) if origin["parent"] else None
     node["parent"] = parent
-    if node.get("status") != "ready":
+    if node.get("status") != statuses.READY:
         return
     if not (block["comparable"] or block["rescore"]):
         node["status"] = HISTORY

@@ -111,7 +111,7 @@ def exported(ring_dir: str | Path) -> list[dict]:
     ring, layout, entries = indexed_nodes(ring_dir)
     out = []
     for entry in entries:
-        if entry["role"] != "candidate" or entry["status"] not in ("ready", HISTORY):
+        if entry["role"] != "candidate" or entry["status"] not in (statuses.READY, HISTORY):
             continue
         node = read_json(layout.node_json(entry["id"]))
         sheet = score_sheet(ring, layout, node)

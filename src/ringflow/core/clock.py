@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .errors import InputError
 from .jsonio import read_json
-from .layout import RingLayout, is_review_variant
+from .layout import RingLayout, is_guard_variant, is_review_variant
 from .reserve import CutoffFile
 from .reserve import settle_deadline as bounded_settle
 
@@ -61,7 +61,7 @@ def stage_of(ring: dict, view: str, variant: str) -> str:
         # The reproduction check runs after the decision, in whatever time is left (up to
         # stop_at - stop_margin_s); no stage reserves time for it.
         return "diagnostic"
-    if variant.startswith("g") and variant[1:].isdigit():
+    if is_guard_variant(variant):
         return "guard"
     raise InputError(f"no stage for execution {view}/{variant}")
 

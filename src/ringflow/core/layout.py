@@ -113,6 +113,11 @@ class RingLayout:
         return self.root / "selection" / "ranking.json"
 
     @property
+    def power(self) -> Path:
+        """The guard's power, estimated from the baseline's probe runs (docs/guard.md#power)."""
+        return self.root / "selection" / "power.json"
+
+    @property
     def seated(self) -> Path:
         return self.root / "selection" / "baseline_seated.json"
 
@@ -211,6 +216,11 @@ def is_review_variant(variant: str) -> bool:
     """The view-blind check's runs: blind-s0, blind<N>-s0 (disguised copies) and real-s0
     (a fresh run on the real view), all seed 0 and fresh."""
     return variant == "real-s0" or re.fullmatch(r"blind\d*-s0", variant) is not None
+
+
+def is_guard_variant(variant: str) -> bool:
+    """A guard run: g<seed>."""
+    return re.fullmatch(r"g\d+", variant) is not None
 
 
 def variant_seed(variant: str) -> int:

@@ -13,10 +13,11 @@ import time
 from pathlib import Path
 
 from ..core.errors import InputError
-from ..core.jsonio import atomic_write_text
+from ..core.jsonio import atomic_write_text, read_json
 from ..core.layout import RingLayout
 from ..core.seeds import chain_rings
 from ..search.best_so_far import ring_progress
+from ..selection.incumbent import history as incumbent_history
 from .charts import Chart
 from .headline import deployable, improvement
 from .report import RingFiles, _environment, format_duration, score_label
@@ -72,7 +73,10 @@ def ring_entry(files: RingFiles, ring: dict, offset: float) -> dict:
     layout = RingLayout(root)
     decision = files.json(layout.decision) or files.json(layout.final_dir / "FINAL.json")
     progress = ring_progress(ring, layout)
-    stopped = files.json(root / "stop_manifest.json")
+    # Over once the decision is made and reproduced: the workflow writes the chain page at
+    # the report step, before the ring's last record (stop_manifest.json).
+    over = files.json(layout.decision) is not None and layout.repro_record.is_file()
+    finished = over or files.json(layout.stop_manifest) is not None
     return {
         "ring_id": ring["ring_id"],
         "root": str(root),
@@ -83,7 +87,7 @@ def ring_entry(files: RingFiles, ring: dict, offset: float) -> dict:
         "decision": decision,
         "improvement": None if decision is None else improvement(decision),
         "deploy": deployable(root, decision),
-        "finished": stopped is not None,
+        "finished": finished,
         "report": str(layout.report) if layout.report.exists() else None,
         "search_hash": ring.get("search_hash"),
     }
@@ -149,6 +153,7 @@ def chain_context(ring_dir: str | Path, now: float | None = None) -> dict:
         "rings": rings,
         "boundaries": boundaries,
         "chart": chain_chart(rings, task["direction"], task),
+        "history": incumbent_history(root),
         "best": chain_best(rings, task["direction"]),
         "root": str(root),
         "now": time.time() if now is None else now,
@@ -167,3 +172,14 @@ def write_chain(ring_dir: str | Path, out: str | Path | None = None) -> Path:
     target = Path(out) if out else Path(ring_dir) / CHAIN_PAGE
     atomic_write_text(target, html)
     return target
+
+
+def continues_another(ring_dir: str | Path) -> bool:
+    """Whether the ring continues another (`continue_from` in its RING.json)."""
+    return read_json(Path(ring_dir) / "RING.json").get("continue_from") is not None
+
+
+def write_chain_of_continuation(ring_dir: str | Path) -> Path | None:
+    """The report step's chain page: RING_DIR/chain.html for a ring that continues another,
+    nothing for a first ring (docs/report.md#the-chain-page)."""
+    return write_chain(ring_dir) if continues_another(ring_dir) else None

@@ -44,7 +44,9 @@ def improvement(decision: dict) -> dict | None:
         mean = fmean(guard["differences"])
     return {
         "candidate": guarded_candidate(decision),
-        "baseline": decision.get("baseline"),
+        # The side it was guarded against: the chain's incumbent, or the baseline.
+        "baseline": decision.get("reference", decision.get("baseline")),
+        "against": decision.get("guard_against") or "baseline",
         "mean": mean,
         "lcb": guard.get("lcb"),
         "alpha": guard.get("alpha"),
@@ -150,6 +152,9 @@ def headline(ctx: dict) -> dict:
         "pending": ctx["decision"] is None and decision is not None,
         "chosen": (decision or {}).get("chosen"),
         "baseline": (decision or {}).get("baseline"),
+        "against": (decision or {}).get("guard_against") or "baseline",
+        "reference": (decision or {}).get("reference", (decision or {}).get("baseline")),
+        "came_from": ((decision or {}).get("incumbent") or {}).get("chosen_in"),
         "improvement": None if decision is None else improvement(decision),
         "final_view": {
             "view": final_view.get("view"),

@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+from ..core import statuses
 from ..core.layout import RingLayout
 from ..core.safetext import printable
 from .report import format_duration
@@ -57,7 +58,7 @@ def snapshot(ring_root: str | Path, now: float | None = None) -> dict:
     direction = (ring.get("task") or {}).get("direction", "maximize")
     known = set()
     for node in index.get("nodes", []):
-        if node.get("status") != "ready":
+        if node.get("status") != statuses.READY:
             continue
         variants = ["s0"] if node.get("role") == "baseline" else ["s0", "s0-ablate"]
         if node.get("imported"):  # scored by an earlier ring; rescored on seed 0 only

@@ -291,7 +291,7 @@ def _node_mean(by_key: dict, node: str, views: list[str], variant: str, directio
 
 # Node statuses that say nothing went wrong; any other (rejected, stalled, ...) is a failure.
 NODE_STATUS_CLASS = {
-    "ready": "ok",
+    statuses.READY: "ok",
     "history": "muted",  # imported from an earlier ring whose scores are not comparable
     "carried_over": "running",  # sealed for the next ring
     "engineering": "running",
@@ -341,7 +341,7 @@ def node_rows(ctx: dict) -> list[dict]:
     for node in nodes:
         nid = node["id"]
         seeds = [_node_mean(by_key, nid, views, v, direction) for v in ("s0", "s1", "s2")]
-        if seeds[0] is None and node.get("status") == "ready" and "search_hash" in ring:
+        if seeds[0] is None and node.get("status") == statuses.READY and "search_hash" in ring:
             # An imported node's comparable seed-0 scores stand in for runs of its own, as
             # promotion and the terminal summary count them.
             seeds[0] = node_mean(ring, RingLayout(Path(ctx["root"])), nid, "s0")["mean"]

@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 from ..carryover.scored import summary_lines as scored_summary
+from ..core import statuses
 from ..core.clock import load_ring
 from ..core.jsonio import atomic_write_json, read_json
 from ..core.layout import RingLayout
@@ -25,7 +26,7 @@ def write_search_summary(ring_dir) -> dict:
     rows = {
         n["id"]: node_mean(ring, layout, n["id"], "s0")
         for n in index["nodes"]
-        if n["status"] == "ready"
+        if n["status"] == statuses.READY
     }
     record = {"ended_at": time.time(), "seed0": rows}
     atomic_write_json(layout.search, record)
@@ -164,9 +165,9 @@ GLOSSARY = (
 
 def node_happened(node: dict, runs: list[dict], failures: list) -> str:
     """What happened to a node, e.g. `ok 8/8`, `crashed 4/4`, `invalid 1/4, ok 3/4`."""
-    if node["status"] == "rejected":
+    if node["status"] == statuses.REJECTED:
         return "rejected"
-    if node["status"] != "ready":
+    if node["status"] != statuses.READY:
         return node["status"].replace("_", " ")
     if not runs:
         return "history" if node.get("imported") else "not run"
@@ -218,12 +219,18 @@ def decision_lines(ring: dict, layout: RingLayout) -> list[str]:
     decision = read_json(layout.decision)
     kind, chosen, base = decision["decision"], decision.get("chosen"), decision.get("baseline")
     reason = decision.get("reason", "")
+    side = decision.get("guard_against") or "baseline"
+    ref = decision.get("reference", base)
+    came_from = (decision.get("incumbent") or {}).get("chosen_in")
     if kind == "candidate":
-        beat = f"it beat the baseline {base}" if base else "there is no baseline to beat"
+        beat = f"it beat the {side} {ref}" if ref else "there is no baseline to beat"
         lines = [f"final decision: candidate -> {chosen}: final/ holds it; {beat}"]
     elif kind == "baseline":
         lines = [f"final decision: baseline -> {chosen}: final/ keeps the baseline; no "
                  "finalist was surely better"]  # fmt: skip
+    elif kind == "incumbent":
+        lines = [f"final decision: incumbent -> {chosen}: final/ keeps the chain's incumbent "
+                 f"(chosen in ring {came_from}); no finalist was surely better"]  # fmt: skip
     else:
         lines = [f"final decision: {kind}: nothing was written to final/"]
     guard = decision.get("guard") or {}
@@ -243,11 +250,32 @@ def decision_lines(ring: dict, layout: RingLayout) -> list[str]:
     final_view = decision.get("final_view") or {}
     if final_view.get("chosen") is not None:
         line = f"  on the final view {final_view.get('view')}: {chosen} {final_view['chosen']:.4f}"
+        if final_view.get("reference") is not None and ref not in (chosen, base):
+            line += f", {side} {final_view['reference']:.4f}"
         if final_view.get("baseline") is not None and chosen != base:
             line += f", baseline {final_view['baseline']:.4f}"
         lines.append(line)
-    if kind in ("candidate", "baseline"):
+    lines += guarded_against_lines(ring, decision)
+    if kind in ("candidate", "baseline", "incumbent"):
         lines += deploy_lines(ring, layout)
+    return lines
+
+
+def guarded_against_lines(ring: dict, decision: dict) -> list[str]:
+    """In a chain: what the finalists were guarded against (guard.against), and the
+    chain's incumbent ring by ring (docs/guard.md#the-incumbent)."""
+    if not ring.get("continue_from") or decision.get("decision") in ("refused", "none"):
+        return []
+    from ..selection.incumbent import against, history, history_line
+
+    side = decision.get("guard_against") or "baseline"
+    lines = [f"  guarded against: the {side} {decision.get('reference', decision.get('baseline'))}"
+             f" (guard.against: {against(ring)})"]  # fmt: skip
+    incumbent = decision.get("incumbent") or {}
+    if incumbent.get("warning"):
+        lines[0] += "; " + incumbent["warning"].removeprefix("guard.against: baseline: ")
+    lines.append("  the chain's incumbent: " + "; ".join(
+        history_line(row) for row in history(ring["ring_dir"])))  # fmt: skip
     return lines
 
 
@@ -303,7 +331,7 @@ def render_summary(ring_dir) -> str:
     ]
     runs = list(executions(layout))
     for node in index["nodes"]:
-        ready = node["status"] == "ready"
+        ready = node["status"] == statuses.READY
         s0 = node_mean(ring, layout, node["id"], "s0")["mean"] if ready else None
         mine = [(n, v, var, r) for n, v, var, r in runs if n == node["id"]]
         ok = f"{sum(r['status'] == 'ok' for *_, r in mine)}/{len(mine)}"
@@ -316,10 +344,10 @@ def render_summary(ring_dir) -> str:
         )
     modes = Counter(r["weights_mode"] for *_, r in runs)
     order = [*WEIGHTS_WORDS, *sorted(set(modes) - set(WEIGHTS_WORDS))]
-    statuses = Counter(r["status"] for *_, r in runs)
+    counts = Counter(r["status"] for *_, r in runs)
     lines += [
         "",
-        "runs: " + ", ".join(f"{v} {HAPPENED.get(k, k)}" for k, v in sorted(statuses.items())),
+        "runs: " + ", ".join(f"{v} {HAPPENED.get(k, k)}" for k, v in sorted(counts.items())),
         "weights: " + "; ".join(f"{modes[k]} {WEIGHTS_WORDS.get(k, k)}" for k in order if modes[k]),
         *progress_lines(ring_progress(ring, layout)),
         *carryover_lines(layout, index["nodes"]),
@@ -341,8 +369,16 @@ def decision_detail_lines(decision: dict) -> list[str]:
                    if judged.get(k)]  # fmt: skip
         lines.append(f"  the guard judged: {', '.join(covered)}")
     detectable = ((decision.get("guard") or {}).get("bootstrap") or {}).get("detectable")
-    if detectable is not None:
-        lines.append(f"  smallest advantage this guard could detect: {detectable:.4g}")
+    before = decision.get("power_before") or {}
+    if detectable is not None or before:
+        measured = "not measured" if detectable is None else f"{detectable:.4g}"
+        line = f"  smallest advantage this guard could detect: {measured}"
+        if before.get("detectable") is not None:
+            line += (f" (estimated before the guard from the baseline's probe runs: "
+                     f"{before['detectable']:.4g})")  # fmt: skip
+        elif before.get("reason"):
+            line += f" (estimated before the guard: {before['reason']})"
+        lines.append(line)
     for item in decision.get("passed_over") or []:
         lines.append(f"  passed over: {item['node']} (rank {item['rank']}, "
                      f"{item['outcome'].replace('_', ' ')}): {item['reason']}")  # fmt: skip

@@ -194,3 +194,35 @@ def refuse_task_switch(config: dict, workdir: Path | None = None) -> None:
     task_dir = _resolve(parent_paths(config, parent)["task"], Path(workdir or os.getcwd()))
     task = load_task(task_dir)
     check_same_task(parent, task.name, task.direction, task_dir)
+
+
+def fresh_guard_views(
+    previous: Path | None, guard_views: list[str], views: dict, configured: bool
+) -> tuple[list[str], dict | None]:
+    """The guard views a continuation scores, and what it knows of their use before.
+
+    The chain's incumbent was chosen on the guard rows of an earlier ring, so its score
+    there is biased upward (docs/guard.md#the-incumbent). Where the task declares several
+    guard views (and the configuration names none), a continuation keeps those no earlier
+    ring of the chain guarded on, while it has one; when every one was used, it reuses
+    them all and says so. A view counts as used by its content, whatever its name."""
+    from ..core.seeds import chain_rings
+
+    if previous is None or not guard_views:
+        return guard_views, None
+    used: dict[str, str] = {}
+    for ancestor in chain_rings(previous):
+        for view in ancestor.get("guard_views") or []:
+            content = (ancestor.get("views") or {}).get(view, {}).get("content_hash")
+            if content:
+                used.setdefault(content, ancestor.get("ring_id"))
+    before = {v: used[views[v]["content_hash"]] for v in guard_views
+              if views[v]["content_hash"] in used}  # fmt: skip
+    fresh = [v for v in guard_views if v not in before]
+    keep = guard_views if configured or not fresh else fresh
+    info = {
+        "declared": list(guard_views),
+        "used_before": before,
+        "reused": sorted(set(keep) & set(before)),
+    }
+    return keep, info

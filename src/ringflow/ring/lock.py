@@ -306,6 +306,9 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
         "env_keys": {v: views[v]["env_key"] for v in search_views},
     }
     check_ancestors(paths["previous"])
+    guard_views, guard_history = chain.fresh_guard_views(
+        paths["previous"], guard_views, views, configured=config["views"]["guard"] is not None
+    )
     seed_plan = seeds.SeedRegistry(store).allocate(
         layout.root, config["ring_id"], paths["previous"], config["guard"]["seeds"]
     )
@@ -331,6 +334,9 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
         # Views only the guard scores; empty: the guard re-uses search rows
         # (docs/contracts.md#view-roles).
         "guard_views": guard_views,
+        # The chain's earlier use of the task's guard views (docs/guard.md#the-incumbent).
+        "guard_view_history": guard_history,
+        "guard_views_reused": bool((guard_history or {}).get("reused")),
         "final_view": final_view,
         "evaluation": evaluation,
         "search_hash": sha256_json(evaluation),

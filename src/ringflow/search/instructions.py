@@ -12,6 +12,7 @@ import jinja2
 
 from ..carryover import engineer as carried
 from ..carryover.scores import imported_refuted
+from ..core import statuses
 from ..core.jsonio import read_json
 from ..core.layout import RingLayout
 from ..selection.scores import node_mean
@@ -44,7 +45,7 @@ def refuted_directions(ring: dict, layout: RingLayout, index: dict) -> list[dict
     sign = 1.0 if ring["task"]["direction"] == "maximize" else -1.0
     refuted = []
     for entry in index["nodes"]:
-        if entry["status"] != "ready":
+        if entry["status"] != statuses.READY:
             continue
         node = read_json(layout.node_json(entry["id"]))
         parent = node.get("parent")

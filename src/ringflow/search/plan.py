@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from ..carryover.engineer import operator
+from ..core import statuses
 from ..core.clock import current_cutoff, load_ring
 from ..core.jsonio import atomic_write_json, read_json
 from ..core.layout import RingLayout, node_slug
@@ -39,7 +40,7 @@ def parent_scores(ring: dict, layout: RingLayout, index: dict) -> dict[str, floa
     """Seed-0 mean over the search views of every ready candidate that has one."""
     scores = {}
     for entry in index["nodes"]:
-        if entry["role"] != "candidate" or entry["status"] != "ready":
+        if entry["role"] != "candidate" or entry["status"] != statuses.READY:
             continue
         mean = node_mean(ring, layout, entry["id"], "s0")["mean"]
         if mean is not None:

@@ -27,6 +27,7 @@ from ..weights.store import WeightsStore
 from . import viewblind
 from .deploy import complete_solution
 from .gap import selection_gap
+from .incumbent import INCUMBENT, reference
 from .order import NOT_REVIEWED, choose, ends_selection, usable_baseline
 from .scores import node_mean
 
@@ -76,9 +77,12 @@ def write_final(layout: RingLayout, node: str, record: dict) -> None:
 
 
 def seat_baseline(ring_dir) -> dict:
-    """Write the baseline to final/ before any candidate is reviewed."""
+    """Write the guard's reference to final/ before any candidate is reviewed: the chain's
+    incumbent in a ring that continues another, else the baseline
+    (docs/guard.md#the-incumbent)."""
     ring, layout, index = _ctx(ring_dir)
     base = usable_baseline(index)
+    ref = reference(ring, index)
     if guard_refused(ring, index):
         why = (
             "no baseline configured"
@@ -91,20 +95,52 @@ def seat_baseline(ring_dir) -> dict:
     elif base is None:
         seated = {"refused": False, "baseline": None, "reason": "no baseline; guard disabled"}
     else:
+        seat = ref["node"]
         record = {
-            "decision": "baseline",
-            "chosen": base,
+            "decision": ref["role"],
+            "chosen": seat,
             "baseline": base,
-            "reason": "baseline seated before any candidate review; final selection pending",
+            "reference": seat,
+            "guard_against": ref["role"],
+            "incumbent": incumbent_record(ref),
+            "reason": f"{ref['role']} seated before any candidate review; final selection "
+            f"pending ({ref['reason']})",
             "baseline_search": node_mean(ring, layout, base, "s0"),
             "complete": False,
         }
-        write_final(layout, base, record)
-        seated = {"refused": False, "baseline": base, "reason": "baseline seated"}
-        emit_event(layout.root, "baseline_seated", node=base)
-    seated["at"] = time.time()
+        write_final(layout, seat, record)
+        seated = {"refused": False, "baseline": base, "reason": f"{ref['role']} seated"}
+        emit_event(layout.root, "baseline_seated", node=seat, role=ref["role"])
+    seated.update(reference=ref["node"] if not seated["refused"] else None,
+                  guard_against=ref["role"], reference_reason=ref["reason"],
+                  incumbent=incumbent_record(ref), at=time.time())  # fmt: skip
     atomic_write_json(layout.seated, seated)
     return seated
+
+
+def incumbent_record(ref: dict) -> dict | None:
+    """FINAL.json's `incumbent`: the parent's choice, where it came from, whether it is the
+    side guarded against here (None in a chain's first ring)."""
+    choice = ref["incumbent"]
+    if choice is None:
+        return None
+    return {
+        "node": ref["node"] if ref["role"] == INCUMBENT else None,
+        "parent_ring": choice["ring"],
+        "parent_node": choice["node"],
+        "parent_decision": choice["decision"],
+        "chosen_in": choice["chosen_in"],
+        "is_baseline": choice["is_baseline"],
+        "kept_as_reference": ref["role"] == INCUMBENT,
+        "reason": ref["reason"],
+        "warning": ref["warning"],
+    }
+
+
+def reference_node(seated: dict) -> str | None:
+    """The node final/ was seated with and finalists are guarded against (a seat written
+    before the incumbent existed names the baseline only)."""
+    return seated.get("reference", seated.get("baseline"))
 
 
 def guard_views(ring: dict) -> list[str]:
@@ -454,7 +490,7 @@ def _guard_record(ring, seeds, views, alpha, margin) -> dict:
 
 
 def verdict(ring_dir, rank: int) -> dict:
-    ring, layout, index = _ctx(ring_dir)
+    ring, layout, _ = _ctx(ring_dir)
     ranking = read_json(layout.ranking)
     node = ranking["finalists"][rank - 1]
     record: dict = {"rank": rank, "node": node}
@@ -480,20 +516,22 @@ def verdict(ring_dir, rank: int) -> dict:
         atomic_write_json(layout.verdict(rank), record)
         return record
     guard = ring["config"]["guard"]
-    base = usable_baseline(index)
+    seated = read_json(layout.seated)
+    base = reference_node(seated)  # the incumbent, or the baseline
+    side = seated.get("guard_against") or "baseline"
     seeds = ring["guard_seeds"]
     a_prime = guardstats.alpha_prime(guard["alpha"], eligible_at_ranking(ring, ranking))
     info = _guard_record(ring, seeds, guard_views(ring), a_prime, guard["margin"])
     cand_runs, base_runs = guard_runs(ring, layout, node), guard_runs(ring, layout, base)
     cand_side, base_side = per_seed_means(ring, cand_runs), per_seed_means(ring, base_runs)
-    info.update(candidate=cand_side, baseline=base_side)
+    info.update(candidate=cand_side, baseline=base_side, against=base, against_role=side)
     base_problem, cand_problem = side_problem(base_runs), side_problem(cand_runs)
     replace = False
     if base_problem or (cand_problem and cand_problem[0] == "incomplete"):
         # Time ran out, or the baseline failed: selection ends with the baseline (no seed
         # shopping, no other finalist to save time).
-        why = f"baseline's {base_problem[1]}" if base_problem else cand_problem[1]
-        reason = f"incomplete guard ({why}): baseline kept"
+        why = f"{side}'s {base_problem[1]}" if base_problem else cand_problem[1]
+        reason = f"incomplete guard ({why}): {side} kept"
         record["outcome"] = "not_guarded"
     elif cand_problem:
         # The finalist's own run crashed or was invalid: it fails its guard, its alpha'
@@ -517,7 +555,9 @@ def verdict(ring_dir, rank: int) -> dict:
         kept = ("method", "replicates", "quantile_index", "mean", "min", "max", "spread",
                 "interval", "detectable", "reason")  # fmt: skip
         info.update(lcb=stats["lcb"], mean=stats["mean"], bootstrap={k: stats[k] for k in kept})
-        replace, reason = guardstats.guard_verdict(stats, margin=guard["margin"], complete=True)
+        replace, reason = guardstats.guard_verdict(
+            stats, margin=guard["margin"], complete=True, against=side
+        )
         record["outcome"] = "replaces" if replace else "not_better"
     record.update(eligible=True, replace=replace, reason=reason, guard=info)
     atomic_write_json(layout.verdict(rank), record)
@@ -609,6 +649,24 @@ def finalists_story(ring, layout, ranking: dict, verdicts: list[dict], base: str
             "final_view": _final_score(ring, layout, base),
         }
     return rows, baseline
+
+
+def baseline_alone(ring, layout, base: str | None) -> dict | None:
+    """The configured baseline's scores where the guard compared against the incumbent
+    (it ran on the search and final views, not on this ring's guard seeds)."""
+    if base is None:
+        return None
+    search = node_mean(ring, layout, base, "s0")
+    return {"node": base, "search_mean": search["mean"], "search": search["per_view"],
+            "guard_mean": None, "final_view": _final_score(ring, layout, base)}  # fmt: skip
+
+
+GUARD_VIEWS_REUSED = (
+    "Every guard view of the task was guarded on by an earlier ring of this chain: a "
+    "program chosen there (the incumbent) was chosen on these rows, so its score here is "
+    "biased upward and a comparison against it is conservative (a better candidate can be "
+    "missed, never wrongly adopted). Declare another guard view for fresh rows."
+)
 
 
 def story_gap(ring, chosen: str | None, rows: list[dict], baseline: dict | None) -> dict:
@@ -748,6 +806,8 @@ def decide(ring_dir) -> dict:
     verdicts = verdicts_in_order(ring, layout) if ring["config"]["guard"]["enabled"] else []
     ranking = read_json(layout.ranking)
     base = seated["baseline"]
+    ref = reference_node(seated)  # the incumbent, or the baseline
+    side = seated.get("guard_against") or "baseline"
     chosen, reason, chosen_verdict = choose(ring, seated, ranking, verdicts)
     if chosen is None:
         record = {
@@ -757,7 +817,8 @@ def decide(ring_dir) -> dict:
         }
         write_record(layout.root, layout.decision, record)
         return record
-    rows, baseline = finalists_story(ring, layout, ranking, verdicts, base)
+    rows, baseline = finalists_story(ring, layout, ranking, verdicts, ref)
+    configured_baseline = baseline if ref == base else baseline_alone(ring, layout, base)
     guarded = [v for v in verdicts if v.get("guard")]
     a_prime = guardstats.alpha_prime(
         ring["config"]["guard"]["alpha"], eligible_at_ranking(ring, ranking)
@@ -782,12 +843,20 @@ def decide(ring_dir) -> dict:
     warnings = [REUSE_WARNING] if reuses_search_rows(ring) else []
     if scorer_mode(ring["task"]) == "fixed":
         warnings.append(FIXED_SCORER_WARNING)
+    if (seated.get("incumbent") or {}).get("warning"):
+        warnings.append(seated["incumbent"]["warning"])
+    if ring.get("guard_views_reused"):
+        warnings.append(GUARD_VIEWS_REUSED)
     if ring.get("sandbox", {}).get("mode") == "none":
         warnings.append("sandbox.mode: none: every program of this ring ran unconfined")
     record = {
-        "decision": "baseline" if chosen == base else "candidate",
+        "decision": "baseline" if chosen == base else side if chosen == ref else "candidate",
         "chosen": chosen,
         "baseline": base,
+        # What the guard compared the finalists against (docs/guard.md#the-incumbent).
+        "guard_against": side,
+        "reference": ref,
+        "incumbent": seated.get("incumbent"),
         "reason": reason,
         "guard": guard,
         "guard_ran": bool(guarded) and ring["config"]["guard"]["enabled"],
@@ -795,22 +864,30 @@ def decide(ring_dir) -> dict:
         "verdicts": verdicts,
         "reviews": [v["review"] for v in verdicts],
         "finalists": rows,
-        "baseline_scores": baseline,
+        "baseline_scores": configured_baseline,
+        "reference_scores": baseline,
         "promotion_mean": (chosen_row or {}).get("promotion_mean")
-        if chosen != base else (baseline or {}).get("search_mean"),
+        if chosen != ref else (baseline or {}).get("search_mean"),
         "guard_mean": (chosen_row or {}).get("guard_mean")
-        if chosen != base else (baseline or {}).get("guard_mean"),
+        if chosen != ref else (baseline or {}).get("guard_mean"),
         "shrinkage": _shrinkage(rows),
         "final_view": {
             "view": ring["final_view"],
             "chosen": _final_score(ring, layout, chosen),
             "baseline": _final_score(ring, layout, base),
+            "reference": _final_score(ring, layout, ref),
         },
         # Biased upward when candidates are equal (the best of several noisy scores).
         "selection_gap": story_gap(ring, chosen, rows, baseline),
         "improvement": improvement(ring, layout, chosen, base, ring["config"]["guard"]["alpha"]),
+        "improvement_over_reference": improvement(
+            ring, layout, chosen, ref, ring["config"]["guard"]["alpha"]
+        ),
         "winners_curse": winners_curse(chosen, rows, baseline, verdicts),
         "guard_judged": guard_covered(ring),
+        # The smallest advantage the guard could detect, estimated before it ran from the
+        # baseline's probe runs (docs/guard.md#power).
+        "power_before": read_json(layout.power) if layout.power.exists() else None,
         "passed_over": passed_over(ranking, verdicts, chosen),
         "weights": _weights_fingerprint(ring, chosen),
         "ships": ships(ring, layout, chosen),
@@ -831,7 +908,7 @@ def decide(ring_dir) -> dict:
     write_final(layout, chosen, record)
     write_record(layout.root, layout.decision, record)
     Ledger(layout.ledger).append(
-        "final_decided", decision=record["decision"], chosen=chosen, baseline=base
+        "final_decided", decision=record["decision"], chosen=chosen, baseline=base, reference=ref
     )
     emit_event(layout.root, "final_decided", decision=record["decision"], chosen=chosen)
     return record
@@ -851,7 +928,7 @@ def trained_finalists(ring_dir, finalists: list[str]) -> list[str]:
 def after_decision_final_runs(decision: dict) -> list[str]:
     """Guarded finalists that did not run on the final view for the decision: they do after
     it, when time remains, so the selection gap compares every guarded finalist."""
-    sides = {decision.get("chosen"), decision.get("baseline")}
+    sides = {decision.get("chosen"), decision.get("baseline"), decision.get("reference")}
     return [
         row["node"] for row in decision.get("finalists", [])
         if row["guarded"] and row["node"] not in sides

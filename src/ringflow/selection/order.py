@@ -5,11 +5,13 @@ workflow (what to schedule next), the decision step and the timekeeper (what is 
 
 from __future__ import annotations
 
+from ..core import statuses
+
 
 def usable_baseline(index: dict) -> str | None:
     """The baseline node, if it is ready (a rejected baseline cannot be seated)."""
     base = index.get("baseline")
-    ready = {n["id"] for n in index["nodes"] if n["status"] == "ready"}
+    ready = {n["id"] for n in index["nodes"] if n["status"] == statuses.READY}
     return base if base in ready else None
 
 
@@ -28,22 +30,25 @@ def ends_selection(verdict: dict) -> bool:
 
 
 def choose(ring: dict, seated: dict, ranking: dict, verdicts: list[dict]):
-    """(chosen node or None, reason, the verdict that chose it or None)."""
-    base = seated["baseline"]
+    """(chosen node or None, reason, the verdict that chose it or None). What stays when
+    no finalist replaces it is the seated side: the chain's incumbent, or the baseline
+    (docs/guard.md#the-incumbent)."""
+    base = seated.get("reference", seated["baseline"])
+    side = seated.get("guard_against") or "baseline"
     top = ranking["finalists"][0] if ranking["finalists"] else None
     if base is None:
         return top, "no baseline and guard disabled: the top finalist by 3-seed mean", None
     if not ring["config"]["guard"]["enabled"]:
         if top is None:
-            return base, "guard disabled and no finalist: baseline kept", None
+            return base, f"guard disabled and no finalist: {side} kept", None
         return top, "guard disabled: the top finalist by 3-seed mean (no protection)", None
     for item in verdicts:
         if item["replace"]:
             return item["node"], item["reason"], item
     if not verdicts:
-        return base, "baseline kept: no finalist", None
+        return base, f"{side} kept: no finalist", None
     return (
         base,
-        "baseline kept: " + "; ".join(f"{v['node']}: {v['reason']}" for v in verdicts),
+        f"{side} kept: " + "; ".join(f"{v['node']}: {v['reason']}" for v in verdicts),
         None,
     )

@@ -14,9 +14,7 @@ import math
 from pathlib import Path
 from statistics import NormalDist, fmean, pvariance
 
-# Probe seeds: far above any guard seed a ring is given (the smallest integers >= 3 that
-# no ring of the store exposed), so the probe exposes none of them.
-PROBE_SEEDS = (900_001, 900_002)
+from ..core.seeds import PROBE_SEEDS
 
 
 def detectable_advantage(
@@ -41,41 +39,76 @@ def detectable_advantage(
     }
 
 
-def probe_baseline(ring: dict, node: str) -> dict:
-    """Run the baseline on every guard view under the probe seeds, score each run on the
-    guard's bootstrap resamples, and estimate the guard's power (a throwaway ring)."""
+def probe_variants() -> list[str]:
+    return [f"g{seed}" for seed in PROBE_SEEDS]
+
+
+def _estimate(ring: dict, runs: dict[str, list[list[float]]]) -> dict:
     from ..core.clock import final_top_k
-    from ..core.jsonio import atomic_write_json, read_json
-    from ..core.layout import RingLayout
-    from ..execute import run_execution
     from ..guardstats import alpha_prime
+
+    a_prime = alpha_prime(ring["config"]["guard"]["alpha"], final_top_k(ring))
+    return detectable_advantage(runs, guard_seeds=len(ring["guard_seeds"]), alpha_prime=a_prime)
+
+
+def _probe_scores(ring: dict, node: str, view: str, variant: str) -> list[float]:
+    """One probe run's bootstrap scores; ValueError naming what went wrong."""
+    from ..core.jsonio import read_json
+    from ..core.layout import RingLayout
+
+    layout = RingLayout(Path(ring["ring_dir"]))
+    result_path, score_path = layout.result(node, view, variant), layout.score(node, view, variant)
+    if not result_path.exists():
+        raise ValueError(f"the baseline's probe run on {view} did not run")
+    result = read_json(result_path)
+    if result["status"] != "ok":
+        raise ValueError(f"the baseline's probe run on {view} {result['status']}: "
+                         f"{result.get('reason', '')}")  # fmt: skip
+    score = read_json(score_path) if score_path.exists() else {}
+    if not score.get("bootstrap"):
+        raise ValueError(f"the baseline's probe run on {view} has no bootstrap scores: "
+                         f"{score.get('reason', '')}")  # fmt: skip
+    return score["bootstrap"]
+
+
+def probe_baseline(ring: dict, node: str) -> dict:
+    """Run the baseline on every guard view under the probe seeds (planned for every node,
+    docs/guard.md#power), score each run on the guard's bootstrap resamples, and estimate
+    the guard's power (`ringflow check`'s throwaway ring)."""
+    from ..execute import run_execution
     from ..scoring import score_execution
     from .final import guard_views
 
-    layout = RingLayout(Path(ring["ring_dir"]))
-    record = read_json(layout.node_json(node))
-    views = guard_views(ring)
-    for view in views:
-        plan = record["executions"][view]
-        template = plan[f"g{ring['guard_seeds'][0]}"]
-        for seed in PROBE_SEEDS:
-            spec = {**template, "seed": seed}
-            if record["solution"].get("seed_affects_training"):
-                spec.update(weights="fresh", key=None)
-            plan[f"g{seed}"] = spec
-    atomic_write_json(layout.node_json(node), record)
     runs: dict[str, list[list[float]]] = {}
-    for view in views:
-        for seed in PROBE_SEEDS:
-            result = run_execution(ring["ring_dir"], node, view, f"g{seed}")
-            if result["status"] != "ok":
-                raise ValueError(f"the baseline's probe run on {view} {result['status']}: "
-                                 f"{result.get('reason', '')}")  # fmt: skip
-            score = score_execution(ring["ring_dir"], node, view, f"g{seed}")
-            if not score.get("bootstrap"):
-                raise ValueError(f"the baseline's probe run on {view} has no bootstrap scores: "
-                                 f"{score.get('reason', '')}")  # fmt: skip
-            runs.setdefault(view, []).append(score["bootstrap"])
-    k = final_top_k(ring)
-    a_prime = alpha_prime(ring["config"]["guard"]["alpha"], k)
-    return detectable_advantage(runs, guard_seeds=len(ring["guard_seeds"]), alpha_prime=a_prime)
+    for view in guard_views(ring):
+        for variant in probe_variants():
+            run_execution(ring["ring_dir"], node, view, variant)
+            score_execution(ring["ring_dir"], node, view, variant)
+            runs.setdefault(view, []).append(_probe_scores(ring, node, view, variant))
+    return _estimate(ring, runs)
+
+
+def ring_power(ring_dir: str | Path) -> dict:
+    """The ring's own estimate, before its guard (selection/power.json): from the
+    baseline's probe runs, which the workflow runs beside the search. A probe that failed
+    or was cut leaves no estimate, with the reason; it never stops the ring."""
+    from ..core.clock import load_ring
+    from ..core.jsonio import atomic_write_json, read_json
+    from ..core.layout import RingLayout
+    from .final import guard_views
+    from .order import usable_baseline
+
+    ring = load_ring(ring_dir)
+    layout = RingLayout(Path(ring["ring_dir"]))
+    base = usable_baseline(read_json(layout.nodes_index))
+    record: dict = {"node": base, "probe_seeds": list(PROBE_SEEDS), "detectable": None}
+    try:
+        if base is None:
+            raise ValueError("no usable baseline")
+        runs = {view: [_probe_scores(ring, base, view, v) for v in probe_variants()]
+                for view in guard_views(ring)}  # fmt: skip
+        record.update(_estimate(ring, runs), reason=None)
+    except ValueError as exc:
+        record["reason"] = f"no estimate: {exc}"
+    atomic_write_json(layout.power, record)
+    return record

@@ -10,6 +10,7 @@ from ..core.clock import load_ring
 from ..core.jsonio import atomic_write_json, read_json
 from ..core.layout import RingLayout
 from ..core.ledger import emit_event
+from .incumbent import incumbent_node
 from .scores import PROMOTION_SEEDS, candidate_ids, node_mean, rank_key
 
 __all__ = ["PROMOTION_SEEDS", "candidate_ids", "node_mean", "promote", "rank", "rank_key"]
@@ -21,7 +22,11 @@ def promote(ring_dir: str | Path) -> dict:
     index = read_json(layout.nodes_index)
     direction = ring["task"]["direction"]
     scored, unscored = [], []
+    # The chain's incumbent is what finalists are guarded against, never one of them.
+    held = incumbent_node(ring, index)
     for node in candidate_ids(index):
+        if node == held:
+            continue
         s0 = node_mean(ring, layout, node, "s0")
         if s0["mean"] is None:
             unscored.append({"node": node, "per_view": s0["per_view"]})
@@ -34,6 +39,7 @@ def promote(ring_dir: str | Path) -> dict:
         "ranked_by_seed0": scored,
         "unscored": unscored,
         "promoted": [row["node"] for row in scored[:k]],
+        "incumbent": held,
     }
     atomic_write_json(layout.promotion, promotion)
     emit_event(layout.root, "promoted", nodes=promotion["promoted"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 from statistics import fmean
 
 from ..carryover.scores import imported_score
+from ..core import statuses
 from ..core.layout import RingLayout
 from ..scoring import read_score, usable
 
@@ -41,4 +42,8 @@ def rank_key(direction: str):
 
 
 def candidate_ids(index: dict) -> list[str]:
-    return [n["id"] for n in index["nodes"] if n["role"] == "candidate" and n["status"] == "ready"]
+    return [
+        n["id"]
+        for n in index["nodes"]
+        if n["role"] == "candidate" and n["status"] == statuses.READY
+    ]

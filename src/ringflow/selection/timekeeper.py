@@ -29,6 +29,7 @@ from ..core.jsonio import atomic_write_json, read_json
 from ..core.layout import RingLayout
 from ..core.ledger import Ledger, emit_event
 from ..core.reserve import ASSUMED, MEASURED, Batch, Job, Price
+from .incumbent import reference
 from .order import ends_selection, usable_baseline
 from .scores import candidate_ids, node_mean, rank_key
 
@@ -230,6 +231,8 @@ class Planner:
         self.views = ring["search_views"]
         self.guard_views = ring.get("guard_views") or self.views
         self.base = usable_baseline(self.index)
+        # The side finalists are guarded against: the chain's incumbent, or the baseline.
+        self.against = reference(ring, self.index)["node"]
         self._nodes: dict[str, dict] = {}
 
     # -- single executions --
@@ -296,7 +299,8 @@ class Planner:
 
     def by_seed0(self) -> list[str]:
         """Candidates by seed-0 mean (promotion's own ordering), unscored ones last."""
-        candidates = candidate_ids(self.index)
+        held = self.against if self.against != self.base else None
+        candidates = [n for n in candidate_ids(self.index) if n != held]
         means = {n: node_mean(self.ring, self.layout, n, "s0")["mean"] for n in candidates}
         scored = [{"node": n, "score": means[n]} for n in candidates if means[n] is not None]
         ranked = sorted(scored, key=rank_key(self.ring["task"]["direction"]))
@@ -316,7 +320,7 @@ class Planner:
         return bool(self.ring["config"]["guard"]["enabled"])
 
     def guard_started(self) -> bool:
-        for node in (self.base, *candidate_ids(self.index)):
+        for node in (self.against, *candidate_ids(self.index)):
             for view in self.guard_views if node else ():
                 for seed in self.ring["guard_seeds"]:
                     if self.layout.result(node, view, f"g{seed}").exists():
@@ -345,8 +349,8 @@ class Planner:
         # The winner is not known yet: the slowest cold start among who may still win.
         colds = [(n, final_view, "s0", True) for n in chosen if self.pending(n, final_view, "s0")]
         final = [max(colds, key=lambda r: self.job(*r).program.seconds)] if colds else []
-        if self.base:
-            final.append((self.base, final_view, "s0"))
+        final += [(side, final_view, "s0") for side in dict.fromkeys((self.base, self.against))
+                  if side]  # fmt: skip
         out.append(self.batch("final", final, "final-view runs of the chosen side and baseline"))
         return [b for b in out if b.jobs or b.after]
 
@@ -378,7 +382,7 @@ class Planner:
             runs = [(node, v, f"g{s}") for v in self.guard_views for s in self.ring["guard_seeds"]]
             if baseline_guard:
                 runs += [
-                    (self.base, v, f"g{s}")
+                    (self.against, v, f"g{s}")
                     for v in self.guard_views
                     for s in self.ring["guard_seeds"]
                 ]

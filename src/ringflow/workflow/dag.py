@@ -32,17 +32,20 @@ from snakemake.io import ancient
 
 from ..carryover.rescoring import rescore_rank
 from ..carryover.scores import imported_score
+from ..core import statuses
 from ..core.clock import view_limits
 from ..core.jsonio import read_json_cached as read_json
-from ..core.layout import RingLayout
+from ..core.layout import RingLayout, is_guard_variant, is_review_variant
 from ..selection.final import (
     after_decision_final_runs,
     guard_views,
     guarded_before,
+    reference_node,
     review_variants,
     trained_finalists,
 )
 from ..selection.order import choose, ends_selection, usable_baseline
+from ..selection.power import probe_variants
 from .checkpoints import Checkpoints
 
 
@@ -120,7 +123,7 @@ class RingDag:
                 walked.append({"plan": plan, "ready": []})
                 break
             settled = read_json(self.checkpoints.output("settle_generation", g=g))
-            ready = [node for node, status in settled["nodes"].items() if status == "ready"]
+            ready = [node for node, status in settled["nodes"].items() if status == statuses.READY]
             walked.append({"plan": plan, "ready": ready})
             g += 1
         return walked
@@ -183,7 +186,7 @@ class RingDag:
         return [
             n["id"]
             for n in self.imported()["nodes"]
-            if n["status"] == "ready"
+            if n["status"] == statuses.READY
             and (role is None or n["role"] == role)
             and not n.get("imported")
         ]
@@ -191,7 +194,9 @@ class RingDag:
     def rescore_nodes(self) -> list[str]:
         """Imported nodes this ring re-executes on seed 0 (their scores are not comparable)."""
         return [
-            n["id"] for n in self.imported()["nodes"] if n["status"] == "ready" and n.get("rescore")
+            n["id"]
+            for n in self.imported()["nodes"]
+            if n["status"] == statuses.READY and n.get("rescore")
         ]
 
     def baseline(self) -> str | None:
@@ -257,9 +262,26 @@ class RingDag:
         rescore = rescore_rank(self.ring.root, self.node(wildcards.node))
         if rescore is not None and wildcards.variant == "s0":
             return 500 - rescore
+        selection = self.selection_rank(wildcards.node, wildcards.variant)
+        if selection is not None:
+            return 300 - selection
         if wildcards.variant == "s0" and wildcards.view == self.lock()["search_views"][0]:
             return 100
         return 50 if wildcards.variant == "s0" else 10
+
+    def selection_rank(self, node: str, variant: str) -> int | None:
+        """A review or guard run's place in final selection: the rank-1 finalist's runs (and
+        the guard's other side, which every verdict needs) before the rank-2's, so that a
+        tight clock cuts the later finalists, not the first (docs/guard.md#cut-is-not-failed).
+        None for other runs, or before the finalists are ranked."""
+        if not (is_review_variant(variant) or is_guard_variant(variant)):
+            return None
+        if not self.ring.ranking.exists():
+            return None
+        if self.ring.seated.exists() and node == reference_node(read_json(self.ring.seated)):
+            return 0
+        finalists = read_json(self.ring.ranking)["finalists"]
+        return finalists.index(node) if node in finalists else None
 
     def execution_limits(self, wildcards) -> dict:
         return view_limits(self.lock(), wildcards.view)
@@ -384,9 +406,14 @@ class RingDag:
         inputs = _paths([self.ring.review(node)])
         lock = self.lock()
         if review["passed"] and guarded_before(lock, node) is None:
-            sides = [node, self.baseline()]
+            sides = [node, reference_node(self.seated())]  # the incumbent, or the baseline
             inputs += self.score_files(sides, self.guard_variants(), guard_views(lock))
         return inputs
+
+    def power_inputs(self, wildcards) -> list[str]:
+        """The baseline's probe runs on the guard views (docs/guard.md#power)."""
+        base = [b for b in [self.baseline()] if b]
+        return self.score_files(base, probe_variants(), guard_views(self.lock()))
 
     def decision_inputs(self, wildcards) -> list[str]:
         seated = self.seated()
@@ -395,8 +422,10 @@ class RingDag:
         verdicts = self.verdicts()
         ranking = self.ranking()
         chosen, _, _ = choose(self.lock(), seated, ranking, verdicts)
-        sides = sorted({node for node in (chosen, seated["baseline"]) if node})
+        sides = sorted({n for n in (chosen, reference_node(seated), seated["baseline"]) if n})
         inputs = _paths([self.ring.seated, self.ring.ranking])
+        if self.guard_on():
+            inputs += _paths([self.ring.power])
         inputs += _paths(self.ring.verdict(rank) for rank in range(1, len(verdicts) + 1))
         return inputs + self.score_files(sides, ["s0"], [self.lock()["final_view"]])
 

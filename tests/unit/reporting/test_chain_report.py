@@ -1,5 +1,5 @@
 """`ringflow report --chain`: one page for the rings of a chain (hand-written rings), and a
-continuation's report writing it beside itself."""
+continuation's report (the user's and the workflow's step) writing it beside itself."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 from test_report import START, finished, hand_ring, rows, section, write
 
+from ringflow.cli import main
 from ringflow.core.errors import InputError
 from ringflow.reporting.chain_report import render_chain
+from ringflow.workflow.records import private_record
 
 
 def chain(tmp_path: Path) -> tuple[Path, Path]:
@@ -98,7 +100,8 @@ def test_chain_page_shows_every_ring_and_boundary(tmp_path):
     assert crossed[("resumed", "n005-again (one#n002-cut)")] == "ready"
     assert crossed[("rejected", "one#n004-bad")] == "SEAL.json sha256 differs"
     decisions = {r[0]: r for r in rows(section(page, "chain-decisions"))[1:]}
-    assert decisions["one"][1:3] == ["baseline", "n000-base"]
+    assert decisions["one"][1:3] == ["baseline", "n000-base (final/ not written)"]
+    assert decisions["one"][3] == "baseline n000-base"  # what it was guarded against
     assert decisions["two"][1:3] == ["pending", "none yet"]
 
 
@@ -143,3 +146,36 @@ def test_report_of_a_continuation_writes_the_chain_page(tmp_path):
 def test_chain_of_a_missing_ring(tmp_path):
     with pytest.raises(InputError, match=r"RING\.json not found"):
         render_chain(tmp_path)
+
+
+def _ring_line(page: str, ring_id: str) -> str:
+    """The line under a ring's heading: its folder, start, and whether it finished."""
+    after = page[page.index(f"<h2>Ring {ring_id}</h2>") :]
+    return html.unescape(re.sub(r"<[^>]+>", "", after[after.index("<p>Folder") :].split("\n")[0]))
+
+
+def test_the_workflows_report_step_writes_a_continuations_chain_page(tmp_path, capsys):
+    first, second = chain(tmp_path)
+    for ring, chained in ((first, False), (second, True)):
+        assert main(["step", "report", str(ring), "--out", str(ring / "report.html")]) == 0
+        said = capsys.readouterr().out
+        assert (ring / "report.html").is_file()
+        assert (ring / "chain.html").is_file() == chained
+        assert ("chain page written to" in said) == chained, said
+    assert "<h1>Chain one → two</h1>" in (second / "chain.html").read_text()
+    # No rule declares it: it is a listed private record of the step.
+    assert private_record("chain.html") == "chain.html"
+
+
+def test_a_ring_that_decided_and_reproduced_counts_as_finished(tmp_path):
+    # The report step runs before the ring's stop manifest: a ring whose decision is made
+    # and reproduced is over; one with a decision alone is not.
+    first, second = chain(tmp_path)
+    write(second / "selection" / "decision.json", {"decision": "baseline", "chosen": "n000-base",
+                                                   "baseline": "n000-base"})  # fmt: skip
+    write(second / "selection" / "repro.json", {"ok": True})
+    page = render_chain(second)
+    assert _ring_line(page, "two").endswith("; finished.")
+    assert _ring_line(page, "one").endswith("; running or stopped early.")
+    write(first / "stop_manifest.json", {"ring_id": "one", "ledger_head": "0" * 64})
+    assert _ring_line(render_chain(second), "one").endswith("; finished.")

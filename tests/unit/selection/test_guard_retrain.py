@@ -9,9 +9,11 @@ from ringtools import locked_ring, make_candidate
 
 
 def guard_specs(ring, node: str) -> dict:
+    """The executions of the ring's guard seeds (not the baseline's power probes)."""
     record = json.loads((ring / "nodes" / node / "node.json").read_text())
     plan = record["executions"]["proxy"]
-    return {v: s for v, s in plan.items() if v.startswith("g") and v[1:].isdigit()}
+    seeds = json.loads((ring / "RING.json").read_text())["guard_seeds"]
+    return {f"g{seed}": plan[f"g{seed}"] for seed in seeds}
 
 
 def ring_with(tmp_path, name: str, **guard) -> object:

@@ -280,3 +280,26 @@ def test_resources_follow_the_views_limits(tmp_path):
     assert dag.execution_mem_mb(one) == 1024 + 512
     assert dag.execution_runtime(one) == int(5 + 0.1 + 2) + 1
     assert dag.execution_gpus(one) == 0  # no GPU slots declared by the profile
+
+
+def test_review_and_guard_runs_follow_the_finalists_rank(tmp_path):
+    """Under a tight clock the rank-1 finalist's review and guard runs (and the other side
+    of its guard) start before the rank-2's."""
+    layout = make_ring(tmp_path / "r")
+    through_search(layout)
+    dag, _ = dag_over(layout)
+    unranked = dag.execution_priority(w(node="n001-a", view="proxy", variant="blind-s0"))
+    atomic_write_json(layout.ranking, {"finalists": ["n002-b", "n001-a"]})
+    dag, _ = dag_over(layout)
+
+    def priority(node: str, view: str, variant: str) -> int:
+        return dag.execution_priority(w(node=node, view=view, variant=variant))
+
+    first, second = "n002-b", "n001-a"
+    assert priority(first, "proxy", "blind-s0") > priority(second, "proxy", "blind-s0")
+    assert priority(first, "proxy", "real-s0") > priority(second, "proxy", "blind3-s0")
+    assert priority(first, "guard", "g3") > priority(second, "guard", "g3")
+    assert priority("n000-baseline", "guard", "g3") == priority(first, "guard", "g3")
+    # Above the search's own runs, and only once the finalists are ranked.
+    assert priority(second, "guard", "g4") > priority("n003-c", "proxy", "s0") > unranked
+    assert priority("n003-c", "guard", "g3") == priority("n003-c", "proxy", "s1")
