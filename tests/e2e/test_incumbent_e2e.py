@@ -127,6 +127,11 @@ def test_a_clearly_better_candidate_replaces_the_incumbent_and_the_chain_page_sh
     assert table.count("<tr>") == 4  # the header and three rings
     assert "baseline n000-baseline" in table and "incumbent" in table
     assert "(chosen in r1)" in table
+    report = (chain["r3"] / "report.html").read_text()
+    history = report[report.index('id="incumbent-history"') :]
+    history = history[: history.index("</p>")]
+    assert "r2: kept the incumbent n001-good (chosen in r1)" in history
+    assert "replaced the incumbent n001-good" in history
 
 
 def test_no_ring_of_the_chain_deploys_less_than_its_parent(chain):

@@ -133,6 +133,19 @@ def cost(root: Path, executions: list, weights: dict) -> dict:
     }
 
 
+def chain_history(ring: dict) -> list[str]:
+    """A continuation's incumbent, ring by ring, in words (docs/guard.md#the-incumbent)."""
+    if not ring.get("continue_from"):
+        return []
+    from ..core.errors import InputError
+    from ..selection.incumbent import history, history_line
+
+    try:
+        return [history_line(row) for row in history(ring["ring_dir"])]
+    except InputError:  # an ancestor's lock went missing: the page still renders
+        return []
+
+
 def headline(ctx: dict) -> dict:
     """The first screen's content (see the module docstring)."""
     decision = ctx["decision"] or ctx["final"]
@@ -155,6 +168,7 @@ def headline(ctx: dict) -> dict:
         "against": (decision or {}).get("guard_against") or "baseline",
         "reference": (decision or {}).get("reference", (decision or {}).get("baseline")),
         "came_from": ((decision or {}).get("incumbent") or {}).get("chosen_in"),
+        "chain_history": chain_history(ctx["ring"]),
         "improvement": None if decision is None else improvement(decision),
         "final_view": {
             "view": final_view.get("view"),

@@ -157,8 +157,9 @@ GLOSSARY = (
     "Words used here: a run is one execution of a program on one view (a part of the data) "
     "with one seed; seed-0 is a program's mean score over the search views with seed 0, "
     "3-seed the mean over seeds 0-2 of the programs promoted to final selection; the guard "
-    "checks a finalist against the baseline on fresh seeds and rows no program was chosen "
-    "on, and replaces the baseline only when the improvement it is sure of (its lower "
+    "checks a finalist against the baseline (in a ring that continues another, the chain's "
+    "incumbent: what the earlier ring's final/ holds) on fresh seeds and rows no program "
+    "was chosen on, and replaces it only when the improvement it is sure of (its lower "
     "bound, at the stated confidence) beats the margin."
 )
 
