@@ -2,8 +2,9 @@
 decision an uninterrupted ring reaches, with the same executions, none twice, none missing.
 
 Both rings run the same deterministic programs on their own store (so their guard seeds
-are the same). The killed ring is killed (SIGKILL to Snakemake's whole process group) in
-the search, in promotion, in the guard and after the decision, then resumed each time.
+are the same). The killed ring is killed (SIGKILL to Snakemake's whole process group)
+after the lock, in the search, in promotion, once ranked, in the guard, after the first
+verdict and after the decision, then resumed each time.
 """
 
 from __future__ import annotations
@@ -28,11 +29,15 @@ from ringtools import (
 
 pytestmark = pytest.mark.e2e
 
-# Where each kill lands: the first file that shows the ring is in that stage.
+# Where each kill lands: the first file that shows the ring is in that stage (then 1.5 s
+# of work in flight), at the boundaries between stages and inside them.
 STAGES = [
+    ("import, after the lock", "RING.json"),
     ("search", "nodes/n002-good/exec/proxy/s0/score.json"),
     ("promotion", "selection/promotion.json"),
+    ("ranked, the seat and review under way", "selection/ranking.json"),
     ("guard", "selection/review-n002-good.json"),
+    ("after the first verdict", "selection/verdict-1.json"),
     ("after the decision", "selection/decision.json"),
 ]
 
@@ -110,3 +115,9 @@ def test_a_ring_killed_at_every_stage_reaches_the_uninterrupted_decision(tmp_pat
     ledger = [json.loads(line) for line in (ring / "ledger.jsonl").read_text().splitlines()]
     decided = [e for e in ledger if e["kind"] == "final_decided"]
     assert len(decided) == 1
+    # No execution ran to its end twice: a kill leaves it interrupted (or without a
+    # result), and only then does it run again.
+    events = [json.loads(line) for line in (ring / "events.jsonl").read_text().splitlines()]
+    finished = [(e["node"], e["view"], e["variant"]) for e in events
+                if e["kind"] == "execution_finished" and e["status"] == "ok"]  # fmt: skip
+    assert sorted(finished) == expected["executions"]

@@ -256,7 +256,6 @@ def decision_lines(ring: dict, layout: RingLayout) -> list[str]:
         if final_view.get("baseline") is not None and chosen != base:
             line += f", baseline {final_view['baseline']:.4f}"
         lines.append(line)
-    lines += guarded_against_lines(ring, decision)
     if kind in ("candidate", "baseline", "incumbent"):
         lines += deploy_lines(ring, layout)
     return lines
@@ -270,11 +269,14 @@ def guarded_against_lines(ring: dict, decision: dict) -> list[str]:
     from ..selection.incumbent import against, history, history_line
 
     side = decision.get("guard_against") or "baseline"
-    lines = [f"  guarded against: the {side} {decision.get('reference', decision.get('baseline'))}"
-             f" (guard.against: {against(ring)})"]  # fmt: skip
-    incumbent = decision.get("incumbent") or {}
-    if incumbent.get("warning"):
-        lines[0] += "; " + incumbent["warning"].removeprefix("guard.against: baseline: ")
+    reference = decision.get("reference", decision.get("baseline"))
+    lines = []
+    if reference and ring["config"]["guard"]["enabled"]:
+        lines.append(f"  guarded against: the {side} {reference} (guard.against: "
+                     f"{against(ring)})")  # fmt: skip
+        incumbent = decision.get("incumbent") or {}
+        if incumbent.get("warning"):
+            lines[0] += "; " + incumbent["warning"].removeprefix("guard.against: baseline: ")
     lines.append("  the chain's incumbent: " + "; ".join(
         history_line(row) for row in history(ring["ring_dir"])))  # fmt: skip
     return lines
@@ -319,6 +321,11 @@ def render_summary(ring_dir) -> str:
         *decision_lines(ring, layout),
         *stop_lines(layout),
         *chain_lines(ring),
+        *(
+            guarded_against_lines(ring, read_json(layout.decision))
+            if layout.decision.exists()
+            else []
+        ),
         # What the guard judged and who was passed over: after why it stopped and what a
         # continuation changed, which a user must see first.
         *(decision_detail_lines(read_json(layout.decision)) if layout.decision.exists() else []),
