@@ -15,6 +15,9 @@ import pytest
 
 from ringtools import finished_demo_chain
 
+# Building the demo chain (time-boxed rings, minutes) counts toward the test that needs it first.
+pytestmark = pytest.mark.timeout(1800)
+
 
 def _nodes(ring: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(ring.glob("nodes/*/node.json"))]

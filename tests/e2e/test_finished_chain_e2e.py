@@ -15,7 +15,8 @@ import pytest
 from ringflow.workflow.records import private_record
 from ringtools import REPO, chain_argv, finished_demo_chain
 
-pytestmark = [pytest.mark.e2e, pytest.mark.user]
+# Building the demo chain (time-boxed rings, minutes) counts toward the test that needs it first.
+pytestmark = [pytest.mark.e2e, pytest.mark.user, pytest.mark.timeout(1800)]
 
 
 def _files(*tops: Path) -> dict[str, tuple[int, int]]:

@@ -18,6 +18,9 @@ import pytest
 from browser import chromium, visit
 from ringtools import REPO, finished_demo_chain
 
+# Building the demo chain (time-boxed rings, minutes) counts toward the test that needs it first.
+pytestmark = pytest.mark.timeout(1800)
+
 WIDTH, HEIGHT = 1400, 900
 FIRST_SCREEN = ["#decision", "#progress", "#chosen"]
 # Beside the rings `make demo` writes, in no ring: the chain the test opens may lie in a
