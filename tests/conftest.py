@@ -1,6 +1,7 @@
 """Shared test fixtures, and test-session housekeeping: every temporary folder the tests
 make lies under one session folder, removed when the session ends, so a test run leaves
-nothing behind in /tmp."""
+nothing behind in /tmp; and, when the suite runs on several workers (pytest-xdist,
+`make test`), which tests must share one worker."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ from pathlib import Path
 import pytest
 
 SESSION_VAR = "RINGFLOW_TEST_TMP"
+# Tests that read one ring built once per worker (tests/ringtools.py): spread over several
+# workers, each would build it again. The demo chain takes minutes of mostly idle clock
+# time, so it starts first and the other workers' tests run beside it.
+SHARED_RINGS = {"finished_demo_chain": "demo-chain", "finished_demo_ring": "demo-ring"}
 _created: list[Path] = []
 
 
@@ -40,6 +45,23 @@ def pytest_configure(config):
     stage = Path(tempfile.gettempdir()) / f"ringflow-stage-{os.geteuid()}"
     if not stage.exists():
         _created.append(stage)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under `--dist loadgroup`, one work unit per module (its module-scoped rings are
+    built once) or per shared ring (every module that reads it), the shared rings first."""
+    groups: dict[Path, str] = {}
+    for item in items:
+        path = Path(str(item.fspath))
+        if path not in groups:
+            source = path.read_text() if path.suffix == ".py" else ""
+            shared = (g for name, g in SHARED_RINGS.items() if name in source)
+            groups[path] = next(shared, path.stem)
+        if not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(groups[path]))
+    first = set(SHARED_RINGS.values())
+    items.sort(key=lambda item: item.get_closest_marker("xdist_group").args[0] not in first)
 
 
 def pytest_unconfigure(config):

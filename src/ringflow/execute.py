@@ -499,13 +499,20 @@ def _run_program(ex: Execution, inputs: Path, training: bool) -> dict:
         )
         if outcome.events and outcome.events[0].get("event") == "start_failed":
             raise SandboxError(outcome.reason)
-        if outcome.exit_code is not None or outcome.signal is not None:
+        # A tree the supervisor stopped (a signal to the step, the deadline) may have been
+        # stopped before bubblewrap started the program: an interruption, not a set-up fault
+        # (docs/faults.md#a-sandbox-that-does-not-start).
+        ended = outcome.exit_code is not None or outcome.signal is not None
+        if ended and outcome.status != statuses.INTERRUPTED:
             try:
                 plan.confirm_started()
             except SandboxError as exc:
                 # bubblewrap says why on the program's stderr: no program ran to write there.
                 said = (ex.dir / "stderr.log").read_text(errors="replace").strip().splitlines()
-                raise SandboxError(f"{exc}: {said[-1] if said else 'no message'}") from None
+                how = (f"exit code {outcome.exit_code}" if outcome.exit_code is not None
+                       else f"signal {outcome.signal}")  # fmt: skip
+                message = said[-1] if said else "no message"
+                raise SandboxError(f"{exc}: {message} (bubblewrap ended with {how})") from None
     finally:
         plan.finish()
     record = outcome.to_dict()

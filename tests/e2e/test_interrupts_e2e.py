@@ -7,7 +7,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -15,7 +18,7 @@ import psutil
 import pytest
 
 from ringflow.core.interrupts import is_supervisor, stopped_by_signal
-from ringtools import gated_ring, snakemake, start_snakemake
+from ringtools import gated_ring, locked_ring, make_candidate, snakemake, start_snakemake
 
 pytestmark = [pytest.mark.e2e, pytest.mark.user]
 
@@ -142,3 +145,47 @@ def test_only_a_signal_that_was_not_a_budget_cut_asks_for_a_rerun():
     assert not stopped_by_signal({"status": "interrupted", "budget_cut": False, "events": []})
     assert not stopped_by_signal({"status": "crash", "budget_cut": False,
                                   "events": [signal_event]})  # fmt: skip
+
+
+# A bubblewrap slow to set up the program (its probes stay quick): the sandbox has not
+# started the program when the signal comes.
+SLOW_BWRAP = """#!/bin/sh
+if [ -e {flag} ]; then case "$*" in *--seed*) sleep 60;; esac; fi
+exec {real} "$@"
+"""
+
+
+def _setting_up_the_program(pid: int) -> bool:
+    """The slow bubblewrap runs for the program itself (not a probe before it)."""
+    with contextlib.suppress(psutil.Error):
+        tree = psutil.Process(pid).children(recursive=True)
+        return any(p.name() == "sleep" for p in tree) and any("--seed" in p.cmdline() for p in tree)
+    return False
+
+
+def test_a_signal_before_the_sandbox_started_the_program_is_an_interruption(tmp_path, monkeypatch):
+    # On PATH before the lock (the environment is frozen there); slow once the flag exists.
+    flag = tmp_path / "slow-sandbox"
+    fake = tmp_path / "fakebin" / "bwrap"
+    fake.parent.mkdir()
+    fake.write_text(SLOW_BWRAP.format(flag=flag, real=shutil.which("bwrap")))
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    make_candidate(tmp_path / "cands" / "a", mean=0.5)
+    ring = locked_ring(tmp_path, tmp_path / "cands", "early")
+    flag.touch()
+    step = subprocess.Popen(
+        [sys.executable, "-m", "ringflow", "step", "execute", str(ring), "n001-a", "proxy", "s0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    end = time.time() + 60
+    while not _setting_up_the_program(step.pid):
+        assert time.time() < end and step.poll() is None, step.communicate()
+        time.sleep(0.1)
+    step.send_signal(signal.SIGTERM)
+    _, stderr = step.communicate(timeout=60)
+    finished = [e for e in _events(ring) if e["kind"] == "execution_finished"]
+    assert [e["status"] for e in finished] == ["interrupted"], (step.returncode, stderr[-2000:])
+    # Not a machine failure: the ring is not stopped, and nothing blames the sandbox.
+    assert not (ring / "STOPPED.json").exists()
+    assert "did not start" not in stderr

@@ -36,6 +36,9 @@ from ringflow.supervisor.sampling import folder_bytes, read_progress
 from ringflow.weights.store import WeightsStore
 from ringflow.workcopy import reset_dir
 
+# Trees an ordinary user owns: modes it may have to change before reading them.
+pytestmark = pytest.mark.user
+
 NAMES = [b"bad\xff\xfename", b"new\nline", b"\x1b[31mred\x1b[0m", b"back\\slash",
          b"\xe2\x80\xaeevil",
          b"plain.txt", b"-dash", b" space "]  # fmt: skip

@@ -492,6 +492,7 @@ def test_cgroup_cpu_counts_an_exited_unwaited_child(tmp_path):
     )
 
 
+@pytest.mark.user
 def test_memory_limit_enforced_where_a_memory_cgroup_exists(tmp_path):
     outcome = run(
         tmp_path,

@@ -9,10 +9,14 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from ringflow.core import statuses
 from ringflow.supervisor import HealthSettings, ResourceLimits, supervise
 from ringflow.supervisor.cgroup import DISABLE_ENV
 
+# An ordinary user has no memory cgroup: the supervisor alone holds these limits.
+pytestmark = pytest.mark.user
 FAST = HealthSettings(collect_s=0.2, interval_s=1, hang_min=5, term_grace_s=1)
 
 

@@ -117,6 +117,7 @@ def test_per_view_limits_reach_the_scheduler(tmp_path):
                              "runtime": int(10 + grace_min + 30) + 1}  # fmt: skip
 
 
+@pytest.mark.user
 def test_the_supervisor_enforces_each_views_own_limits(tmp_path):
     small = {"memory_gb": 0.2}  # the proxy view: too little for the program's 300 MB
     ring = locked_ring(tmp_path, hungry_candidates(tmp_path), "mem",
