@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -217,6 +218,16 @@ def gated_ring(workdir: Path, program: str, gate_after_s: float) -> tuple[Path, 
                           guard={"enabled": False, "seeds": 5, "alpha": 0.05, "margin": 0.0},
                           promote_top_k=1)  # fmt: skip
     return config, workdir / "runs" / "r1"
+
+
+def wrap_bwrap(workdir: Path, monkeypatch, before: str) -> None:
+    """A bwrap first on PATH that runs the shell lines `before`, then the real bubblewrap.
+    Set it before the lock: the lock freezes the environment, PATH included."""
+    fake = workdir / "fakebin" / "bwrap"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\n{before}\nexec {shutil.which("bwrap")} "$@"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
 
 
 def write_config(workdir: Path, **overrides) -> Path:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,7 +17,14 @@ import psutil
 import pytest
 
 from ringflow.core.interrupts import is_supervisor, stopped_by_signal
-from ringtools import gated_ring, locked_ring, make_candidate, snakemake, start_snakemake
+from ringtools import (
+    gated_ring,
+    locked_ring,
+    make_candidate,
+    snakemake,
+    start_snakemake,
+    wrap_bwrap,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.user]
 
@@ -149,10 +155,7 @@ def test_only_a_signal_that_was_not_a_budget_cut_asks_for_a_rerun():
 
 # A bubblewrap slow to set up the program (its probes stay quick): the sandbox has not
 # started the program when the signal comes.
-SLOW_BWRAP = """#!/bin/sh
-if [ -e {flag} ]; then case "$*" in *--seed*) sleep 60;; esac; fi
-exec {real} "$@"
-"""
+SLOW_WHILE_FLAGGED = 'if [ -e {flag} ]; then case "$*" in *--seed*) sleep 60;; esac; fi'
 
 
 def _setting_up_the_program(pid: int) -> bool:
@@ -166,11 +169,7 @@ def _setting_up_the_program(pid: int) -> bool:
 def test_a_signal_before_the_sandbox_started_the_program_is_an_interruption(tmp_path, monkeypatch):
     # On PATH before the lock (the environment is frozen there); slow once the flag exists.
     flag = tmp_path / "slow-sandbox"
-    fake = tmp_path / "fakebin" / "bwrap"
-    fake.parent.mkdir()
-    fake.write_text(SLOW_BWRAP.format(flag=flag, real=shutil.which("bwrap")))
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    wrap_bwrap(tmp_path, monkeypatch, SLOW_WHILE_FLAGGED.format(flag=flag))
     make_candidate(tmp_path / "cands" / "a", mean=0.5)
     ring = locked_ring(tmp_path, tmp_path / "cands", "early")
     flag.touch()

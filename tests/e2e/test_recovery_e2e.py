@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from ringtools import (
     make_task,
     snakemake,
     snakemake_argv,
+    wrap_bwrap,
     write_config,
 )
 
@@ -108,20 +108,15 @@ def test_the_same_command_after_a_fixed_scorer_names_the_continuation(tmp_path):
     finished(tmp_path / "runs" / "ed-2")
 
 
-BREAKABLE_BWRAP = """#!/bin/sh
-if [ -e {flag} ]; then echo 'bwrap: No permissions to create new namespace' >&2; exit 1; fi
-exec {real} "$@"
-"""
+BROKEN_WHILE_FLAGGED = (
+    "if [ -e {flag} ]; then echo 'bwrap: No permissions to create new namespace' >&2; exit 1; fi"
+)
 
 
 def test_a_sandbox_failure_continues_the_same_ring_once_fixed(tmp_path, monkeypatch):
     # A bwrap that works until the flag file exists (PATH, part of the environment, stays).
     flag = tmp_path / "sandbox-broken"
-    fake = tmp_path / "fakebin" / "bwrap"
-    fake.parent.mkdir()
-    fake.write_text(BREAKABLE_BWRAP.format(flag=flag, real=shutil.which("bwrap")))
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    wrap_bwrap(tmp_path, monkeypatch, BROKEN_WHILE_FLAGGED.format(flag=flag))
     cands = tmp_path / "cands"
     make_candidate(cands / "a", mean=0.5)
     ring = locked_ring(tmp_path, cands, "sb", guard=GUARD_OFF)
