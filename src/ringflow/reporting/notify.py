@@ -135,12 +135,17 @@ def _log(root: Path, line: dict) -> None:
         print(f"ringflow: notify: cannot log to {root / LOG}: {exc}", file=sys.stderr)
 
 
-def due(root: Path, state: dict, every_h: float, now: float) -> list[str]:
-    """Why a digest is due now: each stage that ended since the last look, and the
-    periodic digest when `every_h` hours passed since the last one (0: never)."""
+def ended_stages(root: Path) -> list[str]:
+    """The stages whose end file exists now."""
     layout = RingLayout(root)
-    reasons = [f"{name} ended" for name, path in STAGES
-               if name not in state.get("stages", []) and path(layout).exists()]  # fmt: skip
+    return [name for name, path in STAGES if path(layout).exists()]
+
+
+def due(root: Path, state: dict, every_h: float, now: float, ended: list[str]) -> list[str]:
+    """Why a digest is due now: each stage of `ended` not told yet, and the periodic
+    digest when `every_h` hours passed since the last one (0: never)."""
+    layout = RingLayout(root)
+    reasons = [f"{name} ended" for name in ended if name not in state.get("stages", [])]
     last = state.get("periodic_at") or state.get("started_at") or now
     if every_h > 0 and now - last >= every_h * 3600 and not layout.stop_manifest.exists():
         reasons.append(f"every {every_h:g} h")
@@ -159,14 +164,16 @@ def check(root: str | Path, settings: dict | None, now: float | None = None) -> 
     except Exception:
         state = {}
     state.setdefault("started_at", now)
-    reasons = due(root, state, float((settings or {}).get("digest_every_h") or 0), now)
+    # The stages are looked at once: one that ends while this digest is being sent is
+    # told by the next look, not marked as told (docs/report.md#notifications).
+    ended = ended_stages(root)
+    reasons = due(root, state, float((settings or {}).get("digest_every_h") or 0), now, ended)
     if not reasons:
         if not path.exists():
             atomic_write_json(path, state)
         return []
     notify(root, settings, "; ".join(reasons), now)
-    layout = RingLayout(root)
-    state["stages"] = [name for name, p in STAGES if p(layout).exists()]
+    state["stages"] = ended
     if any(r.startswith("every") for r in reasons):
         state["periodic_at"] = now
     atomic_write_json(path, state)

@@ -153,6 +153,31 @@ def test_digests_at_each_stage_end_and_every_digest_every_h(tmp_path, secrets):
     assert [p["subject"] for _, p in inbox.posts] == subjects
 
 
+def test_a_stage_that_ends_while_a_digest_is_sent_is_told_by_the_next(
+    tmp_path, secrets, monkeypatch
+):
+    ring = hand_ring(tmp_path)
+    write(ring / "selection" / "search.json", {"ended_at": START + 100})
+    send = notify.notify
+
+    def slow_send(root, settings, subject, now):
+        # Promotion ends while the search's digest is on its way.
+        write(ring / "selection" / "promotion.json", {"promoted": []})
+        return send(root, settings, subject, now)
+
+    with local_servers() as (inbox, port, url):
+        config = settings(port, url)
+        monkeypatch.setattr(notify, "notify", slow_send)
+        assert notify.check(ring, config, now=START + 100) == ["search ended"]
+        monkeypatch.setattr(notify, "notify", send)
+        assert notify.check(ring, config, now=START + 101) == ["promotion ended"]
+        assert notify.check(ring, config, now=START + 102) == []
+    assert [m["Subject"] for m in inbox.messages] == [
+        "ringflow hand: search ended",
+        "ringflow hand: promotion ended",
+    ]
+
+
 def test_without_channels_nothing_is_watched_or_sent(tmp_path):
     defaults = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["notify"]
     assert not notify.enabled(defaults)
