@@ -53,7 +53,7 @@ def pytest_collection_modifyitems(config, items):
     built once) or per shared ring (every module that reads it), the shared rings first."""
     groups: dict[Path, str] = {}
     for item in items:
-        path = Path(str(item.fspath))
+        path = item.path
         if path not in groups:
             source = path.read_text() if path.suffix == ".py" else ""
             shared = (g for name, g in SHARED_RINGS.items() if name in source)
