@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import _ring
+from ringflow.core.state import Ring
 from ringflow.demo import candidates_dir, materialise_task
 from ringflow.nodes import import_static
 from ringflow.ring.lock import lock_ring
@@ -65,7 +66,10 @@ def make_candidate(dest: Path, hidden: tuple[int, ...], epochs: int) -> Path:
     return folder
 
 
-def new_ring(work: Path, task: Path, candidates: Path, ring_id: str, store: Path) -> dict:
+def new_ring(
+    work: Path, task: Path, candidates: Path, ring_id: str, store: Path
+) -> tuple[Ring, str]:
+    """A locked ring with its one ready node, and that node's id."""
     config = _ring.full_config(
         ring_id=ring_id,
         task=str(task),
@@ -82,22 +86,18 @@ def new_ring(work: Path, task: Path, candidates: Path, ring_id: str, store: Path
     ready = [n["id"] for n in index["nodes"] if n["status"] == "ready"]
     if len(ready) != 1:
         raise SystemExit(f"ring {ring_id}: expected one ready node, got {index['nodes']}")
-    ring["bench_node"] = ready[0]
-    return ring
+    return ring, ready[0]
 
 
-def execute(work: Path, ring: dict, view: str, variant: str) -> dict:
+def execute(work: Path, ring: Ring, node: str, view: str, variant: str) -> dict:
     """One execution as the workflow's rule runs it; its result plus the command's cost."""
-    node = ring["bench_node"]
-    timed = _ring.ringflow(work, "execute", ring["ring_dir"], node, view, variant)
+    timed = _ring.ringflow(work, "execute", ring.ring_dir, node, view, variant)
     exec_result = json.loads(
-        (
-            Path(ring["ring_dir"]) / "nodes" / node / "exec" / view / variant / "result.json"
-        ).read_text()
+        (Path(ring.ring_dir) / "nodes" / node / "exec" / view / variant / "result.json").read_text()
     )
     if exec_result["status"] != "ok":
         raise SystemExit(
-            f"{ring['ring_id']} {node} {view}/{variant}: {exec_result['status']}: "
+            f"{ring.ring_id} {node} {view}/{variant}: {exec_result['status']}: "
             f"{exec_result['reason']}"
         )
     return {
@@ -121,8 +121,8 @@ def run_without_reuse(work: Path, task: Path, candidates: Path, variant: str, vi
     reuse saves. The throwaway registration after training costs the ringflow process a
     hash of the weights file; it is outside the program's cpu_s that the target compares.
     """
-    ring = new_ring(work, task, candidates, f"noreuse-{variant}", work / f"store-{variant}")
-    return execute(work, ring, view, variant)
+    ring, node = new_ring(work, task, candidates, f"noreuse-{variant}", work / f"store-{variant}")
+    return execute(work, ring, node, view, variant)
 
 
 def sums(rows: list[dict]) -> dict:
@@ -171,13 +171,13 @@ def main() -> None:
         task = materialise_task(work / "task")
         candidates = work / "candidates"
         make_candidate(candidates, hidden, args.epochs)
-        ring = new_ring(work, task, candidates, "reuse", work / "store-reuse")
-        view = ring["search_views"][0]
-        variants = ["s0", "s1", "s2", *(f"g{seed}" for seed in ring["guard_seeds"])]
+        ring, node = new_ring(work, task, candidates, "reuse", work / "store-reuse")
+        view = ring.search_views[0]
+        variants = ["s0", "s1", "s2", *(f"g{seed}" for seed in ring.guard_seeds)]
         with_reuse, without_reuse = [], []
         # Alternated, so a drift in the machine's load falls on both sides alike.
         for variant in variants:
-            with_reuse.append(execute(work, ring, view, variant))
+            with_reuse.append(execute(work, ring, node, view, variant))
             without_reuse.append(run_without_reuse(work, task, candidates, variant, view))
         demo_ring = None if args.no_ring else ring_trainings(work)
 

@@ -24,4 +24,4 @@ with open(snakemake.log[0], "w") as log:  # noqa: F821
         for stream in (log, sys.stderr):
             print(f"ringflow: {exc}", file=stream)
         sys.exit(1)
-    print(f"ring {ring['ring_id']} locked at {ring['ring_dir']}", file=log)
+    print(f"ring {ring.ring_id} locked at {ring.ring_dir}", file=log)

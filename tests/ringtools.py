@@ -203,7 +203,7 @@ def locked_ring(workdir: Path, candidates: Path, ring_id: str, **overrides) -> P
                          candidates=str(candidates), baseline=None, **overrides)  # fmt: skip
     ring = lock_ring(config, workdir)
     import_static(ring)
-    return Path(ring["ring_dir"])
+    return Path(ring.ring_dir)
 
 
 def gated_ring(workdir: Path, program: str, gate_after_s: float) -> tuple[Path, Path]:

@@ -14,6 +14,7 @@ from .core.hashing import CACHE_DIR_NAMES, PROGRESS_FILE, is_cache
 from .core.jsonio import read_json
 from .core.safetext import escape_name, is_plain_name
 from .core.safetree import Entry, TreeLimit, walk
+from .core.state import Ring
 
 
 @dataclass(frozen=True)
@@ -303,9 +304,9 @@ def runnable_problem(workspace: Path, max_bytes: int, limits: TreeLimits = NO_LI
     return solution, None
 
 
-def workspace_limits(ring: dict) -> TreeLimits:
+def workspace_limits(ring: Ring) -> TreeLimits:
     """engineer.limits: what a session may leave in its workspace and submit."""
-    limits = ring["config"]["engineer"].get("limits") or {}
+    limits = ring.config["engineer"].get("limits") or {}
     file_mb, total_gb = limits.get("file_mb"), limits.get("workspace_gb")
     return TreeLimits(
         max_files=limits.get("workspace_files"),

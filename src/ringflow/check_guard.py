@@ -5,10 +5,11 @@ cannot), and the guard's power, estimated from the baseline before a ring spends
 from __future__ import annotations
 
 from .core import statuses
+from .core.state import Ring
 from .scorer_modes import resample_verdict
 
 
-def check_resampling(report, ring: dict, node: str, view: str) -> None:
+def check_resampling(report, ring: Ring, node: str, view: str) -> None:
     """`ringflow check`: score one scored output of `node` on `view` under other seeds and
     fail a scorer whose score does not move, unless the task declares mode (c)."""
     from pathlib import Path
@@ -16,7 +17,7 @@ def check_resampling(report, ring: dict, node: str, view: str) -> None:
     from .core.layout import RingLayout
     from .scoring import _evaluate, read_score, scorer_mode
 
-    mode = scorer_mode(ring["task"])
+    mode = scorer_mode(ring.task)
     report.head("scorer mode (does the guard see which rows are in the guard view?):")
     if mode == "fixed":
         report.warn(
@@ -27,7 +28,7 @@ def check_resampling(report, ring: dict, node: str, view: str) -> None:
     if mode == "rows":
         report.ok("scorer_rows: true: ringflow draws the row resamples from the guard seeds")
         return
-    layout = RingLayout(Path(ring["ring_dir"]))
+    layout = RingLayout(Path(ring.ring_dir))
     first = read_score(layout, node, view, "s0") or {}
     if not first.get("valid") or first.get("score") is None:
         report.warn("no valid output to score under two seeds: the resampling is not checked")
@@ -42,7 +43,7 @@ def check_resampling(report, ring: dict, node: str, view: str) -> None:
         report.fail(problem)
 
 
-def report_power(report, ring: dict, index: dict) -> None:
+def report_power(report, ring: Ring, index: dict) -> None:
     """`ringflow check --baseline DIR`: the guard's power, estimated before the ring."""
     from .core.errors import RingflowError
     from .selection.power import probe_baseline
@@ -64,7 +65,7 @@ def report_power(report, ring: dict, index: dict) -> None:
         return
     report.ok(
         f"smallest advantage the guard could detect: {power['detectable']:.4g} "
-        f"({len(ring['guard_seeds'])} guard seeds, alpha' {power['alpha_prime']:.3g}; row SD "
+        f"({len(ring.guard_seeds)} guard seeds, alpha' {power['alpha_prime']:.3g}; row SD "
         f"{power['row_sd']:.3g}, seed SD {power['seed_sd']:.3g}); raise guard.seeds or add "
         "guard rows to detect less"
     )

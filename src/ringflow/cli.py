@@ -250,7 +250,7 @@ def cmd_step_report(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .core.jsonio import read_json
+    from .core.clock import load_ring
     from .reporting.chain_report import write_chain
     from .reporting.report import write_report
 
@@ -260,21 +260,21 @@ def cmd_report(args) -> int:
         return 0
     out = write_report(args.ring_dir, args.out)
     print(f"report written to {out}")
-    if read_json(Path(args.ring_dir) / "RING.json").get("continue_from"):
+    if load_ring(args.ring_dir).continue_from:
         # A continuation's report comes with the page of its whole chain, in its folder.
         print(f"chain page written to {write_chain(args.ring_dir)}")
     return 0
 
 
 def cmd_digest(args) -> int:
-    from .core.jsonio import read_json
+    from .core.clock import load_ring
     from .reporting.health_digest import ring_digest
     from .reporting.notify import notify
 
     if not args.send:
         print(ring_digest(args.ring_dir)["text"], end="")
         return 0
-    settings = read_json(Path(args.ring_dir) / "RING.json")["config"].get("notify")
+    settings = load_ring(args.ring_dir).config.get("notify")
     lines = notify(args.ring_dir, settings, "sent by hand")
     for line in lines:
         print(f"{line['channel']}: " + (f"sent to {line['to']}" if line["ok"] else line["error"]))
@@ -322,7 +322,7 @@ def cmd_key(args) -> int:
         )
         return 0
     if args.explain:
-        print(explain(spec["key"], spec["key_components"], ring.get("environment")))
+        print(explain(spec["key"], spec["key_components"], ring.environment))
     else:
         print(spec["key"])
     return 0
@@ -335,13 +335,13 @@ def cmd_store(args) -> int:
     from .weights.store import WeightsStore
 
     ring = load_ring(args.ring_dir)
-    store = WeightsStore(ring["store"])
+    store = WeightsStore(ring.store)
     report = check_store(store, rings_of_store(ring))
     print(f"store {store.root}:")
     print("\n".join(report.lines()))
     if args.action == "check":
         return 1 if report.problems else 0
-    done = repair_store(store, report, Ledger(Path(ring["ring_dir"]) / "ledger.jsonl"))
+    done = repair_store(store, report, Ledger(Path(ring.ring_dir) / "ledger.jsonl"))
     for record in done["restored"]:
         print(f"restored the index entry of key {record['key']} from the store's anchors")
     for record in done["quarantined"]:
@@ -368,12 +368,12 @@ def cmd_ledger_repair(args) -> int:
     from .core.ledger import Ledger, emit_event
 
     ring = load_ring(args.ring_dir)
-    ledger = Ledger(Path(ring["ring_dir"]) / "ledger.jsonl")
+    ledger = Ledger(Path(ring.ring_dir) / "ledger.jsonl")
     done = ledger.repair()
     if done is None:
         print(f"{ledger.path}: the chain verifies; nothing to repair")
         return 0
-    emit_event(ring["ring_dir"], "ledger_repaired", **done)
+    emit_event(ring.ring_dir, "ledger_repaired", **done)
     if done["action"] == "cut":
         print(f"{ledger.path}: cut the torn line {done['line']} ({done['bytes']} bytes, kept "
               f"in {done['kept_in']})")  # fmt: skip

@@ -38,6 +38,7 @@ from .core.layout import RingLayout, is_guard_variant
 from .core.ledger import Ledger, emit_event, ledger_anchor
 from .core.records import write_record
 from .core.safetree import remove_tree
+from .core.state import Ring
 from .core.stop import refuse_if_stopped, stop_file, stop_ring
 from .ring.boxes import close_box, open_box
 from .ring.inputs import check_inputs, program_inputs
@@ -83,15 +84,15 @@ class DiskFull(Exception):
         self.label = label
 
 
-def check_environment(ring: dict) -> None:
-    keys.check_environment(ring, HashMemo(Path(ring["store"]) / "cache" / "hashmemo.json"))
+def check_environment(ring: Ring) -> None:
+    keys.check_environment(ring, HashMemo(Path(ring.store) / "cache" / "hashmemo.json"))
 
 
 @dataclass
 class Execution:
     """Everything one execution needs, resolved once."""
 
-    ring: dict
+    ring: Ring
     layout: RingLayout
     node: dict
     view: str
@@ -103,7 +104,7 @@ class Execution:
 
     @property
     def config(self) -> dict:
-        return self.ring["config"]
+        return self.ring.config
 
     @property
     def blind(self) -> bool:
@@ -135,8 +136,8 @@ def _load(ring_dir, node_id: str, view: str, variant: str, gpus: int = 0) -> Exe
         check_environment(ring)
     except RingflowError as exc:
         # The machine no longer has the environment the ring was locked with.
-        raise stop_ring(ring["ring_dir"], str(exc), cause="environment") from None
-    layout = RingLayout(Path(ring["ring_dir"]))
+        raise stop_ring(ring.ring_dir, str(exc), cause="environment") from None
+    layout = RingLayout(Path(ring.ring_dir))
     node = load_node(ring, node_id)
     if node["status"] == statuses.CARRIED_OVER:
         raise RingflowError(f"node {node_id} was carried over (sealed in nodes/{node_id}/"
@@ -218,7 +219,7 @@ def _disk_areas(ex: Execution) -> dict[str, Path]:
     if ex.box is not None:
         areas[f"the program's output ({ex.layout.boxes}/)"] = ex.box
     areas[f"{root}/"] = root
-    areas[f"{Path(ex.ring['store']).name}/"] = Path(ex.ring["store"])
+    areas[f"{Path(ex.ring.store).name}/"] = Path(ex.ring.store)
     return areas
 
 
@@ -254,7 +255,7 @@ def _make_box(ex: Execution) -> Path:
     box, ex.box_fd = open_box(ex.layout.root)
     ex.box = box  # removed by run_execution however the rest goes
     link_tree(ex.layout.submission(ex.node["id"]), box / "solution")
-    drop_ignored(box / "solution", ex.ring.get("tree_ignore") or [])
+    drop_ignored(box / "solution", ex.ring.tree_ignore or [])
     (box / "output").mkdir()
     return box
 
@@ -264,7 +265,7 @@ def _check_view(ex: Execution, inputs: Path, when: str) -> None:
     ring stops."""
     if ex.blind:
         return  # a disguised copy is ringflow's own, made from the checked snapshot
-    manifest = ex.ring["views"][ex.view]
+    manifest = ex.ring.views[ex.view]
     problem = check_inputs(inputs, manifest["inputs_files"])
     if problem is not None:
         raise stop_ring(
@@ -278,7 +279,7 @@ def _check_view(ex: Execution, inputs: Path, when: str) -> None:
 
 def _run_in_box(ex: Execution, result: dict, inputs: Path) -> dict:
     node_id, view, variant = ex.node["id"], ex.view, ex.variant
-    store = WeightsStore(ex.ring["store"])
+    store = WeightsStore(ex.ring.store)
     with ExitStack() as lock:
         try:
             mode, method = _settle_weights(ex, store, lock)
@@ -299,7 +300,7 @@ def _run_in_box(ex: Execution, result: dict, inputs: Path) -> dict:
             if diskspace.is_full_error(exc):
                 raise DiskFull(_full_area(ex, exc.filename)) from None
             # An unreadable or full store is the machine's failure, not the candidate's.
-            why = f"the weights store {ex.ring['store']} failed for {node_id} {view}/{variant}"
+            why = f"the weights store {ex.ring.store} failed for {node_id} {view}/{variant}"
             raise stop_ring(ex.layout.root, f"{why}: {exc}", node=node_id) from None
         result.update(weights_mode=mode, replay_method=method)
         try:
@@ -412,7 +413,7 @@ def _program_env(ex: Execution) -> dict[str, str]:
 
     PATH names the program's environment and the system folders; every path the program
     is given is one it sees (docs/contracts.md#sandbox)."""
-    program = ex.ring["program"]
+    program = ex.ring.program
     env = {
         "PATH": f"{Path(program['executable']).parent}:/usr/local/bin:/usr/bin:/bin",
         "LANG": os.environ.get("LANG", "C.UTF-8"),
@@ -432,10 +433,10 @@ def _program_env(ex: Execution) -> dict[str, str]:
     return env
 
 
-def _hidden_paths(ring: dict) -> tuple[Path, ...]:
+def _hidden_paths(ring: Ring) -> tuple[Path, ...]:
     """Never visible, even where a system folder or a declared mount would show them."""
-    ring_dir = Path(ring["ring_dir"])
-    return (ring_dir.parent, Path(ring["task"]["dir"]), Path(ring["store"]))
+    ring_dir = Path(ring.ring_dir)
+    return (ring_dir.parent, Path(ring.task["dir"]), Path(ring.store))
 
 
 def _sandbox_request(ex: Execution, inputs: Path, writable: tuple[Path, ...]):
@@ -446,7 +447,7 @@ def _sandbox_request(ex: Execution, inputs: Path, writable: tuple[Path, ...]):
         output_dir=ex.box_output,
         progress_file=ex.work / PROGRESS_FILE,
         writable_dirs=writable,
-        environment_dirs=tuple(Path(d) for d in ex.ring["program"]["dirs"]),
+        environment_dirs=tuple(Path(d) for d in ex.ring.program["dirs"]),
         mounts=tuple(Path(m) for m in box["mounts"]),
         hidden_paths=_hidden_paths(ex.ring),
         network=box["network"],
@@ -463,7 +464,7 @@ def _sandbox_request(ex: Execution, inputs: Path, writable: tuple[Path, ...]):
 def _run_program(ex: Execution, inputs: Path, training: bool) -> dict:
     health_dir = reset_dir(ex.dir / "health")
     # Every run reads a fresh copy of its inputs, made alike for real and view-blind runs.
-    real = Path(ex.ring["views"][ex.view]["inputs_snapshot"])
+    real = Path(ex.ring.views[ex.view]["inputs_snapshot"])
     shutil.rmtree(ex.box / "inputs", ignore_errors=True)
     inputs = fresh_inputs(inputs, ex.box / "inputs", real)
     weights_rel = weights_dirs(ex.node["solution"]["per_view_paths"])
@@ -472,7 +473,7 @@ def _run_program(ex: Execution, inputs: Path, training: bool) -> dict:
         folder.mkdir(parents=True, exist_ok=True)
         unshare_files(folder)
     command = " ".join(ex.node["solution"]["command"])
-    argv = command_argv(command, python=ex.ring["program"]["executable"])
+    argv = command_argv(command, python=ex.ring.program["executable"])
     argv += ["--seed", str(ex.spec["seed"]), *(["--ablate"] if ex.spec["ablate"] else [])]
     argv += train_seed_args(ex.node["solution"], ex.spec)
     info = _sandbox_info(ex)
@@ -543,9 +544,9 @@ def _sandbox_info(ex: Execution) -> dict:
     if ex.config["sandbox"]["mode"] == "none":
         return {"mode": "none"}
     info = sandbox.require_sandbox(ex.config["sandbox"])
-    if info["mode"] != ex.ring["sandbox"]["mode"]:
+    if info["mode"] != ex.ring.sandbox["mode"]:
         raise SandboxError(
-            f"the ring was locked with sandbox mode {ex.ring['sandbox']['mode']} but this job "
+            f"the ring was locked with sandbox mode {ex.ring.sandbox['mode']} but this job "
             f"gets {info['mode']} (a job run as another user?)"
         )
     return info
@@ -559,7 +560,7 @@ def _register(ex: Execution, store: WeightsStore, result: dict) -> bool:
         result["reason"] = "weights not registered: processes were left after the stop"
         return False
     node, key = ex.node, ex.spec["key"]
-    who = {"ring": ex.ring["ring_id"], "node": node["id"], "execution": f"{ex.view}/{ex.variant}"}
+    who = {"ring": ex.ring.ring_id, "node": node["id"], "execution": f"{ex.view}/{ex.variant}"}
     limit = int(ex.config["max_weights_gb"] * 1024**3)
     paths = node["solution"]["per_view_paths"]
     supplied = submission_files(ex.layout.submission(node["id"]))
@@ -568,7 +569,7 @@ def _register(ex: Execution, store: WeightsStore, result: dict) -> bool:
                                         supplied)  # fmt: skip
     except OSError as exc:
         if diskspace.is_full_error(exc):
-            raise DiskFull(f"{Path(ex.ring['store']).name}/") from None
+            raise DiskFull(f"{Path(ex.ring.store).name}/") from None
         raise
     except AcceptanceError as exc:
         result.update(status=statuses.CRASH, reason=f"weights not accepted: {exc}")

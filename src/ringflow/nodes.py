@@ -24,6 +24,7 @@ from .core.layout import RingLayout, is_guard_variant, is_review_variant, node_s
 from .core.ledger import Ledger, emit_event
 from .core.records import write_record
 from .core.seeds import PROBE_SEEDS
+from .core.state import Ring
 from .core.statuses import READY, REJECTED
 from .ring.edits import record_sources
 from .weights import keys
@@ -31,25 +32,25 @@ from .weights.store import WeightsStore
 from .workcopy import make_readonly_tree
 
 
-def review_extra_variants(ring: dict) -> list[str]:
+def review_extra_variants(ring: Ring) -> list[str]:
     """The view-blind check's further runs, made only when its first screen flags."""
-    extra = ring["config"].get("view_blind", {}).get("extra_runs", 8)
+    extra = ring.config.get("view_blind", {}).get("extra_runs", 8)
     return ["real-s0", *(f"blind{n}-s0" for n in range(3, 3 + extra))]
 
 
-def planned_variants(ring: dict) -> dict[str, list[str]]:
+def planned_variants(ring: Ring) -> dict[str, list[str]]:
     """Every execution a node may get, per view (run on demand; docs/contracts.md#seeds). Guard
     seeds run on the guard views only; on the search views when the task has none."""
-    guard = [f"g{s}" for s in ring["guard_seeds"]]
-    guard_views = ring.get("guard_views") or []
+    guard = [f"g{s}" for s in ring.guard_seeds]
+    guard_views = ring.guard_views or []
     search = ["s0", "s0-ablate", "s1", "s2", *([] if guard_views else guard)]
     search += ["fresh-s0", "blind-s0", "blind2-s0", *review_extra_variants(ring)]
-    plan = {view: list(search) for view in ring["search_views"]}
+    plan = {view: list(search) for view in ring.search_views}
     plan.update({view: list(guard) for view in guard_views})
     # The baseline's probe runs: the guard's power before any guard seed is spent.
-    for view in guard_views or ring["search_views"]:
+    for view in guard_views or ring.search_views:
         plan[view] += [f"g{seed}" for seed in PROBE_SEEDS]
-    plan[ring["final_view"]] = ["s0"]
+    plan[ring.final_view] = ["s0"]
     return plan
 
 
@@ -58,15 +59,15 @@ def planned_variants(ring: dict) -> dict[str, list[str]]:
 GUARD_TRAIN_SEED_BASE = 10_000
 
 
-def guard_train_seed(ring: dict, solution: Solution, variant: str) -> int | None:
+def guard_train_seed(ring: Ring, solution: Solution, variant: str) -> int | None:
     """The training seed of a guard run that retrains (guard.retrain), else None."""
-    if not is_guard_variant(variant) or not ring["config"]["guard"].get("retrain"):
+    if not is_guard_variant(variant) or not ring.config["guard"].get("retrain"):
         return None
     seed = variant_seed(variant)
     return seed if solution.seed_affects_training else GUARD_TRAIN_SEED_BASE + seed
 
 
-def execution_spec(ring: dict, solution: Solution, tree: str, view: str, variant: str) -> dict:
+def execution_spec(ring: Ring, solution: Solution, tree: str, view: str, variant: str) -> dict:
     seed = variant_seed(variant)
     ablate = variant == "s0-ablate"
     retrain_seed = guard_train_seed(ring, solution, variant)
@@ -81,11 +82,11 @@ def execution_spec(ring: dict, solution: Solution, tree: str, view: str, variant
     key, components = keys.weights_key(
         tree_hash=tree,
         train_seed=train_seed,
-        view_hash=ring["views"][view]["inputs_hash"],
-        env_key=ring["views"][view].get("env_key", ring["env_key"]),
+        view_hash=ring.views[view]["inputs_hash"],
+        env_key=ring.views[view].get("env_key", ring.env_key),
         train_args=["--ablate"] if ablate else [],
         interpreter=keys.command_interpreter(
-            list(solution.command), ring["environment"]["variables"].get("PATH")
+            list(solution.command), ring.environment["variables"].get("PATH")
         ),
     )
     spec.update(weights="store", key=key, key_components=components)
@@ -112,9 +113,7 @@ def _make_node(ring, layout, store, node_id, role, source: Path, max_bytes) -> d
     copy_submission(solution, submission)
     # Working copies hardlink these files: read-only, so none of them can change it.
     make_readonly_tree(submission)
-    tree, _ = solution_tree_hash(
-        submission, set(solution.per_view_paths), ring.get("tree_ignore") or []
-    )
+    tree, _ = solution_tree_hash(submission, set(solution.per_view_paths), ring.tree_ignore or [])
     executions = {
         view: {v: execution_spec(ring, solution, tree, view, v) for v in variants}
         for view, variants in planned_variants(ring).items()
@@ -144,7 +143,7 @@ def _assign_trainers(nodes: list[dict], store: WeightsStore) -> dict:
     return trainers
 
 
-def _with_resumed(ring: dict, sources: list):
+def _with_resumed(ring: Ring, sources: list):
     """The sources, with the resume queue's work where ("resume", None) stands, followed by
     the scored work imported from the parent ring (docs/operations.md#chains)."""
     for role, source in sources:
@@ -165,26 +164,26 @@ def _index_entry(node: dict) -> dict:
     return entry
 
 
-def import_static(ring: dict) -> dict:
+def import_static(ring: Ring) -> dict:
     """Create the ring's nodes from the baseline and the candidates folder (once)."""
-    layout = RingLayout(Path(ring["ring_dir"]))
+    layout = RingLayout(Path(ring.ring_dir))
     if layout.nodes_index.exists():
         index = read_json(layout.nodes_index)
         if not layout.nodes_static.exists():  # cut between the two writes below
             atomic_write_json(layout.nodes_static, index)
         return read_json(layout.nodes_static)
-    store = WeightsStore(ring["store"])
-    max_bytes = int(ring["config"]["max_weights_gb"] * 1024**3)
+    store = WeightsStore(ring.store)
+    max_bytes = int(ring.config["max_weights_gb"] * 1024**3)
     sources: list[tuple[str, Path]] = []
-    if ring["baseline_dir"]:
-        sources.append(("baseline", Path(ring["baseline_dir"])))
-    candidates_dir = Path(ring["candidates_dir"])
+    if ring.baseline_dir:
+        sources.append(("baseline", Path(ring.baseline_dir)))
+    candidates_dir = Path(ring.candidates_dir)
     for entry in sorted(os.scandir(candidates_dir), key=lambda e: e.name):
         if entry.is_dir() and not entry.name.startswith("."):
             sources.append(("candidate", Path(entry.path)))
     ledger = Ledger(layout.ledger)
     nodes = []
-    number = 0 if ring["baseline_dir"] else 1
+    number = 0 if ring.baseline_dir else 1
     if sources and sources[0][0] == "baseline":
         sources.insert(1, ("resume", None))
     else:

@@ -22,6 +22,7 @@ from .candidate import load_solution
 from .check_guard import check_resampling, report_power
 from .core import statuses
 from .core.errors import InputError, RingflowError
+from .core.state import Ring
 from .reporting.digest import first_line, last_line
 
 REPO_CONFIG = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
@@ -146,19 +147,19 @@ def _check_commands(report: Report, spec) -> None:
         report.ok("no validator (the scorer alone judges an output)")
 
 
-def _run_one(report: Report, ring: dict, node: str) -> None:
+def _run_one(report: Report, ring: Ring, node: str) -> None:
     """Run `node` once on the first search view and score its output with the task's
     validator and scorer: a real output, so a working validator and scorer pass."""
     from .core.layout import RingLayout
     from .execute import run_execution
     from .scoring import score_execution
 
-    view = ring["search_views"][0]
+    view = ring.search_views[0]
     report.head(
         f"one run of {node} on {view} (seed 0), its output validated and scored by the task:"
     )
-    result = run_execution(ring["ring_dir"], node, view, "s0")
-    exec_dir = RingLayout(Path(ring["ring_dir"])).exec_dir(node, view, "s0")
+    result = run_execution(ring.ring_dir, node, view, "s0")
+    exec_dir = RingLayout(Path(ring.ring_dir)).exec_dir(node, view, "s0")
     if result["status"] != "ok":
         tail = last_line(exec_dir / "stderr.log")
         report.fail(
@@ -168,7 +169,7 @@ def _run_one(report: Report, ring: dict, node: str) -> None:
         return
     report.ok(f"exited 0 in {result['wall_s']:.1f}s (weights: {result['weights_mode']})")
     try:
-        score = score_execution(ring["ring_dir"], node, view, "s0")
+        score = score_execution(ring.ring_dir, node, view, "s0")
     except RingflowError as exc:  # a scorer failing on the baseline stops a ring
         report.fail(f"{first_line(str(exc))} (fix the task)")
         return
@@ -188,11 +189,11 @@ def _run_one(report: Report, ring: dict, node: str) -> None:
         )
 
 
-def _views_line(ring: dict) -> str:
-    guard = ", ".join(ring.get("guard_views") or []) or "none (the guard re-uses search rows)"
+def _views_line(ring: Ring) -> str:
+    guard = ", ".join(ring.guard_views or []) or "none (the guard re-uses search rows)"
     return (
-        f"search {', '.join(ring['search_views'])}; guard {guard}; final {ring['final_view']}; "
-        f"{sum(v['files'] for v in ring['views'].values())} files hashed"
+        f"search {', '.join(ring.search_views)}; guard {guard}; final {ring.final_view}; "
+        f"{sum(v['files'] for v in ring.views.values())} files hashed"
     )
 
 
@@ -270,7 +271,7 @@ def check(
             report.warn("no candidate to run: the scorer and validator were not tried")
         else:
             _run_one(report, ring, probe)
-            check_resampling(report, ring, probe, ring["search_views"][0])
+            check_resampling(report, ring, probe, ring.search_views[0])
         if run:
             report_power(report, ring, index)
     finally:

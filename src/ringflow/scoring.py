@@ -24,6 +24,7 @@ from .core.errors import InputError
 from .core.jsonio import read_json
 from .core.layout import RingLayout, is_guard_variant, variant_seed
 from .core.records import write_record
+from .core.state import Ring
 from .core.stop import stop_ring
 from .ring.inputs import program_inputs
 from .sandbox.evaluator import (
@@ -182,22 +183,22 @@ def bootstrap_values(raw: object, batched: bool, seed: int) -> tuple[list[float]
 
 
 def _evaluate(
-    ring: dict, exec_dir: Path, view: str, variant: str, seed: int, deadline=None
+    ring: Ring, exec_dir: Path, view: str, variant: str, seed: int, deadline=None
 ) -> dict:
     """Validator first (invalid output never reaches the labels), then the scorer.
 
     The output must be plain data first: links, FIFOs and devices make it invalid
     before any evaluator reads it. `deadline` (a callable) replaces the execution's own.
     """
-    task = ring["task"]
-    config = ring["config"]
+    task = ring.task
+    config = ring.config
     limit_s = config["scorer_timeout_min"] * 60
     deadline = deadline or scoring_deadline_for(ring, view, variant)
     pred = exec_dir / "output"
     refused = refuse_pointers(pred)
     if refused is not None:
         return {"valid": False, "reason": f"invalid: {refused}"}
-    view_dir = Path(ring["views"][view]["dir"])
+    view_dir = Path(ring.views[view]["dir"])
     inputs = program_inputs(ring, view, variant)
     info = evaluator_sandbox(ring)
     limits = {**config["evaluator"], "uid": config["sandbox"]["uid"],
@@ -253,7 +254,7 @@ def _evaluate(
 
         mode = scorer_mode(task)
         record = _scorer_record(*call_scorer(seed, []), limit_s, rows=mode == "rows")
-        final_run = view == ring.get("final_view") and variant == "s0"
+        final_run = view == ring.final_view and variant == "s0"
         if (is_guard_variant(variant) or final_run) and record.get("valid"):
             count = config["guard"]["bootstrap"]
             if mode == "rows":
@@ -352,14 +353,14 @@ def _lend(info: dict, folder: Path, limits: dict):
     return loan
 
 
-def evaluator_sandbox(ring: dict) -> dict:
+def evaluator_sandbox(ring: Ring) -> dict:
     """The sandbox the ring was locked with (probed again in this job, cached per process)."""
-    if ring["config"]["sandbox"]["mode"] == "none":
+    if ring.config["sandbox"]["mode"] == "none":
         return {"mode": "none"}
-    return sandbox.require_sandbox(ring["config"]["sandbox"])
+    return sandbox.require_sandbox(ring.config["sandbox"])
 
 
-def _count_evaluator_failure(ring: dict, layout: RingLayout, node: str, record: dict) -> None:
+def _count_evaluator_failure(ring: Ring, layout: RingLayout, node: str, record: dict) -> None:
     """A failing scorer on the baseline, or on scorer_fail_stop nodes, stops the ring."""
     index = read_json(layout.nodes_index) if layout.nodes_index.exists() else {}
     which = record["evaluator_failed"]
@@ -370,7 +371,7 @@ def _count_evaluator_failure(ring: dict, layout: RingLayout, node: str, record: 
     folder.mkdir(exist_ok=True)
     (folder / node).touch()
     failed = sorted(p.name for p in folder.iterdir())
-    limit = ring["config"]["scorer_fail_stop"]
+    limit = ring.config["scorer_fail_stop"]
     if len(failed) >= limit:
         raise stop_ring(layout.root, f"the task's {which} failed on {len(failed)} distinct "
                         f"nodes ({', '.join(failed)}); last: {record['reason']}",
@@ -379,7 +380,7 @@ def _count_evaluator_failure(ring: dict, layout: RingLayout, node: str, record: 
 
 def score_execution(ring_dir: str | Path, node: str, view: str, variant: str) -> dict:
     ring = load_ring(ring_dir)
-    layout = RingLayout(Path(ring["ring_dir"]))
+    layout = RingLayout(Path(ring.ring_dir))
     result = read_json(layout.result(node, view, variant))
     seed = variant_seed(variant)
     record = {
@@ -420,13 +421,13 @@ def _refuse_non_finite_baseline(layout: RingLayout, node: str, record: dict) -> 
                         f"({record['reason']})", node=node)  # fmt: skip
 
 
-def _first_baseline_score(ring: dict, layout: RingLayout, node: str, view: str, variant: str):
+def _first_baseline_score(ring: Ring, layout: RingLayout, node: str, view: str, variant: str):
     """The baseline's seed-0 score on the first search view: its scorer is checked there
     once per ring (the lock has no output to score)."""
     return (
         variant == "s0"
-        and view == ring["search_views"][0]
-        and scorer_mode(ring["task"]) == "resample"
+        and view == ring.search_views[0]
+        and scorer_mode(ring.task) == "resample"
         and _is_baseline(layout, node)
     )
 
@@ -465,7 +466,7 @@ def usable(score: dict | None, direction: str) -> float | None:
     return None if value is None else float(value)
 
 
-def evaluate_predictions(ring: dict, folder: Path, view: str, seed: int, deadline=None) -> dict:
+def evaluate_predictions(ring: Ring, folder: Path, view: str, seed: int, deadline=None) -> dict:
     """Validate and score the predictions in folder/output on one view (a score query, a
     background evaluation); the same evaluator as an execution's, writing its logs into
     folder. `deadline` (a callable) cuts it earlier than a seed-0 execution's scoring."""

@@ -26,14 +26,14 @@ def verify_ring(ring_dir) -> list[str]:
         ring = load_ring(ring_dir)
     except InputError as exc:
         return [str(exc)]
-    layout = RingLayout(Path(ring["ring_dir"]))
+    layout = RingLayout(Path(ring.ring_dir))
     if not layout.ledger.exists():
         problems.append(f"{layout.ledger}: missing")
     else:
         problems += [f"ledger: {p}" for p in Ledger(layout.ledger).verify(ledger_anchors(layout))]
         problems += lock_anchor_problems(layout.root)
         problems += [f"record: {p}" for p in record_problems(layout.root)]
-    store = WeightsStore(ring["store"])
+    store = WeightsStore(ring.store)
     problems += [f"store: {p}" for p in store.verify()]
     # The store's index and the ledgers of the rings that wrote it tell the same story.
     try:
@@ -41,18 +41,18 @@ def verify_ring(ring_dir) -> list[str]:
     except InputError as exc:
         problems.append(f"store: the index could not be compared with the ledgers: {exc}")
     problems += [f"edited: {e}" for e in find_edits(layout.root)]
-    if ring.get("continue_from"):
-        previous = (layout.root / ring["continue_from"]).resolve()
+    if ring.continue_from:
+        previous = (layout.root / ring.continue_from).resolve()
         try:
             for ancestor in chain_rings(previous):
-                root = Path(ancestor["ring_dir"])
+                root = Path(ancestor.ring_dir)
                 ledger = root / "ledger.jsonl"
                 if not ledger.exists():
-                    problems.append(f"ancestor {ancestor['ring_dir']}: ledger missing")
+                    problems.append(f"ancestor {ancestor.ring_dir}: ledger missing")
                     continue
                 anchors = ledger_anchors(RingLayout(root))
                 problems += [
-                    f"ancestor {ancestor['ring_dir']}: {p}"
+                    f"ancestor {ancestor.ring_dir}: {p}"
                     for p in Ledger(ledger).verify(anchors) + lock_anchor_problems(ledger.parent)
                 ]
         except InputError as exc:

@@ -13,15 +13,16 @@ import shutil
 from pathlib import Path
 
 from ..core import statuses
+from ..core.state import Ring
 from ..workcopy import reset_dir
 
 CHECKPOINT_DIR = "checkpoint"
 AUTHORITATIVE_VARIANT = "s0"
 
 
-def is_authoritative(ring: dict, view: str, variant: str) -> bool:
+def is_authoritative(ring: Ring, view: str, variant: str) -> bool:
     """Seed 0 on a search view: the execution whose score ranks the node."""
-    return variant == AUTHORITATIVE_VARIANT and view in ring["search_views"]
+    return variant == AUTHORITATIVE_VARIANT and view in ring.search_views
 
 
 def is_carried_cut(result: dict) -> bool:
@@ -33,7 +34,7 @@ def is_carried_cut(result: dict) -> bool:
     )
 
 
-def keep_grace_checkpoint(ring: dict, view: str, variant: str, result: dict, work: Path,
+def keep_grace_checkpoint(ring: Ring, view: str, variant: str, result: dict, work: Path,
                           weights_rel: list[str], exec_dir: Path) -> list[str]:  # fmt: skip
     """Move the weights folders of a cut authoritative run out of its working copy; the
     folders kept (relative to the solution)."""

@@ -34,6 +34,7 @@ from ..core.layout import RingLayout
 from ..core.query_record import settled_count
 from ..core.safetext import printable
 from ..core.safetree import read_head
+from ..core.state import Ring
 from ..core.statuses import ENGINEERING
 from .seal import SealRequest
 from .snapshot import file_sha256, walk_entries, why_skipped
@@ -189,14 +190,14 @@ def resume_snapshot(layout: RingLayout, node: dict) -> Path | None:
     return layout.root / node["resume_origin"]["snapshot"]
 
 
-def session_start(ring: dict, layout: RingLayout, node: dict) -> Path | None:
+def session_start(ring: Ring, layout: RingLayout, node: dict) -> Path | None:
     """What a session's workspace is made from: the snapshot's `solution/` (resume), the
     parent's submission (improve) or the template (draft); None for an empty workspace."""
     if is_resume(node):
         return Path(node["origin"]["path"])
     if node.get("parent"):
         return layout.submission(node["parent"])
-    template = ring["config"]["engineer"].get("template")
+    template = ring.config["engineer"].get("template")
     return Path(template) if template else None
 
 
@@ -214,10 +215,10 @@ def earlier_queries(node: dict) -> int | None:
     return total
 
 
-def queries_left(ring: dict, node: dict) -> int:
+def queries_left(ring: Ring, node: dict) -> int:
     """A node's query quota (docs/contracts.md#engineer): queries_per_node, less every earlier
     segment's."""
-    per_node = ring["config"]["search"]["queries_per_node"]
+    per_node = ring.config["search"]["queries_per_node"]
     if not is_resume(node):
         return per_node
     earlier = earlier_queries(node)
@@ -253,7 +254,7 @@ def not_sealable(layout: RingLayout, node_id: str) -> str | None:
     return None
 
 
-def engineer_request(ring: dict, layout: RingLayout, node: dict) -> SealRequest:
+def engineer_request(ring: Ring, layout: RingLayout, node: dict) -> SealRequest:
     """The hand-over of a cut engineer session (docs/operations.md#carryover): workspace, plan, raw
     log."""
     node_id = node["id"]
@@ -281,16 +282,16 @@ def session_sources(layout: RingLayout, node_id: str, solution: Path) -> list[tu
     ]
 
 
-def session_handoff(ring: dict, layout: RingLayout, node: dict, solution: Path) -> dict:
+def session_handoff(ring: Ring, layout: RingLayout, node: dict, solution: Path) -> dict:
     """The hand-over fields of a session cut at the hand-over point (docs/operations.md#carryover),
     with its solution as the session left it; redacts its raw log first (`engineer.env_pass`)."""
     node_id = node["id"]
     trajectory = layout.trajectory(node_id)
-    redact_tree(trajectory, ring["config"]["engineer"].get("env_pass") or [])
+    redact_tree(trajectory, ring.config["engineer"].get("env_pass") or [])
     session = read_json(layout.session(node_id))
     method_text = read_head(solution / "METHOD.md", 4 * METHOD_CHARS)  # any size or kind
     return {
-        "ring_id": ring["ring_id"],
+        "ring_id": ring.ring_id,
         "node": node_id,
         "name": node.get("name"),
         "session_reason": session.get("reason"),
@@ -313,13 +314,13 @@ def session_handoff(ring: dict, layout: RingLayout, node: dict, solution: Path) 
     }
 
 
-def _start_if_present(ring: dict, layout: RingLayout, node: dict) -> Path | None:
+def _start_if_present(ring: Ring, layout: RingLayout, node: dict) -> Path | None:
     start = session_start(ring, layout, node)
     return start if start is not None and start.is_dir() else None
 
 
-def operator(ring: dict) -> str | None:
-    command = ring["config"]["engineer"]["command"]
+def operator(ring: Ring) -> str | None:
+    command = ring.config["engineer"]["command"]
     if not command:
         return None
     return "builtin" if command.strip() == "builtin" else command.split()[0]
@@ -328,7 +329,7 @@ def operator(ring: dict) -> str | None:
 # ---- resume nodes -------------------------------------------------------------------------
 
 
-def resume_stub(ring: dict, node_id: str, fields: dict) -> dict:
+def resume_stub(ring: Ring, node_id: str, fields: dict) -> dict:
     """A resume node of the engineer kind, planned for a session in generation 0."""
     now = time.time()
     return {
@@ -391,7 +392,7 @@ def _marked(title: str, folder: Path) -> str:
     return "".join(parts)
 
 
-def write_transcript(ring: dict, node: dict, trajectory: Path) -> Path:
+def write_transcript(ring: Ring, node: dict, trajectory: Path) -> Path:
     """trajectory/transcript.log: every earlier segment's log, oldest first, then this
     session's, each under its marker."""
     segments = (node.get("resume_origin") or {}).get("segments") or []
@@ -403,7 +404,7 @@ def write_transcript(ring: dict, node: dict, trajectory: Path) -> Path:
                  f"({segment.get('kind')}, sealed {stamp})")  # fmt: skip
         parts.append(_marked(title, trajectory / SEGMENTS_DIR / _segment_name(number, segment)))
     parts.append(_marked(f"segment {total} of {total} (this session): "
-                         f"{ring['ring_id']}#{node['id']}", trajectory))  # fmt: skip
+                         f"{ring.ring_id}#{node['id']}", trajectory))  # fmt: skip
     path = trajectory / TRANSCRIPT
     atomic_write_bytes(path, "".join(parts).encode())
     return path

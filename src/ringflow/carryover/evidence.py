@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ..core.jsonio import read_json
 from ..core.layout import RingLayout
+from ..core.state import Ring
 from ..core.statuses import READY
 from .engineer import session_handoff, session_sources
 from .seal import EVIDENCE, EVIDENCE_KIND, EVIDENCE_WHY, SealRequest
@@ -31,7 +32,7 @@ def cut_with_program(layout: RingLayout, node_id: str) -> bool:
     return bool(session.get("budget_cut")) and session.get("node_status") == READY
 
 
-def evidence_request(ring: dict, layout: RingLayout, node: dict) -> SealRequest:
+def evidence_request(ring: Ring, layout: RingLayout, node: dict) -> SealRequest:
     """The evidence seal of such a session: submission, plan, raw log, hand-over."""
     node_id = node["id"]
     submission = layout.submission(node_id)

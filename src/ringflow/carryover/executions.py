@@ -19,6 +19,7 @@ from ..core.clock import load_ring
 from ..core.jsonio import atomic_write_json, read_json
 from ..core.layout import RingLayout
 from ..core.ledger import emit_event
+from ..core.state import Ring
 from . import engineer, evidence
 from .checkpoint import AUTHORITATIVE_VARIANT, CHECKPOINT_DIR, is_carried_cut
 from .seal import EVIDENCE, EVIDENCE_SEALED, SealRequest, listed, seal_node, sealed_records
@@ -27,10 +28,10 @@ KIND = "execution"
 EXEC_FILES = ("result.json", "stdout.log", "stderr.log")
 
 
-def cut_runs(ring: dict, layout: RingLayout, node_id: str) -> tuple[list[dict], list[dict]]:
+def cut_runs(ring: Ring, layout: RingLayout, node_id: str) -> tuple[list[dict], list[dict]]:
     """(seed-0 runs a seal takes, seed-0 runs cut but left with processes after the stop)."""
     cut, unreaped = [], []
-    for view in ring["search_views"]:
+    for view in ring.search_views:
         path = layout.result(node_id, view, AUTHORITATIVE_VARIANT)
         if not path.is_file():
             continue
@@ -53,7 +54,7 @@ def cut_runs(ring: dict, layout: RingLayout, node_id: str) -> tuple[list[dict], 
     return cut, unreaped
 
 
-def execution_request(ring: dict, layout: RingLayout, node: dict, cut: list[dict]) -> SealRequest:
+def execution_request(ring: Ring, layout: RingLayout, node: dict, cut: list[dict]) -> SealRequest:
     node_id = node["id"]
     sources: list[tuple[str, Path]] = [("solution", layout.submission(node_id))]
     for run in cut:
@@ -67,7 +68,7 @@ def execution_request(ring: dict, layout: RingLayout, node: dict, cut: list[dict
     views = ", ".join(f"{r['view']}/{r['variant']}" for r in cut)
     handoff = {
         "kind": KIND,
-        "ring_id": ring["ring_id"],
+        "ring_id": ring.ring_id,
         "node": node_id,
         "name": node.get("name"),
         "summary": f"seed-0 run cut by the cutoff on {views}; the next ring executes the "
@@ -90,7 +91,7 @@ def seal_ring(ring_dir: str | Path) -> dict:
     """Seal every candidate whose authoritative run was cut, and the evidence of every
     session cut with a runnable program; write carryover/seals.json."""
     ring = load_ring(ring_dir)
-    layout = RingLayout(Path(ring["ring_dir"]))
+    layout = RingLayout(Path(ring.ring_dir))
     index = read_json(layout.nodes_index)
     recorded = sealed_records(layout.ledger)
     recorded_evidence = sealed_records(layout.ledger, EVIDENCE_SEALED)
@@ -128,7 +129,7 @@ def seal_ring(ring_dir: str | Path) -> dict:
             continue
         record = seal_node(ring, execution_request(ring, layout, node, cut))
         seals.append(listed(entry["id"], record))
-    listing = {"ring_id": ring["ring_id"], "seals": seals, "refused": refused,
+    listing = {"ring_id": ring.ring_id, "seals": seals, "refused": refused,
                "evidence": evidence_seals, "evidence_refused": evidence_refused}  # fmt: skip
     atomic_write_json(layout.root / "carryover" / "seals.json", listing)
     return listing

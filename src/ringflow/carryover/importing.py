@@ -27,6 +27,7 @@ from ..core.layout import RingLayout
 from ..core.ledger import Ledger, emit_event, record_hash
 from ..core.records import RingEvidence
 from ..core.seeds import chain_rings
+from ..core.state import Ring
 from .engineer import KIND as ENGINEER_KIND
 from .engineer import parent_ring_dir, segment_details
 from .registry import ResumeRegistry, is_ours
@@ -103,10 +104,10 @@ def _copy_verified(snapshot: Path, seal: dict, dest: Path) -> None:
         raise
 
 
-def _segment(ancestor: dict, record: dict, seal: dict, snapshot: Path, copy: Path) -> dict:
+def _segment(ancestor: Ring, record: dict, seal: dict, snapshot: Path, copy: Path) -> dict:
     return {
-        "ring": ancestor["ring_id"],
-        "ring_dir": ancestor["ring_dir"],
+        "ring": ancestor.ring_id,
+        "ring_dir": ancestor.ring_dir,
         "node": record["node"],
         "kind": seal["kind"],
         "lock_sha256": seal["lock_sha256"],
@@ -152,11 +153,11 @@ def _logged(ledger_path: Path) -> set[tuple[str, str]]:
 def import_carryover(ring_dir: str | Path) -> dict:
     """Verify and copy the chain's sealed work; choose the resume queue; write imported.json."""
     ring = load_ring(ring_dir)
-    layout = RingLayout(Path(ring["ring_dir"]))
+    layout = RingLayout(Path(ring.ring_dir))
     out = {"imported": [], "rejected": [], "refused": [], "already_resumed": [], "queue": [],
            "waiting": []}  # fmt: skip
-    if ring.get("continue_from"):
-        previous = (layout.root / ring["continue_from"]).resolve()
+    if ring.continue_from:
+        previous = (layout.root / ring.continue_from).resolve()
         _import_chain(ring, layout, chain_rings(previous), out)
         # Scored nodes, promotion scores, refuted directions, rescoring obligations and the
         # store index: from the parent, which has imported its own parent's
@@ -166,23 +167,23 @@ def import_carryover(ring_dir: str | Path) -> dict:
     return out
 
 
-def _import_chain(ring: dict, layout: RingLayout, chain: list[dict], out: dict) -> None:
-    registry = ResumeRegistry(ring["store"])
+def _import_chain(ring: Ring, layout: RingLayout, chain: list[dict], out: dict) -> None:
+    registry = ResumeRegistry(ring.store)
     ledger = Ledger(layout.ledger)
     logged = _logged(layout.ledger)
     target = layout.root / "carryover" / "imported"
     for ancestor in chain:
-        root = Path(ancestor["ring_dir"])
+        root = Path(ancestor.ring_dir)
         evidence = RingEvidence(root)
         for node, record in sorted(sealed_records(root / "ledger.jsonl").items(),
                                    key=lambda item: item[1].get("seq", 0)):  # fmt: skip
-            ident = str(record.get("identity") or f"{ancestor['ring_id']}#{node}")
+            ident = str(record.get("identity") or f"{ancestor.ring_id}#{node}")
             claim = registry.claimed_by(ident, lock_sha256(root))
             if claim is not None and not is_ours(claim, ring):
                 out["already_resumed"].append({"identity": ident, "by": claim["ring_id"],
                                                "by_dir": claim["ring_dir"]})  # fmt: skip
                 continue
-            copy = target / f"{ancestor['ring_id']}--{node}"
+            copy = target / f"{ancestor.ring_id}--{node}"
             try:
                 snapshot, seal = _check_seal(root, record, evidence)
                 _copy_verified(snapshot, seal, copy)
@@ -208,7 +209,7 @@ def _import_chain(ring: dict, layout: RingLayout, chain: list[dict], out: dict) 
             out["imported"].append({
                 "identity": ident,
                 "kind": seal["kind"],
-                "ring_id": ancestor["ring_id"],
+                "ring_id": ancestor.ring_id,
                 "node": node,
                 "name": handoff.get("name") or node,
                 "seal_sha256": record["seal_sha256"],
@@ -223,11 +224,11 @@ def _import_chain(ring: dict, layout: RingLayout, chain: list[dict], out: dict) 
     _choose_queue(ring, registry, out)
 
 
-def _choose_queue(ring: dict, registry: ResumeRegistry, out: dict) -> None:
+def _choose_queue(ring: Ring, registry: ResumeRegistry, out: dict) -> None:
     """Oldest seal first, at most max_resume_per_ring, each claimed for this ring."""
-    limit = ring["config"].get("max_resume_per_ring", 4)
+    limit = ring.config.get("max_resume_per_ring", 4)
     for item in sorted(out["imported"], key=lambda i: (i["sealed_at"], i["identity"])):
-        if item["kind"] == ENGINEER_KIND and not ring["config"]["engineer"].get("command"):
+        if item["kind"] == ENGINEER_KIND and not ring.config["engineer"].get("command"):
             # Only an engineer session resumes engineer work: it waits for a ring with one.
             out["waiting"].append(item["identity"])
             continue

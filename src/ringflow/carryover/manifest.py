@@ -26,7 +26,7 @@ def _optional(path: Path) -> dict:
 
 def write_stop_manifest(ring_dir: str | Path) -> dict:
     ring = load_ring(ring_dir)
-    layout = RingLayout(Path(ring["ring_dir"]))
+    layout = RingLayout(Path(ring.ring_dir))
     imported = _optional(layout.root / "carryover" / "imported.json")
     seals, evidence = (
         [
@@ -36,10 +36,10 @@ def write_stop_manifest(ring_dir: str | Path) -> dict:
         for target in (CARRYOVER, EVIDENCE)
     )
     manifest = {
-        "ring_id": ring["ring_id"],
+        "ring_id": ring.ring_id,
         "lock_sha256": lock_sha256(layout.root),
-        "search_hash": ring.get("search_hash"),
-        "continue_from": ring.get("continue_from"),
+        "search_hash": ring.search_hash,
+        "continue_from": ring.continue_from,
         "seals": seals,
         "evidence": evidence,
         "resumed": imported.get("queue", []),

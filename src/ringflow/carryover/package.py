@@ -109,7 +109,7 @@ def _ancestor(where: RingLayout, node: dict) -> dict:
 def package(ring_dir: str | Path, out: str | Path | None = None) -> dict:
     """Write the package to `out` (default RING_DIR/package/, which must not exist)."""
     ring = load_ring(ring_dir)
-    layout = RingLayout(Path(ring["ring_dir"]).resolve())
+    layout = RingLayout(Path(ring.ring_dir).resolve())
     final = layout.final_dir / "FINAL.json"
     if not final.is_file():
         raise InputError(f"{ring_dir}: no final/ written yet: nothing to package")
@@ -133,7 +133,7 @@ def package(ring_dir: str | Path, out: str | Path | None = None) -> dict:
             segment["path"] = f"{LINEAGE_DIR}/{number:02d}-{segment['ring']}--{segment['node']}"
             _copy_segment(segment, staging / segment["path"])
         manifest = {
-            "ring_id": ring["ring_id"],
+            "ring_id": ring.ring_id,
             "ring_dir": str(layout.root),
             "lock_sha256": lock_sha256(layout.root),
             "chosen": chosen,

@@ -16,6 +16,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from ..core.jsonio import atomic_write_json, read_json
+from ..core.state import Ring
 
 REGISTRY = "carryover/resumed.json"
 LOCK = "locks/carryover-resumed.lock"
@@ -39,7 +40,7 @@ class ResumeRegistry:
         with self._lock:
             return self._read().get(work_key(identity, lock_sha256))
 
-    def claim(self, identity: str, lock_sha256: str, ring: dict) -> dict:
+    def claim(self, identity: str, lock_sha256: str, ring: Ring) -> dict:
         """Claim the work for `ring`; returns the claim that holds (ours, or an earlier one)."""
         key = work_key(identity, lock_sha256)
         with self._lock:
@@ -47,12 +48,12 @@ class ResumeRegistry:
             held = claims.get(key)
             if held is not None:
                 return held
-            claim = {"identity": identity, "ring_id": ring["ring_id"],
-                     "ring_dir": ring["ring_dir"], "at": time.time()}  # fmt: skip
+            claim = {"identity": identity, "ring_id": ring.ring_id,
+                     "ring_dir": ring.ring_dir, "at": time.time()}  # fmt: skip
             claims[key] = claim
             atomic_write_json(self.path, claims)
             return claim
 
 
-def is_ours(claim: dict | None, ring: dict) -> bool:
-    return claim is not None and claim.get("ring_dir") == ring["ring_dir"]
+def is_ours(claim: dict | None, ring: Ring) -> bool:
+    return claim is not None and claim.get("ring_dir") == ring.ring_dir

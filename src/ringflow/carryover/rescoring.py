@@ -49,7 +49,7 @@ def obligations(ring_dir: str | Path) -> list[dict]:
     for entry in entries:
         if not entry.get("rescore") or entry["status"] != statuses.READY:
             continue
-        missing = [view for view in ring["search_views"]
+        missing = [view for view in ring.search_views
                    if outcome(layout, entry["id"], view, "s0") is None]  # fmt: skip
         if not missing:
             continue

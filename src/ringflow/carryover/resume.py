@@ -13,14 +13,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core.jsonio import read_json
+from ..core.state import Ring
 from .importing import IMPORTED
 
 RESUME = "resume"
 
 
-def resume_entries(ring: dict) -> list[dict]:
+def resume_entries(ring: Ring) -> list[dict]:
     """The queue's imported work, in queue order (oldest seal first)."""
-    path = Path(ring["ring_dir"]) / IMPORTED
+    path = Path(ring.ring_dir) / IMPORTED
     if not path.is_file():
         return []
     imported = read_json(path)
@@ -28,13 +29,13 @@ def resume_entries(ring: dict) -> list[dict]:
     return [by_identity[ident] for ident in imported["queue"]]
 
 
-def resume_fields(ring: dict, entry: dict) -> dict:
+def resume_fields(ring: Ring, entry: dict) -> dict:
     """What a resume node's node.json says about where its work comes from."""
     return {
         "name": entry["name"],
         "origin": {
             "kind": RESUME,
-            "path": str(Path(ring["ring_dir"]) / entry["copy"] / "solution"),
+            "path": str(Path(ring.ring_dir) / entry["copy"] / "solution"),
             "identity": entry["identity"],
             "carry_kind": entry["kind"],
             "seal_sha256": entry["seal_sha256"],

@@ -22,6 +22,7 @@ from ..core.jsonio import read_json
 from ..core.layout import RingLayout
 from ..core.ledger import Ledger, emit_event
 from ..core.records import RingEvidence
+from ..core.state import Ring
 from ..weights.store import WeightsStore
 from .rescoring import choose_rescores, inherited_obligations, obligations
 from .scores import (
@@ -35,15 +36,15 @@ from .scores import (
 )
 
 
-def _store_index(ring: dict, parent: dict) -> dict:
+def _store_index(ring: Ring, parent: Ring) -> dict:
     """The parent's weights keys and whether this ring's store holds them (replayed here
     instead of trained again)."""
-    index_path = RingLayout(Path(parent["ring_dir"])).nodes_index
+    index_path = RingLayout(Path(parent.ring_dir)).nodes_index
     keys = sorted(read_json(index_path).get("keys") or {}) if index_path.is_file() else []
-    store = WeightsStore(ring["store"])
+    store = WeightsStore(ring.store)
     held = [key for key in keys if store.find(key) is not None]
-    return {"parent_store": parent["store"], "this_store": ring["store"],
-            "shared": Path(parent["store"]) == Path(ring["store"]),
+    return {"parent_store": parent.store, "this_store": ring.store,
+            "shared": Path(parent.store) == Path(ring.store),
             "keys": len(keys), "keys_in_store": len(held)}  # fmt: skip
 
 
@@ -76,19 +77,19 @@ def _reject_scores(layout: RingLayout, out: dict, entry: dict, reason: str) -> N
     emit_event(layout.root, "carryover_rejected", identity=ident, what="scores", reason=reason)
 
 
-def import_scored(ring: dict, layout: RingLayout, previous: Path, out: dict) -> None:
+def import_scored(ring: Ring, layout: RingLayout, previous: Path, out: dict) -> None:
     """What this ring takes of its parent's scored work, and what it re-executes.
 
     A node whose scores do not verify against the parent's ledger and its store's anchors
     is not imported at all (`carryover_rejected`, with the reason): an edited score is
     never ranked here, nor counted as a refuted direction or a reason to rescore."""
     parent = load_ring(previous)
-    hidden = {*(ring.get("guard_views") or []), ring["final_view"]}
-    direction = ring["task"]["direction"]
+    hidden = {*(ring.guard_views or []), ring.final_view}
+    direction = ring.task["direction"]
     evidence = RingEvidence(previous)
     entries = []
     for entry in exported(previous):
-        fault = score_fault(evidence, parent["ring_id"], entry)
+        fault = score_fault(evidence, parent.ring_id, entry)
         if fault is not None:
             _reject_scores(layout, out, entry, fault)
             continue
@@ -99,8 +100,8 @@ def import_scored(ring: dict, layout: RingLayout, previous: Path, out: dict) -> 
             continue
         entry["comparable"] = comparable(ring, entry["scores"])
         entries.append(entry)
-    same = parent.get("search_hash") == ring["search_hash"]
-    top_k = ring["config"].get("continue_rescore_top_k", 3)
+    same = parent.search_hash == ring.search_hash
+    top_k = ring.config.get("continue_rescore_top_k", 3)
     inherited = inherited_obligations(previous)
     rescore = choose_rescores(entries, inherited, same, top_k, direction)
     refuted = refuted_among(entries, direction)
@@ -109,8 +110,8 @@ def import_scored(ring: dict, layout: RingLayout, previous: Path, out: dict) -> 
         entry["refuted"] = refuted.get(entry["identity"])
     out["scored"] = entries
     out["comparability"] = {
-        "search_hash": ring["search_hash"],
-        "parent_search_hash": parent.get("search_hash"),
+        "search_hash": ring.search_hash,
+        "parent_search_hash": parent.search_hash,
         "comparable": same,
         "continue_rescore_top_k": top_k,
         "comparable_nodes": sum(e["comparable"] for e in entries),
@@ -123,8 +124,8 @@ def import_scored(ring: dict, layout: RingLayout, previous: Path, out: dict) -> 
     if not _logged(layout.ledger, "scores_imported"):
         Ledger(layout.ledger).append(
             "scores_imported",
-            parent=parent["ring_id"],
-            parent_search_hash=parent.get("search_hash"),
+            parent=parent.ring_id,
+            parent_search_hash=parent.search_hash,
             comparable=same,
             nodes=[e["identity"] for e in entries],
             rescore=rescore,
@@ -144,13 +145,13 @@ def _logged(ledger_path: Path, kind: str, identity: str | None = None) -> bool:
     return False
 
 
-def scored_entries(ring: dict) -> list[dict]:
+def scored_entries(ring: Ring) -> list[dict]:
     """The scored work imported.json lists, in the parent's node order."""
-    path = Path(ring["ring_dir"]) / "carryover" / "imported.json"
+    path = Path(ring.ring_dir) / "carryover" / "imported.json"
     return list(read_json(path).get("scored") or []) if path.is_file() else []
 
 
-def imported_fields(ring: dict, entry: dict) -> dict:
+def imported_fields(ring: Ring, entry: dict) -> dict:
     """What an imported node's node.json says about where it and its scores come from."""
     return {
         "name": entry["name"],
@@ -178,7 +179,7 @@ def imported_fields(ring: dict, entry: dict) -> dict:
             "comparable": entry["comparable"],
             "rescore": entry["rescore"],
             "refuted": entry["refuted"],
-            "this_search_hash": ring["search_hash"],
+            "this_search_hash": ring.search_hash,
         },
     }
 

@@ -22,6 +22,7 @@ from ..core.clock import load_ring
 from ..core.jsonio import read_json, read_json_cached
 from ..core.layout import RingLayout
 from ..core.safetree import read_head
+from ..core.state import Ring
 from ..scoring import usable
 
 IMPORTED = "imported"
@@ -44,29 +45,29 @@ def outcome(layout: RingLayout, node: str, view: str, variant: str) -> dict | No
     return read_json(score_path)
 
 
-def own_record(ring: dict, node: str, view: str, variant: str, score: dict) -> dict:
+def own_record(ring: Ring, node: str, view: str, variant: str, score: dict) -> dict:
     return {
         "score": score.get("score"),
         "valid": bool(score.get("valid")),
         "scored": bool(score.get("scored")),
         "reason": score.get("reason", ""),
-        "ring": ring["ring_id"],
+        "ring": ring.ring_id,
         "node": node,
         "view": view,
         "variant": variant,
-        "search_hash": ring["search_hash"],
+        "search_hash": ring.search_hash,
     }
 
 
-def score_sheet(ring: dict, layout: RingLayout, node: dict) -> dict[str, dict[str, dict]]:
+def score_sheet(ring: Ring, layout: RingLayout, node: dict) -> dict[str, dict[str, dict]]:
     """{view: {variant: record}}: the node's own outcome where it has one, else the record
     it was imported with. An outcome without a score (a crash, invalid output) is this
     ring's verdict and stands: such a node is not handed on as scored."""
     imported = (node.get(IMPORTED) or {}).get("scores") or {}
-    views = list(ring["search_views"]) + [v for v in imported if v not in ring["search_views"]]
+    views = list(ring.search_views) + [v for v in imported if v not in ring.search_views]
     sheet: dict[str, dict[str, dict]] = {}
     for view in views:
-        searched = view in ring["search_views"]
+        searched = view in ring.search_views
         for variant in SCORED_VARIANTS:
             own = outcome(layout, node["id"], view, variant) if searched else None
             record = (
@@ -89,18 +90,18 @@ def s0_mean(scores: dict[str, dict[str, dict]], views: list[str] | None = None) 
     return fmean(values)
 
 
-def _expected_views(ring: dict, node: dict) -> list[str]:
+def _expected_views(ring: Ring, node: dict) -> list[str]:
     """The views a node's seed-0 score covers: those it was imported with, else the ring's."""
     imported = (node.get(IMPORTED) or {}).get("scores")
     if imported:
         return sorted(v for v, variants in imported.items() if "s0" in variants)
-    return list(ring["search_views"])
+    return list(ring.search_views)
 
 
 def indexed_nodes(ring_dir: str | Path) -> tuple[dict, RingLayout, list[dict]]:
     """The ring, its layout and its node index entries (none before its nodes exist)."""
     ring = load_ring(ring_dir)
-    layout = RingLayout(Path(ring["ring_dir"]))
+    layout = RingLayout(Path(ring.ring_dir))
     entries = read_json(layout.nodes_index)["nodes"] if layout.nodes_index.is_file() else []
     return ring, layout, entries
 
@@ -119,17 +120,17 @@ def exported(ring_dir: str | Path) -> list[dict]:
         mean = s0_mean(sheet, views)
         if mean is None or not node.get("tree_hash"):
             continue
-        mine = f"{ring['ring_id']}#{entry['id']}"
+        mine = f"{ring.ring_id}#{entry['id']}"
         earlier = node.get(IMPORTED) or {}
         out.append({
             "identity": earlier.get("identity") or mine,
             "via": [*(earlier.get("via") or []), mine],
-            "ring_id": ring["ring_id"],
-            "ring_dir": ring["ring_dir"],
+            "ring_id": ring.ring_id,
+            "ring_dir": ring.ring_dir,
             "node": entry["id"],
             "name": node.get("name") or entry["id"],
             "tree_hash": node["tree_hash"],
-            "tree_ignore": list(ring.get("tree_ignore") or []),
+            "tree_ignore": list(ring.tree_ignore or []),
             "submission": str(layout.submission(entry["id"])),
             "parent": node.get("parent"),
             "status": entry["status"],
@@ -145,11 +146,11 @@ def without_views(scores: dict, views: set[str]) -> dict:
     return {v: variants for v, variants in scores.items() if v not in views}
 
 
-def comparable(ring: dict, scores: dict) -> bool:
+def comparable(ring: Ring, scores: dict) -> bool:
     """Every seed-0 record on this ring's search views was made under its search_hash."""
-    for view in ring["search_views"]:
+    for view in ring.search_views:
         record = (scores.get(view) or {}).get("s0")
-        if record is None or record.get("search_hash") != ring["search_hash"]:
+        if record is None or record.get("search_hash") != ring.search_hash:
             return False
     return True
 

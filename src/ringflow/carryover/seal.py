@@ -49,6 +49,7 @@ from ..core.layout import RingLayout
 from ..core.ledger import Ledger, emit_event
 from ..core.records import write_record
 from ..core.safetree import remove_tree
+from ..core.state import Ring
 from .snapshot import copy_hashing, file_sha256, walk_checked, walk_entries, why_skipped
 
 SEAL_FILE = "SEAL.json"
@@ -180,8 +181,8 @@ def seal_problems(folder: Path, seal: dict) -> list[str]:
     return problems
 
 
-def _stage(ring: dict, request: SealRequest, staging: Path) -> dict:
-    max_bytes = int(ring["config"].get("max_file_mb", 2048) * 1024**2)
+def _stage(ring: Ring, request: SealRequest, staging: Path) -> dict:
+    max_bytes = int(ring.config.get("max_file_mb", 2048) * 1024**2)
     files, skipped = [], []
     for prefix, source in request.sources:
         if not source.exists() and not source.is_symlink():
@@ -205,15 +206,15 @@ def _stage(ring: dict, request: SealRequest, staging: Path) -> dict:
     return {"files": sorted(files, key=lambda f: f["path"]), "skipped": skipped}
 
 
-def _write_seal(ring: dict, request: SealRequest, staging: Path, listing: dict) -> bytes:
+def _write_seal(ring: Ring, request: SealRequest, staging: Path, listing: dict) -> bytes:
     seal = {
         "format": FORMAT,
         "kind": request.kind,
-        "identity": identity(ring["ring_id"], request.node_id),
-        "ring_id": ring["ring_id"],
+        "identity": identity(ring.ring_id, request.node_id),
+        "ring_id": ring.ring_id,
         "node": request.node_id,
-        "lock_sha256": lock_sha256(Path(ring["ring_dir"])),
-        "max_file_mb": ring["config"].get("max_file_mb", 2048),
+        "lock_sha256": lock_sha256(Path(ring.ring_dir)),
+        "max_file_mb": ring.config.get("max_file_mb", 2048),
         "files": listing["files"],
         "skipped": listing["skipped"],
         "sealed_at": time.time(),
@@ -232,12 +233,12 @@ def _make_immutable(folder: Path) -> None:
             os.chmod(Path(dirpath) / name, 0o444)
 
 
-def _record(ring: dict, layout: RingLayout, request: SealRequest, kind: str, seal: dict,
+def _record(ring: Ring, layout: RingLayout, request: SealRequest, kind: str, seal: dict,
             seal_sha: str) -> dict:  # fmt: skip
     return Ledger(layout.ledger).append(
         request.target.ledger_kind,
         node=request.node_id,
-        identity=identity(ring["ring_id"], request.node_id),
+        identity=identity(ring.ring_id, request.node_id),
         **request.target.record_fields(kind),
         seal_sha256=seal_sha,
         files=len(seal["files"]),
@@ -266,11 +267,11 @@ def _settle(layout: RingLayout, request: SealRequest, record: dict) -> dict | No
     return node
 
 
-def seal_node(ring: dict, request: SealRequest) -> dict:
+def seal_node(ring: Ring, request: SealRequest) -> dict:
     """Seal one node's work (or finish an interrupted seal) into its request's target;
     returns its ledger record."""
     target = request.target
-    layout = RingLayout(Path(ring["ring_dir"]))
+    layout = RingLayout(Path(ring.ring_dir))
     node_dir = layout.node_dir(request.node_id)
     final = snapshot_dir(layout, request.node_id, target)
     for leftover in node_dir.glob(f"{target.staging_prefix}*"):

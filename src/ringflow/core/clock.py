@@ -12,26 +12,27 @@ from .jsonio import read_json
 from .layout import RingLayout, is_guard_variant, is_review_variant
 from .reserve import CutoffFile
 from .reserve import settle_deadline as bounded_settle
+from .state import Ring
 
 
-def load_ring(ring_dir: str | Path) -> dict:
+def load_ring(ring_dir: str | Path) -> Ring:
     path = Path(ring_dir) / "RING.json"
     if not path.is_file():
         raise InputError(f"{ring_dir}: not a ring folder (RING.json not found)")
-    return read_json(path, what=str(path))
+    return Ring.from_record(read_json(path, what=str(path)), source=path)
 
 
-def load_node(ring: dict, node_id: str) -> dict:
-    return read_json(RingLayout(Path(ring["ring_dir"])).node_json(node_id))
+def load_node(ring: Ring, node_id: str) -> dict:
+    return read_json(RingLayout(Path(ring.ring_dir)).node_json(node_id))
 
 
-def current_cutoff(ring: dict) -> float:
+def current_cutoff(ring: Ring) -> float:
     """The live cutoff: it may have moved earlier since the ring started."""
-    return CutoffFile(RingLayout(Path(ring["ring_dir"])).cutoff).cutoff()
+    return CutoffFile(RingLayout(Path(ring.ring_dir)).cutoff).cutoff()
 
 
-def final_deadline(ring: dict) -> float:
-    return ring["stop_at"] - ring["config"]["timeline"]["stop_margin_s"]
+def final_deadline(ring: Ring) -> float:
+    return ring.stop_at - ring.config["timeline"]["stop_margin_s"]
 
 
 # Seed 0 and its ablation control are search work and end at the cutoff; promotion seeds
@@ -42,14 +43,14 @@ SEARCH_PHASE_VARIANTS = ("s0", "s0-ablate")
 FINAL_STAGES = ("promotion", "review", "guard", "final")
 
 
-def is_search_work(ring: dict, view: str, variant: str) -> bool:
-    return view != ring["final_view"] and variant in SEARCH_PHASE_VARIANTS
+def is_search_work(ring: Ring, view: str, variant: str) -> bool:
+    return view != ring.final_view and variant in SEARCH_PHASE_VARIANTS
 
 
-def stage_of(ring: dict, view: str, variant: str) -> str:
+def stage_of(ring: Ring, view: str, variant: str) -> str:
     """Which stage an execution belongs to: search, one of FINAL_STAGES, or "diagnostic"
     (the reproduction check, after the decision)."""
-    if view == ring["final_view"]:
+    if view == ring.final_view:
         return "final"
     if variant in SEARCH_PHASE_VARIANTS:
         return "search"
@@ -66,16 +67,16 @@ def stage_of(ring: dict, view: str, variant: str) -> str:
     raise InputError(f"no stage for execution {view}/{variant}")
 
 
-def stage_deadline(ring: dict, stage: str) -> float:
+def stage_deadline(ring: Ring, stage: str) -> float:
     """The live deadline of a final-selection stage: the one the timekeeper last planned
     (cutoff.json "stages"), never later than stop_at - stop_margin_s."""
     end = final_deadline(ring)
-    state = CutoffFile(RingLayout(Path(ring["ring_dir"])).cutoff).read()
+    state = CutoffFile(RingLayout(Path(ring.ring_dir)).cutoff).read()
     planned = (state.get("stages") or {}).get(stage, {}).get("deadline")
     return end if planned is None else min(end, float(planned))
 
 
-def deadline_for(ring: dict, view: str, variant: str):
+def deadline_for(ring: Ring, view: str, variant: str):
     """A callable giving the current deadline of one execution (re-read at every call)."""
     if is_search_work(ring, view, variant):
         return lambda: current_cutoff(ring)
@@ -83,20 +84,20 @@ def deadline_for(ring: dict, view: str, variant: str):
     return lambda: stage_deadline(ring, stage)
 
 
-def settle_deadline(ring: dict) -> float:
+def settle_deadline(ring: Ring) -> float:
     """Search work in flight at the cutoff may still be scored until this moment
     (docs/operations.md#the-clock)."""
-    timeline = ring["config"]["timeline"]
+    timeline = ring.config["timeline"]
     return bounded_settle(
         current_cutoff(ring),
-        ring["config"]["exec_health"]["term_grace_s"],
+        ring.config["exec_health"]["term_grace_s"],
         timeline["settle_extra_s"],
-        ring["stop_at"],
+        ring.stop_at,
         timeline["stop_margin_s"],
     )
 
 
-def scoring_deadline_for(ring: dict, view: str, variant: str):
+def scoring_deadline_for(ring: Ring, view: str, variant: str):
     """Scoring settles what ran: search work is scored until the end of the settle phase;
     the scoring of a final-selection execution belongs to its stage's share."""
     if is_search_work(ring, view, variant):
@@ -105,20 +106,20 @@ def scoring_deadline_for(ring: dict, view: str, variant: str):
     return lambda: stage_deadline(ring, stage)
 
 
-def view_limits(ring: dict, view: str) -> dict:
+def view_limits(ring: Ring, view: str) -> dict:
     """One view's limits (docs/operations.md#health-supervision): as locked in RING.json, `limits`
     with that view's `limits_per_view` entry laid over it."""
-    locked = ring.get("views", {}).get(view, {}).get("limits")
+    locked = ring.views.get(view, {}).get("limits")
     if locked is not None:
         return dict(locked)
-    config = ring["config"]
+    config = ring.config
     return {**config["limits"], **(config.get("limits_per_view") or {}).get(view, {})}
 
 
-def final_top_k(ring: dict) -> int:
+def final_top_k(ring: Ring) -> int:
     """Finalists this ring tries: final_top_k, or the lower k the ring settled on before
     its first guard run because the capped reserve could not cover more (final_k.json)."""
-    settled = RingLayout(Path(ring["ring_dir"])).final_k
+    settled = RingLayout(Path(ring.ring_dir)).final_k
     if settled.exists():
         return int(read_json(settled, what=str(settled))["k"])
-    return ring["config"]["final_top_k"]
+    return ring.config["final_top_k"]

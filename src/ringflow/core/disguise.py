@@ -15,6 +15,7 @@ from filelock import FileLock
 
 from .jsonio import atomic_write_bytes
 from .layout import RingLayout
+from .state import Ring
 
 # The view-blind runs and the disguised copy each one gets (docs/guard.md#view-blind-check:
 # a check and a re-check).
@@ -26,7 +27,7 @@ BLIND_COPIES = {"blind-s0": "disguised", "blind2-s0": "disguised-2"} | {
 }
 
 
-def alias(ring: dict, view: str, copy: str = "disguised") -> str:
+def alias(ring: Ring, view: str, copy: str = "disguised") -> str:
     """The name a program is given for a view: `view-` and 8 hex digits.
 
     Every run gets one, real or disguised (`copy` says which: "real", "disguised", or the
@@ -34,7 +35,11 @@ def alias(ring: dict, view: str, copy: str = "disguised") -> str:
     its name. It is drawn from the ring's `alias_salt`, fresh randomness frozen in the
     lock that no program can read, so neither the ring id nor the view name predicts it.
     """
-    salt = ring.get("alias_salt") or ring["ring_id"]
+    return salted_alias(ring.alias_salt or ring.ring_id, view, copy)
+
+
+def salted_alias(salt: str, view: str, copy: str = "disguised") -> str:
+    """`alias` from the salt itself (the lock names the real copies before the ring exists)."""
     digest = hashlib.sha256(f"{salt}/{view}/{copy}".encode()).hexdigest()
     return "view-" + digest[:8]
 
@@ -53,23 +58,23 @@ def _reorder_csv(data: bytes, seed: int) -> bytes:
     return reordered if ended else reordered[:-1]
 
 
-def disguised_inputs(ring: dict, view: str, copy: str = "disguised") -> Path:
+def disguised_inputs(ring: Ring, view: str, copy: str = "disguised") -> Path:
     """Same content under another name and path, rows reordered where the task allows it;
     each copy has its own alias and its own row order."""
-    layout = RingLayout(Path(ring["ring_dir"]))
+    layout = RingLayout(Path(ring.ring_dir))
     # Beside the real views' snapshots, under the alias: the same kind of path.
     dest = layout.root / "inputs" / alias(ring, view, copy)
     layout.locks.mkdir(exist_ok=True)
     with FileLock(str(layout.locks / f"disguise-{view}.lock")):
         if dest.is_dir():
             return dest
-        source = Path(ring["views"][view]["inputs_snapshot"])
+        source = Path(ring.views[view]["inputs_snapshot"])
         staging = dest.with_name(dest.name + ".tmp")
         if staging.exists():
             shutil.rmtree(staging)
         shutil.copytree(source, staging)
         seed = int(hashlib.sha256(alias(ring, view, copy).encode()).hexdigest()[:8], 16)
-        for name in ring["task"]["reorder_rows"]:
+        for name in ring.task["reorder_rows"]:
             path = staging / name
             if path.is_file():
                 atomic_write_bytes(path, _reorder_csv(path.read_bytes(), seed))

@@ -72,8 +72,9 @@ def ring_context(ledger_path: Path) -> RingContext | None:
         return hit[1]
     data = lock.read_bytes()
     try:
-        ring = json.loads(data)
-        store, ring_id = ring.get("store"), ring.get("ring_id")
+        # The lock's bytes are hashed as they are; a malformed one names no ring.
+        record = json.loads(data)
+        store, ring_id = record.get("store"), record.get("ring_id")
     except (ValueError, AttributeError):
         store = ring_id = None
     context = None

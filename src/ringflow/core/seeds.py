@@ -17,6 +17,7 @@ from filelock import FileLock
 
 from .errors import InputError
 from .jsonio import atomic_write_json, read_json, sha256_json
+from .state import Ring
 
 REGISTRY_FILE = "guard_seeds.json"
 
@@ -28,10 +29,10 @@ FIRST_GUARD_SEED = 3  # 0 is authoritative, 1 and 2 are promotion seeds
 PROBE_SEEDS = (900_001, 900_002)
 
 
-def _seed_list(ring: dict, key: str, path: Path) -> list[int]:
-    if key not in ring:
+def _seed_list(record: dict, key: str, path: Path) -> list[int]:
+    if key not in record:
         raise InputError(f"{path}: missing {key!r} (a list of seeds)")
-    value = ring[key]
+    value = record[key]
     if not isinstance(value, list) or not all(
         isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0 for seed in value
     ):
@@ -46,41 +47,43 @@ def _read_ring(ring_dir: Path, reached_from: Path | None) -> dict:
         if reached_from is None
         else f"lock file {path} (continue_from of {reached_from})"
     )
-    ring = read_json(path, what)
-    if not isinstance(ring, dict):
+    record = read_json(path, what)
+    if not isinstance(record, dict):
         raise InputError(f"{path}: a ring lock file must hold a JSON object")
-    _seed_list(ring, "guard_seeds", path)
-    _seed_list(ring, "chain_exposed_seeds", path)
-    previous = ring.get("continue_from")
+    _seed_list(record, "guard_seeds", path)
+    _seed_list(record, "chain_exposed_seeds", path)
+    previous = record.get("continue_from")
     if previous is not None and (not isinstance(previous, str) or not previous):
         raise InputError(
             f"{path}: 'continue_from' must be a folder path (relative to {ring_dir}) or null, "
             f"got {previous!r}"
         )
-    return ring
+    return record
 
 
-def chain_rings(previous_ring_dir: Path | None) -> list[dict]:
-    """The lock files of the chain, from the previous ring back to the first.
+def chain_rings(previous_ring_dir: Path | None) -> list[Ring]:
+    """The locks of the chain, from the previous ring back to the first.
 
-    Each entry is that ring's RING.json content with "ring_dir" (its resolved folder)
-    added. `continue_from` is resolved relative to the ring folder that names it. A
+    Each entry is that ring's RING.json as a Ring whose ring_dir is its resolved folder.
+    `continue_from` is resolved relative to the ring folder that names it. A
     missing or malformed lock file, or a cycle, raises InputError naming the file.
     """
     if previous_ring_dir is None:
         return []
-    rings: list[dict] = []
+    rings: list[Ring] = []
     seen: dict[Path, int] = {}
     ring_dir = Path(previous_ring_dir).resolve()
     reached_from: Path | None = None
     while True:
         if ring_dir in seen:
-            loop = [str(r["ring_dir"]) for r in rings[seen[ring_dir] :]] + [str(ring_dir)]
+            loop = [str(r.ring_dir) for r in rings[seen[ring_dir] :]] + [str(ring_dir)]
             raise InputError(f"continue_from forms a cycle: {' -> '.join(loop)}")
-        ring = _read_ring(ring_dir, reached_from)
+        record = _read_ring(ring_dir, reached_from)
         seen[ring_dir] = len(rings)
-        rings.append({**ring, "ring_dir": str(ring_dir)})
-        previous = ring.get("continue_from")
+        rings.append(
+            Ring.from_record({**record, "ring_dir": str(ring_dir)}, source=ring_dir / RING_FILE)
+        )
+        previous = record.get("continue_from")
         if previous is None:
             return rings
         reached_from = ring_dir / RING_FILE
@@ -103,8 +106,8 @@ def pick_guard_seeds(exposed: set[int], n: int) -> list[int]:
 def chain_exposed(previous_ring_dir: Path | None) -> set[int]:
     exposed: set[int] = set()
     for ring in chain_rings(previous_ring_dir):
-        exposed.update(ring["guard_seeds"])
-        exposed.update(ring["chain_exposed_seeds"])
+        exposed.update(ring.guard_seeds)
+        exposed.update(ring.chain_exposed_seeds)
     return exposed
 
 
@@ -149,7 +152,7 @@ class SeedRegistry:
         return data
 
     def exposed(self) -> set[int]:
-        return {seed for ring in self._read()["rings"] for seed in ring["guard_seeds"]}
+        return {seed for entry in self._read()["rings"] for seed in entry["guard_seeds"]}
 
     def allocate(self, ring_dir: Path, ring_id: str, previous: Path | None, n: int) -> dict:
         """This ring's guard seeds: the smallest n >= 3 that no ring of the store or of the

@@ -12,10 +12,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from ..core.clock import load_ring
 from ..core.errors import InputError
-from ..core.jsonio import atomic_write_text, read_json
+from ..core.jsonio import atomic_write_text
 from ..core.layout import RingLayout
 from ..core.seeds import chain_rings
+from ..core.state import Ring
 from ..search.best_so_far import ring_progress
 from ..selection.incumbent import history as incumbent_history
 from .charts import Chart
@@ -45,17 +47,17 @@ def _origin_counts(files: RingFiles, root: Path) -> dict:
     return {"resumed": resumed, "imported_scored": imported}
 
 
-def boundary(files: RingFiles, previous: dict | None, ring: dict) -> dict | None:
+def boundary(files: RingFiles, previous: Ring | None, ring: Ring) -> dict | None:
     """What crossed into `ring` from the ring before it: sealed there, then verified,
     resumed, rejected or not resumed here."""
     if previous is None:
         return None
-    root = Path(ring["ring_dir"])
-    sealed = files.json(Path(previous["ring_dir"]) / "carryover" / "seals.json") or {}
+    root = Path(ring.ring_dir)
+    sealed = files.json(Path(previous.ring_dir) / "carryover" / "seals.json") or {}
     imported = files.json(root / "carryover" / "imported.json") or {}
     return {
-        "from": previous["ring_id"],
-        "to": ring["ring_id"],
+        "from": previous.ring_id,
+        "to": ring.ring_id,
         "sealed": sealed.get("seals") or [],
         "not_sealed": sealed.get("refused") or [],
         "verified": imported.get("imported") or [],
@@ -67,9 +69,9 @@ def boundary(files: RingFiles, previous: dict | None, ring: dict) -> dict | None
     }
 
 
-def ring_entry(files: RingFiles, ring: dict, offset: float) -> dict:
+def ring_entry(files: RingFiles, ring: Ring, offset: float) -> dict:
     """One ring of the chain: its clock, best so far, decision and final/."""
-    root = Path(ring["ring_dir"])
+    root = Path(ring.ring_dir)
     layout = RingLayout(root)
     decision = files.json(layout.decision) or files.json(layout.final_dir / "FINAL.json")
     progress = ring_progress(ring, layout)
@@ -78,18 +80,18 @@ def ring_entry(files: RingFiles, ring: dict, offset: float) -> dict:
     over = files.json(layout.decision) is not None and layout.repro_record.is_file()
     finished = over or files.json(layout.stop_manifest) is not None
     return {
-        "ring_id": ring["ring_id"],
+        "ring_id": ring.ring_id,
         "root": str(root),
-        "start": ring.get("start"),
+        "start": ring.start,
         "offset": offset,
-        "proxy_hash": ((ring.get("views") or {}).get(progress["view"]) or {}).get("content_hash"),
+        "proxy_hash": ((ring.views or {}).get(progress["view"]) or {}).get("content_hash"),
         "progress": progress,
         "decision": decision,
         "improvement": None if decision is None else improvement(decision),
         "deploy": deployable(root, decision),
         "finished": finished,
         "report": str(layout.report) if layout.report.exists() else None,
-        "search_hash": ring.get("search_hash"),
+        "search_hash": ring.search_hash,
     }
 
 
@@ -108,7 +110,7 @@ def chain_chart(rings: list[dict], direction: str, task: dict) -> dict:
     if not points:
         return data
     end = max(p["t"] for p in points)
-    ylabel = score_label({"task": task}, f"score on {rings[-1]['progress']['view']}")
+    ylabel = score_label(task["direction"], f"score on {rings[-1]['progress']['view']}")
     xlabel = "wall time since the chain's first ring started"
     chart = Chart(620, 280, end, [p["score"] for p in points], xlabel=xlabel, ylabel=ylabel)
     data.update(chart.frame())
@@ -142,12 +144,12 @@ def chain_context(ring_dir: str | Path, now: float | None = None) -> dict:
         raise InputError(f"{root}: not a ring folder (RING.json not found)")
     locks = list(reversed(chain_rings(root)))  # first ring first
     files = RingFiles(root)
-    first_start = locks[0].get("start") or 0.0
+    first_start = locks[0].start or 0.0
     rings, boundaries = [], []
     for i, lock in enumerate(locks):
-        rings.append(ring_entry(files, lock, (lock.get("start") or first_start) - first_start))
+        rings.append(ring_entry(files, lock, (lock.start or first_start) - first_start))
         boundaries.append(boundary(files, locks[i - 1] if i else None, lock))
-    task = locks[-1]["task"]
+    task = locks[-1].task
     return {
         "task": task,
         "rings": rings,
@@ -176,7 +178,7 @@ def write_chain(ring_dir: str | Path, out: str | Path | None = None) -> Path:
 
 def continues_another(ring_dir: str | Path) -> bool:
     """Whether the ring continues another (`continue_from` in its RING.json)."""
-    return read_json(Path(ring_dir) / "RING.json").get("continue_from") is not None
+    return load_ring(ring_dir).continue_from is not None
 
 
 def write_chain_of_continuation(ring_dir: str | Path) -> Path | None:

@@ -13,6 +13,7 @@ from statistics import fmean, stdev
 
 from ..core import statuses
 from ..core.layout import RingLayout
+from ..core.state import Ring
 
 
 def guarded_candidate(decision: dict) -> str | None:
@@ -133,15 +134,15 @@ def cost(root: Path, executions: list, weights: dict) -> dict:
     }
 
 
-def chain_history(ring: dict) -> list[str]:
+def chain_history(ring: Ring) -> list[str]:
     """A continuation's incumbent, ring by ring, in words (docs/guard.md#the-incumbent)."""
-    if not ring.get("continue_from"):
+    if not ring.continue_from:
         return []
     from ..core.errors import InputError
     from ..selection.incumbent import history, history_line
 
     try:
-        return [history_line(row) for row in history(ring["ring_dir"])]
+        return [history_line(row) for row in history(ring.ring_dir)]
     except InputError:  # an ancestor's lock went missing: the page still renders
         return []
 
@@ -157,7 +158,7 @@ def headline(ctx: dict) -> dict:
         )
     final_view = (decision or {}).get("final_view") or {}
     chosen_fv, base_fv = final_view.get("chosen"), final_view.get("baseline")
-    direction = ctx["ring"]["task"]["direction"]
+    direction = ctx["ring"].task["direction"]
     sign = -1.0 if direction == "minimize" else 1.0
     return {
         "state": state,

@@ -42,7 +42,7 @@ def ring_digest(ring_root: str | Path, now: float | None = None) -> dict:
                           "cpu_frac": figures.get("cpu_frac")})  # fmt: skip
     failures = failure_digest(root, (ctx["index"] or {}).get("nodes", []))
     data = {
-        "ring_id": ring["ring_id"],
+        "ring_id": ring.ring_id,
         "folder": str(root),
         "stage": _stage(root, decision),
         "decision": None if decision is None else {
@@ -68,7 +68,7 @@ def ring_digest(ring_root: str | Path, now: float | None = None) -> dict:
             said += f" -> {decision['chosen']}"
         said += f" ({decision.get('reason', '')})"
     lines = [
-        f"ring {ring['ring_id']} ({ring['task']['name']}): {data['stage']}",
+        f"ring {ring.ring_id} ({ring.task['name']}): {data['stage']}",
         f"  folder {root}",
         said,
         f"time left: to the cutoff {left(clock['to_cutoff'])}, to stop_at {left(clock['to_stop'])}",
@@ -84,4 +84,4 @@ def ring_digest(ring_root: str | Path, now: float | None = None) -> dict:
         lines.append("hung: none")
     lines += digest_lines(failures)
     lines.append(f"report: {root / 'report.html'} (ringflow report {root})")
-    return {"ring_id": ring["ring_id"], "data": data, "text": "\n".join(lines) + "\n"}
+    return {"ring_id": ring.ring_id, "data": data, "text": "\n".join(lines) + "\n"}

@@ -20,6 +20,7 @@ from pathlib import Path
 from ..core import statuses
 from ..core.layout import RingLayout
 from ..core.safetext import printable
+from ..core.state import Ring
 from .report import format_duration
 
 SNAKEMAKE_LOGGER = "snakemake.logging"
@@ -52,10 +53,15 @@ def snapshot(ring_root: str | Path, now: float | None = None) -> dict:
     """Counts for one progress line, from the ring's files only."""
     now = time.time() if now is None else now
     layout = RingLayout(Path(ring_root))
-    ring = _read(layout.ring_json) or {}
+    # A lock not yet written (or being replaced) reads as an empty ring under its folder's name.
+    record = _read(layout.ring_json)
+    ring = Ring.from_record(
+        {"ring_id": layout.root.name, "ring_dir": str(layout.root)}
+        | (record if isinstance(record, dict) else {})
+    )
     index = _read(layout.nodes_index) or {}
-    views = ring.get("search_views", [])
-    direction = (ring.get("task") or {}).get("direction", "maximize")
+    views = ring.search_views
+    direction = (ring.task or {}).get("direction", "maximize")
     known = set()
     for node in index.get("nodes", []):
         if node.get("status") != statuses.READY:
@@ -88,9 +94,9 @@ def snapshot(ring_root: str | Path, now: float | None = None) -> dict:
         pick = max if direction == "maximize" else min
         node = pick(sorted(means), key=lambda n: means[n])
         best = (node, means[node])
-    cutoff = (_read(layout.cutoff) or {}).get("cutoff", ring.get("initial_cutoff"))
+    cutoff = (_read(layout.cutoff) or {}).get("cutoff", ring.initial_cutoff)
     return {
-        "ring_id": ring.get("ring_id", layout.root.name),
+        "ring_id": ring.ring_id or layout.root.name,
         "done": done,
         "total": len(known),
         "running": running,

@@ -23,6 +23,7 @@ from ..core.clock import load_ring
 from ..core.errors import InputError
 from ..core.jsonio import atomic_write_text, read_json
 from ..core.layout import SEARCH_VARIANTS, RingLayout
+from ..core.state import Ring
 from ..scoring import usable
 from ..search.best_so_far import ring_progress
 from ..selection.gap import selection_gap as gap_of
@@ -279,8 +280,8 @@ def _score_cell(execution: Execution | None, direction: str) -> dict:
     return {"text": _num(value), "cls": "ok", "title": ""}
 
 
-def _variant_columns(ring: dict, found: set[str]) -> list[str]:
-    planned = [*SEARCH_VARIANTS, *(f"g{s}" for s in ring.get("guard_seeds", [])), *LATE_VARIANTS]
+def _variant_columns(ring: Ring, found: set[str]) -> list[str]:
+    planned = [*SEARCH_VARIANTS, *(f"g{s}" for s in ring.guard_seeds), *LATE_VARIANTS]
     return planned + sorted(found - set(planned))
 
 
@@ -332,7 +333,7 @@ def node_lineage(node: dict) -> str:
 
 def node_rows(ctx: dict) -> list[dict]:
     ring, nodes, by_key = ctx["ring"], ctx["nodes"], ctx["by_key"]
-    views, direction = ring["search_views"], ring["task"]["direction"]
+    views, direction = ring.search_views, ring.task["direction"]
     promoted = set((ctx["promotion"] or {}).get("promoted", []))
     finalists = set((ctx["ranking"] or {}).get("finalists", []))
     ranked = {r["node"]: r["score"] for r in (ctx["ranking"] or {}).get("ranked", [])}
@@ -341,7 +342,11 @@ def node_rows(ctx: dict) -> list[dict]:
     for node in nodes:
         nid = node["id"]
         seeds = [_node_mean(by_key, nid, views, v, direction) for v in ("s0", "s1", "s2")]
-        if seeds[0] is None and node.get("status") == statuses.READY and "search_hash" in ring:
+        if (
+            seeds[0] is None
+            and node.get("status") == statuses.READY
+            and ring.search_hash is not None
+        ):
             # An imported node's comparable seed-0 scores stand in for runs of its own, as
             # promotion and the terminal summary count them.
             seeds[0] = node_mean(ring, RingLayout(Path(ctx["root"])), nid, "s0")["mean"]
@@ -381,11 +386,11 @@ def node_rows(ctx: dict) -> list[dict]:
 def score_tables(ctx: dict) -> list[dict]:
     """One table per view: every node's score per seed (the final view has seed 0 only)."""
     ring, by_key = ctx["ring"], ctx["by_key"]
-    direction = ring["task"]["direction"]
-    final_view = ring.get("final_view")
+    direction = ring.task["direction"]
+    final_view = ring.final_view
     found = {e.variant for e in ctx["executions"]}
     columns = _variant_columns(ring, found)
-    views = list(ring["search_views"])
+    views = list(ring.search_views)
     views += [v for v in sorted({e.view for e in ctx["executions"]}) if v not in views]
     tables = []
     for view in views:
@@ -507,8 +512,8 @@ def curve(ctx: dict, width: int = 640, height: int = 270) -> dict:
     step line is the best node's seed-0 mean, counted from when its last view's seed 0 ended.
     """
     ring, by_key = ctx["ring"], ctx["by_key"]
-    start, direction = ring["start"], ring["task"]["direction"]
-    views = list(ring["search_views"])
+    start, direction = ring.start, ring.task["direction"]
+    views = list(ring.search_views)
     better = _better(direction)
     points, fails = [], []
     for e in ctx["executions"]:
@@ -544,7 +549,13 @@ def curve(ctx: dict, width: int = 640, height: int = 270) -> dict:
             "count": len(points) + len(fails), "best": best, "empty": not times}  # fmt: skip
     if not times:
         return data
-    chart = Chart(width, height, max(times), values, ylabel=score_label(ring, "seed-0 score"))
+    chart = Chart(
+        width,
+        height,
+        max(times),
+        values,
+        ylabel=score_label(ring.task["direction"], "seed-0 score"),
+    )
     data.update(chart.frame())
     data["points"] = [{**p, "x": chart.x(p["t"]), "y": chart.y(p["score"])} for p in points]
     data["fails"] = [{**f, "x": chart.x(f["t"]), "y": chart.bottom} for f in fails]
@@ -552,8 +563,8 @@ def curve(ctx: dict, width: int = 640, height: int = 270) -> dict:
     return data
 
 
-def score_label(ring: dict, what: str) -> str:
-    better = "higher" if ring["task"]["direction"] == "maximize" else "lower"
+def score_label(direction: str, what: str) -> str:
+    better = "higher" if direction == "maximize" else "lower"
     return f"{what} ({better} is better)"
 
 
@@ -566,7 +577,7 @@ def best_so_far_curve(progress: dict, width: int = 620, height: int = 250) -> di
     if not points:
         return data
     end = max(p["t"] for p in points)
-    ylabel = score_label({"task": progress}, f"score on {progress['view']}")
+    ylabel = score_label(progress["direction"], f"score on {progress['view']}")
     chart = Chart(width, height, end, [p["score"] for p in points], ylabel=ylabel)
     data.update(chart.frame())
     data["points"] = [{**p, "x": chart.x(p["t"]), "y": chart.y(p["score"])} for p in points]
@@ -580,7 +591,7 @@ def selection_gap(ctx: dict) -> dict:
     """The ring's choice against the best node on the final view (nodes that ran there),
     by the one definition FINAL.json uses (`ringflow.selection.gap`)."""
     ring = ctx["ring"]
-    direction, view = ring["task"]["direction"], ring.get("final_view")
+    direction, view = ring.task["direction"], ring.final_view
     rows = []
     for e in ctx["executions"]:
         if e.view == view and e.variant == "s0":
@@ -647,7 +658,7 @@ def decision_section(ctx: dict, files: RingFiles, layout: RingLayout) -> dict | 
         promo, guard_mean = curse_row.get("promotion_mean"), curse_row.get("guard_mean")
     else:
         promo, guard_mean = decision.get("promotion_mean"), decision.get("guard_mean")
-    n_seeds = len(ctx["ring"].get("guard_seeds", []))
+    n_seeds = len(ctx["ring"].guard_seeds)
     note = decision.get("note") or (
         "Guard and promotion scores are conditional on the frozen weights and the current data. "
         f"With {n_seeds} guard seeds only large effects pass reliably."
@@ -705,7 +716,7 @@ def lineage(ctx: dict, files: RingFiles, layout: RingLayout) -> dict:
         if n.get("resume_origin") or (n.get("origin") or {}).get("kind") == "resume"
     ]
     return {
-        "continue_from": ctx["ring"].get("continue_from"),
+        "continue_from": ctx["ring"].continue_from,
         "carried": carried,
         "carried_execs": carried_execs,
         "resumed": resumed,
@@ -714,7 +725,7 @@ def lineage(ctx: dict, files: RingFiles, layout: RingLayout) -> dict:
 
 
 def event_summary(ctx: dict) -> dict:
-    start = ctx["ring"]["start"]
+    start = ctx["ring"].start
     counts = Counter(e.get("kind", "?") for e in ctx["events"])
     notable = [
         {
@@ -730,21 +741,21 @@ def event_summary(ctx: dict) -> dict:
     return {"counts": sorted(counts.items()), "notable": notable}
 
 
-def clock(ring: dict, cutoff_state: dict | None, now: float) -> dict:
+def clock(ring: Ring, cutoff_state: dict | None, now: float) -> dict:
     """Start, cutoff (live when cutoff.json exists), stop_at and the reserve, all as epochs."""
-    cutoff = (cutoff_state or {}).get("cutoff", ring.get("initial_cutoff"))
+    cutoff = (cutoff_state or {}).get("cutoff", ring.initial_cutoff)
     history = (cutoff_state or {}).get("history", [])
     return {
-        "start": ring.get("start"),
-        "initial_cutoff": ring.get("initial_cutoff"),
+        "start": ring.start,
+        "initial_cutoff": ring.initial_cutoff,
         "cutoff": cutoff,
-        "stop_at": ring.get("stop_at"),
+        "stop_at": ring.stop_at,
         "moves": max(0, len(history) - 1),
         "reserve_min": (cutoff_state or {}).get("reserve_min"),
         "estimate_s": (cutoff_state or {}).get("estimate_s"),
         "live": cutoff_state is not None,
         "to_cutoff": None if cutoff is None else cutoff - now,
-        "to_stop": None if ring.get("stop_at") is None else ring["stop_at"] - now,
+        "to_stop": None if ring.stop_at is None else ring.stop_at - now,
     }
 
 
@@ -773,7 +784,7 @@ def base_context(ring_dir: str | Path, now: float | None = None) -> tuple[dict, 
         "ring": ring,
         "root": str(root),
         "now": now,
-        "final_view": ring.get("final_view"),
+        "final_view": ring.final_view,
         "index": index,
         "nodes": load_nodes(files, layout, index),
         "executions": executions,

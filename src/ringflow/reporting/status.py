@@ -115,9 +115,9 @@ def render_status(ring_dir: str | Path, now: float | None = None) -> str:
     """The ring's live status as text; `now` (epoch seconds) defaults to the current time."""
     ctx, files = base_context(ring_dir, now)
     now, ring = ctx["now"], ctx["ring"]
-    task = ring.get("task", {})
+    task = ring.task
     lines = [
-        f"ring {ring.get('ring_id')}  task {task.get('name')} ({task.get('direction')})"
+        f"ring {ring.ring_id}  task {task.get('name')} ({task.get('direction')})"
         f"  at {format_time(now)}",
         *_clock_lines(ctx["clock"], now, _finished_at(ctx)),
         "",

@@ -14,6 +14,7 @@ from ..core.clock import load_ring
 from ..core.jsonio import atomic_write_json, read_json
 from ..core.layout import RingLayout
 from ..core.safetext import printable
+from ..core.state import Ring
 from ..search.best_so_far import ring_progress
 from ..selection.scores import node_mean
 from .digest import digest_lines, failure_digest
@@ -21,7 +22,7 @@ from .digest import digest_lines, failure_digest
 
 def write_search_summary(ring_dir) -> dict:
     ring = load_ring(ring_dir)
-    layout = RingLayout(Path(ring["ring_dir"]))
+    layout = RingLayout(Path(ring.ring_dir))
     index = read_json(layout.nodes_index)
     rows = {
         n["id"]: node_mean(ring, layout, n["id"], "s0")
@@ -188,32 +189,32 @@ def _shown_path(path: Path) -> str:
     return str(path) if relative.startswith("..") else relative
 
 
-def deploy_lines(ring: dict, layout: RingLayout) -> list[str]:
+def deploy_lines(ring: Ring, layout: RingLayout) -> list[str]:
     """The commands that take final/ out of the ring and run it on new inputs."""
     manifest_path = layout.final_dir / "solution" / "MANIFEST.json"
     if not manifest_path.exists():
         return []
     manifest = read_json(manifest_path)
-    dest = f"{ring['ring_id']}-model"
+    dest = f"{ring.ring_id}-model"
     return [
         f"  to deploy it: ringflow export {_shown_path(layout.root)} {dest}",
         "    then run it on new inputs: " + run_command(ring, manifest, dest),
     ]
 
 
-def run_command(ring: dict, manifest: dict, folder: str) -> str:
+def run_command(ring: Ring, manifest: dict, folder: str) -> str:
     """How to run an exported program in `folder`: its own command, with the interpreter
     the ring ran it with in place of `python`."""
     argv = shlex.split((manifest.get("run") or {}).get("command") or "python run.py --seed 0")
-    if argv and argv[0] in ("python", "python3") and ring.get("program_python"):
-        argv[0] = ring["program_python"]
+    if argv and argv[0] in ("python", "python3") and ring.program_python:
+        argv[0] = ring.program_python
     return (
         f"cd {shlex.quote(folder)} && RINGFLOW_INPUT_DIR=/path/to/new/inputs "
         f"RINGFLOW_OUTPUT_DIR=/path/to/predictions RINGFLOW_SEED=0 {shlex.join(argv)}"
     )
 
 
-def decision_lines(ring: dict, layout: RingLayout) -> list[str]:
+def decision_lines(ring: Ring, layout: RingLayout) -> list[str]:
     """The decision first: what final/ holds, why, and how much better it is."""
     if not layout.decision.exists():
         return ["final decision: not made yet (the ring is running, or stopped before it)"]
@@ -241,7 +242,7 @@ def decision_lines(ring: dict, layout: RingLayout) -> list[str]:
         seeds = guard.get("seeds") or []
         views = ", ".join(guard.get("views") or []) or "the search views"
         confidence = 100 * (1 - float(guard["alpha"]))
-        better = "better" if ring["task"]["direction"] == "maximize" else "lower (better)"
+        better = "better" if ring.task["direction"] == "maximize" else "lower (better)"
         mean = f"{guard['mean']:+.4f} on average, " if guard.get("mean") is not None else ""
         lines.append(
             f"  how much better: {mean}at least {guard['lcb']:+.4f} {better} with "
@@ -261,24 +262,24 @@ def decision_lines(ring: dict, layout: RingLayout) -> list[str]:
     return lines
 
 
-def guarded_against_lines(ring: dict, decision: dict) -> list[str]:
+def guarded_against_lines(ring: Ring, decision: dict) -> list[str]:
     """In a chain: what the finalists were guarded against (guard.against), and the
     chain's incumbent ring by ring (docs/guard.md#the-incumbent)."""
-    if not ring.get("continue_from") or decision.get("decision") in ("refused", "none"):
+    if not ring.continue_from or decision.get("decision") in ("refused", "none"):
         return []
     from ..selection.incumbent import against, history, history_line
 
     side = decision.get("guard_against") or "baseline"
     reference = decision.get("reference", decision.get("baseline"))
     lines = []
-    if reference and ring["config"]["guard"]["enabled"]:
+    if reference and ring.config["guard"]["enabled"]:
         lines.append(f"  guarded against: the {side} {reference} (guard.against: "
                      f"{against(ring)})")  # fmt: skip
         incumbent = decision.get("incumbent") or {}
         if incumbent.get("warning"):
             lines[0] += "; " + incumbent["warning"].removeprefix("guard.against: baseline: ")
     lines.append("  the chain's incumbent: " + "; ".join(
-        history_line(row) for row in history(ring["ring_dir"])))  # fmt: skip
+        history_line(row) for row in history(ring.ring_dir)))  # fmt: skip
     return lines
 
 
@@ -293,9 +294,9 @@ def stop_lines(layout: RingLayout) -> list[str]:
     return [f"the ring stopped ({stop_cause(layout.root)} failure, not a candidate's): {reason}"]
 
 
-def chain_lines(ring: dict) -> list[str]:
+def chain_lines(ring: Ring) -> list[str]:
     """A continuation: the ring it continues and every key that differs from it."""
-    chain = ring.get("chain")
+    chain = ring.chain
     if not chain:
         return []
     changed = chain.get("changed") or {}
@@ -309,14 +310,14 @@ def chain_lines(ring: dict) -> list[str]:
 
 def render_summary(ring_dir) -> str:
     ring = load_ring(ring_dir)
-    layout = RingLayout(Path(ring["ring_dir"]))
+    layout = RingLayout(Path(ring.ring_dir))
     index = read_json(layout.nodes_index) if layout.nodes_index.exists() else {"nodes": []}
     ranking = read_json(layout.ranking) if layout.ranking.exists() else {"ranked": []}
     three_seed = {row["node"]: row["score"] for row in ranking["ranked"]}
-    better = "higher" if ring["task"]["direction"] == "maximize" else "lower"
+    better = "higher" if ring.task["direction"] == "maximize" else "lower"
     digest = failure_digest(layout.root, index["nodes"])
     lines = [
-        f"ring {ring['ring_id']}  task {ring['task']['name']} ({ring['task']['direction']}): "
+        f"ring {ring.ring_id}  task {ring.task['name']} ({ring.task['direction']}): "
         f"{better} scores are better",
         *decision_lines(ring, layout),
         *stop_lines(layout),

@@ -18,6 +18,7 @@ import yaml
 
 from ..core.errors import InputError
 from ..core.jsonio import read_json
+from ..core.state import Ring
 
 # Keys that name this ring, where it is or the chain around it, never inherited.
 OWN_KEYS = ("ring_id", "runs_dir", "continue_from", "resources_dir", "rings")
@@ -76,7 +77,7 @@ def _resolve(path: str, workdir: Path) -> Path:
     return (p if p.is_absolute() else workdir / p).resolve()
 
 
-def parent_lock(config: dict, workdir: Path | None = None) -> dict | None:
+def parent_lock(config: dict, workdir: Path | None = None) -> Ring | None:
     """The RING.json of the ring this one continues, or None for a first ring."""
     if not config.get("continue_from"):
         return None
@@ -84,7 +85,7 @@ def parent_lock(config: dict, workdir: Path | None = None) -> dict | None:
     lock = previous / "RING.json"
     if not lock.is_file():
         raise InputError(f"config: continue_from {previous} is not a ring (no RING.json)")
-    return read_json(lock, what=str(lock))
+    return Ring.from_record(read_json(lock, what=str(lock)), source=lock)
 
 
 def _inherit(
@@ -119,29 +120,29 @@ def inherit_config(
         return []
     taken: list[str] = []
     given = given_keys() if given is None else given
-    config.update(_inherit(config, defaults, parent["config"], "", taken, given))
+    config.update(_inherit(config, defaults, parent.config, "", taken, given))
     return taken
 
 
-def parent_paths(config: dict, parent: dict) -> dict:
+def parent_paths(config: dict, parent: Ring) -> dict:
     """config with task, candidates and baseline taken from the parent when left empty."""
     out = dict(config)
     if not out.get("task"):
-        out["task"] = parent["task"]["dir"]
+        out["task"] = parent.task["dir"]
     if not out.get("candidates"):
-        out["candidates"] = parent["candidates_dir"]
+        out["candidates"] = parent.candidates_dir
     if out.get("baseline") == "":
-        out["baseline"] = parent["baseline_dir"]
+        out["baseline"] = parent.baseline_dir
     return out
 
 
-def check_same_task(parent: dict, task_name: str, direction: str, task_dir: Path) -> None:
+def check_same_task(parent: Ring, task_name: str, direction: str, task_dir: Path) -> None:
     """A continuation runs its parent's task: another task or direction is refused."""
-    theirs = parent["task"]
+    theirs = parent.task
     if (theirs["name"], theirs["direction"]) == (task_name, direction):
         return
     raise InputError(
-        f"refusing to continue from {parent['ring_dir']}: it ran task {theirs['name']!r} "
+        f"refusing to continue from {parent.ring_dir}: it ran task {theirs['name']!r} "
         f"({theirs['direction']}) from {theirs['dir']}, and this ring names task "
         f"{task_name!r} ({direction}) from {task_dir}. Scores and guard seeds of a chain "
         "belong to one task: leave task empty to continue it, or start a new chain "
@@ -159,11 +160,11 @@ def _leaves(config: dict, prefix: str = "") -> dict:
     return out
 
 
-def describe(parent: dict | None, config: dict, paths: dict) -> dict | None:
+def describe(parent: Ring | None, config: dict, paths: dict) -> dict | None:
     """What RING.json records about the chain: the parent and every key this ring changed."""
     if parent is None:
         return None
-    mine, theirs = _leaves(config), _leaves(parent["config"])
+    mine, theirs = _leaves(config), _leaves(parent.config)
     skip = (*OWN_KEYS, *PATH_KEYS)
     changed = {
         key: {"parent": theirs.get(key), "this": mine.get(key)}
@@ -171,17 +172,17 @@ def describe(parent: dict | None, config: dict, paths: dict) -> dict | None:
         if key.split(".")[0] not in skip and mine.get(key) != theirs.get(key)
     }
     where = {
-        "task": (parent["task"]["dir"], str(paths["task"])),
-        "candidates": (parent["candidates_dir"], str(paths["candidates"])),
+        "task": (parent.task["dir"], str(paths["task"])),
+        "candidates": (parent.candidates_dir, str(paths["candidates"])),
         "baseline": (
-            parent["baseline_dir"],
+            parent.baseline_dir,
             None if paths["baseline"] is None else str(paths["baseline"]),
         ),
     }
     for key, (theirs_path, mine_path) in where.items():
         if theirs_path != mine_path:
             changed[key] = {"parent": theirs_path, "this": mine_path}
-    return {"continues": parent["ring_id"], "parent_dir": parent["ring_dir"], "changed": changed}
+    return {"continues": parent.ring_id, "parent_dir": parent.ring_dir, "changed": changed}
 
 
 def refuse_task_switch(config: dict, workdir: Path | None = None) -> None:
@@ -212,10 +213,10 @@ def fresh_guard_views(
         return guard_views, None
     used: dict[str, str] = {}
     for ancestor in chain_rings(previous):
-        for view in ancestor.get("guard_views") or []:
-            content = (ancestor.get("views") or {}).get(view, {}).get("content_hash")
+        for view in ancestor.guard_views or []:
+            content = (ancestor.views or {}).get(view, {}).get("content_hash")
             if content:
-                used.setdefault(content, ancestor.get("ring_id"))
+                used.setdefault(content, ancestor.ring_id)
     before = {v: used[views[v]["content_hash"]] for v in guard_views
               if views[v]["content_hash"] in used}  # fmt: skip
     fresh = [v for v in guard_views if v not in before]

@@ -15,10 +15,12 @@ import hashlib
 import os
 from pathlib import Path
 
+from ..core.clock import load_ring
 from ..core.errors import InputError
 from ..core.hashing import HashMemo, listing, listing_hash, solution_tree_hash
 from ..core.jsonio import atomic_write_json, read_json
 from ..core.layout import RingLayout
+from ..core.state import Ring
 
 SOURCES = "sources.json"
 
@@ -60,12 +62,12 @@ def _candidate_entries(candidates_dir: Path) -> list[str]:
     )
 
 
-def fingerprint(ring: dict, nodes: list[dict]) -> dict:
+def fingerprint(ring: Ring, nodes: list[dict]) -> dict:
     """What the ring was given, as it is now (`nodes`: every node.json, rejected included)."""
-    memo = HashMemo(Path(ring["store"]) / "cache" / "hashmemo.json")
-    task_dir = Path(ring["task"]["dir"])
+    memo = HashMemo(Path(ring.store) / "cache" / "hashmemo.json")
+    task_dir = Path(ring.task["dir"])
     views = {}
-    for view in [*ring["search_views"], ring["final_view"]]:
+    for view in [*ring.search_views, ring.final_view]:
         view_dir = task_dir / "views" / view
         views[view] = {part: _part_hash(view_dir / part, memo) for part in ("inputs", "labels")}
     memo.save()
@@ -81,14 +83,14 @@ def fingerprint(ring: dict, nodes: list[dict]) -> dict:
             for node in nodes
             if (node.get("origin") or {}).get("kind") == "static"
         },
-        "candidates": _candidate_entries(Path(ring["candidates_dir"])),
+        "candidates": _candidate_entries(Path(ring.candidates_dir)),
         "task": {"dir": str(task_dir), "files": task_files_hash(task_dir)},
         "views": views,
     }
 
 
-def record_sources(ring: dict, nodes: list[dict]) -> None:
-    layout = RingLayout(Path(ring["ring_dir"]))
+def record_sources(ring: Ring, nodes: list[dict]) -> None:
+    layout = RingLayout(Path(ring.ring_dir))
     atomic_write_json(layout.root / SOURCES, fingerprint(ring, nodes))
 
 
@@ -97,7 +99,7 @@ def find_edits(ring_dir: str | Path) -> list[str]:
     root = Path(ring_dir)
     if not (root / SOURCES).is_file() or not (root / "RING.json").is_file():
         return []
-    ring = read_json(root / "RING.json")
+    ring = load_ring(root)
     then = read_json(root / SOURCES)
     nodes = [read_json(root / "nodes" / node_id / "node.json") for node_id in then["nodes"]]
     now = fingerprint(ring, nodes)
@@ -108,7 +110,7 @@ def find_edits(ring_dir: str | Path) -> list[str]:
             how = "was removed" if tree == "missing" else "was edited"
             edits.append(f"{was['path']} ({node_id}) {how} after the ring was locked")
     for name in sorted(set(now["candidates"]) - set(then["candidates"])):
-        edits.append(f"{Path(ring['candidates_dir']) / name} was added after the ring was locked")
+        edits.append(f"{Path(ring.candidates_dir) / name} was added after the ring was locked")
     if now["task"]["files"] != then["task"]["files"]:
         edits.append(
             f"{then['task']['dir']}: task.yaml, the scorer, the validator or a file beside "

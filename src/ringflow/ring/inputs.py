@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..core.errors import InputError
 from ..core.hashing import sha256_file
+from ..core.state import Ring
 from ..workcopy import link_or_copy
 
 SNAPSHOT_DIR = "inputs"
@@ -130,10 +131,10 @@ def check_inputs(dest: Path, records: list[list]) -> str | None:
     return None
 
 
-def program_inputs(ring: dict, view: str, variant: str) -> Path:
+def program_inputs(ring: Ring, view: str, variant: str) -> Path:
     """The inputs folder an execution's program reads (and its validator checks)."""
     if variant.startswith("blind"):
         from ..core.disguise import BLIND_COPIES, disguised_inputs
 
         return disguised_inputs(ring, view, BLIND_COPIES[variant])
-    return Path(ring["views"][view]["inputs_snapshot"])
+    return Path(ring.views[view]["inputs_snapshot"])

@@ -14,13 +14,14 @@ from filelock import FileLock
 from .. import sandbox
 from ..config import guard_problems
 from ..core import seeds
-from ..core.disguise import alias
+from ..core.disguise import salted_alias
 from ..core.errors import InputError, MachineryError, SandboxError
 from ..core.hashing import HashMemo, listing_hash, view_part_hashes
 from ..core.jsonio import atomic_write_json, read_json, sha256_json
 from ..core.layout import RingLayout
 from ..core.ledger import Ledger, emit_event
 from ..core.reserve import CutoffFile
+from ..core.state import Ring
 from ..sandbox.gpus import gpu_facts
 from ..sandbox.interpreter import describe_interpreter
 from ..sandbox.selftest import selftest
@@ -145,10 +146,10 @@ def check_ancestors(previous: Path | None) -> None:
         return
     # The ledger verifies; its lock entry must still match each lock file (guard seeds).
     for ancestor in seeds.chain_rings(previous):
-        problems = lock_anchor_problems(Path(ancestor["ring_dir"]))
+        problems = lock_anchor_problems(Path(ancestor.ring_dir))
         if problems:
             raise InputError(
-                f"refusing to continue from {previous}: ancestor {ancestor['ring_dir']} does not "
+                f"refusing to continue from {previous}: ancestor {ancestor.ring_dir} does not "
                 f"verify ({'; '.join(problems[:3])})"
             )
 
@@ -176,7 +177,7 @@ def views_limits(config: dict, views) -> dict[str, dict]:
     return {view: {**config["limits"], **(per_view.get(view) or {})} for view in views}
 
 
-def lock_ring(config: dict, workdir: Path | None = None, now: float | None = None) -> dict:
+def lock_ring(config: dict, workdir: Path | None = None, now: float | None = None) -> Ring:
     """Create RING.json, the view manifests and the live cutoff, or return the existing lock.
 
     A ring is locked once: a later command with a different configuration is refused, so no
@@ -188,7 +189,7 @@ def lock_ring(config: dict, workdir: Path | None = None, now: float | None = Non
     layout.locks.mkdir(exist_ok=True)
     with FileLock(str(layout.locks / "ring.lock")):
         if layout.ring_json.exists():
-            ring = read_json(layout.ring_json)
+            ring = Ring.from_record(read_json(layout.ring_json), source=layout.ring_json)
             check_config_matches(ring, config)
             return ring
         return _create(config, paths, layout, time.time() if now is None else now)
@@ -238,7 +239,7 @@ def gpu_problem(config: dict, layout: RingLayout) -> str | None:
     )
 
 
-def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
+def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> Ring:
     if problem := timeline_problem(config):
         raise InputError(f"ring {config['ring_id']}: {problem}")
     if problem := gpu_problem(config, layout):
@@ -260,7 +261,7 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
     world_readable = sandbox_info["mode"] == "root"
     for view in (*search_views, *guard_views, final_view):
         inputs = task.view_dir(view) / "inputs"
-        snapshot = snapshot_path(layout.root, alias({"alias_salt": alias_salt}, view, "real"))
+        snapshot = snapshot_path(layout.root, salted_alias(alias_salt, view, "real"))
         take_snapshot(inputs, snapshot, world_readable)
         parts = view_part_hashes(task.view_dir(view), memo)
         listing = [{**entry, "path": f"{part}/{entry['path']}"}
@@ -316,7 +317,7 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
     stop_at = now + duration_s
     cutoff = stop_at - config["timeline"]["final_reserve_min"] * 60
     previous = paths["previous"]
-    ring = {
+    record = {
         "ring_id": config["ring_id"],
         "ring_dir": str(layout.root),
         "created_at": now,
@@ -358,29 +359,30 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> dict:
         "alias_salt": alias_salt,
     }
     CutoffFile(layout.cutoff).ensure(cutoff, reserve_min=config["timeline"]["final_reserve_min"])
-    atomic_write_json(layout.ring_json, ring, mode=0o444)
+    atomic_write_json(layout.ring_json, record, mode=0o444)
+    ring = Ring.from_record(record, source=layout.ring_json)
     Ledger(layout.ledger).append(
         "ring_locked",
-        ring_id=ring["ring_id"],
-        config_sha256=ring["config_sha256"],
-        search_hash=ring["search_hash"],
-        env_key=ring["env_key"],
-        guard_seeds=ring["guard_seeds"],
-        seeds_sha256=seeds.seeds_digest(ring["guard_seeds"], ring["chain_exposed_seeds"]),
-        lock_sha256=sha256_json(ring),
+        ring_id=ring.ring_id,
+        config_sha256=ring.config_sha256,
+        search_hash=ring.search_hash,
+        env_key=ring.env_key,
+        guard_seeds=ring.guard_seeds,
+        seeds_sha256=seeds.seeds_digest(ring.guard_seeds, ring.chain_exposed_seeds),
+        lock_sha256=sha256_json(ring.to_record()),
     )
     emit_event(layout.root, "ring_started", start=now, stop_at=stop_at, cutoff=cutoff)
     return ring
 
 
-def check_config_matches(ring: dict, config: dict) -> None:
-    frozen = _frozen(ring["config"])
+def check_config_matches(ring: Ring, config: dict) -> None:
+    frozen = _frozen(ring.config)
     given = _frozen(config)
     if sha256_json(frozen) == sha256_json(given):
         return
     differ = sorted(k for k in set(frozen) | set(given) if frozen.get(k) != given.get(k))
     raise InputError(
-        f"ring {ring['ring_dir']} is locked with another configuration "
+        f"ring {ring.ring_dir} is locked with another configuration "
         f"(differs in: {', '.join(differ)}); use a new ring_id to run with this one"
     )
 
@@ -390,7 +392,7 @@ def check_existing_lock(config: dict, workdir: Path | None = None) -> None:
     workdir = Path(workdir or os.getcwd())
     lock = _resolve(config["runs_dir"], workdir) / config["ring_id"] / "RING.json"
     if lock.is_file():
-        check_config_matches(read_json(lock), config)
+        check_config_matches(Ring.from_record(read_json(lock), source=lock), config)
 
 
 def lock_anchor_problems(ring_dir: Path) -> list[str]:

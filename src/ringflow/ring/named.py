@@ -86,8 +86,8 @@ def chain_overrides(config: dict, demo_chain: str | Path | None) -> dict:
     return {}
 
 
-def _where(base: dict, ring: dict) -> tuple[str, str]:
-    return (str(Path(ring.get("runs_dir", base["runs_dir"]))), str(ring["ring_id"]))
+def _where(base: dict, ring_config: dict) -> tuple[str, str]:
+    return (str(Path(ring_config.get("runs_dir", base["runs_dir"]))), str(ring_config["ring_id"]))
 
 
 def named_rings(config: dict, demo_chain: str | Path | None) -> list[NamedRing]:

@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 
 from filelock import FileLock
@@ -38,6 +39,7 @@ from ..core.hashing import drop_ignored, solution_tree_hash
 from ..core.jsonio import append_jsonl, read_json
 from ..core.layout import RingLayout
 from ..core.safetree import remove_tree
+from ..core.state import Ring
 from ..execute import Execution, run_program
 from ..ring.boxes import close_box, open_box
 from ..ring.inputs import program_inputs
@@ -69,9 +71,9 @@ def decide(current_hash: str | None, last_hash: str | None, free_slots: int) -> 
     return EVALUATE
 
 
-def interval_s(ring: dict) -> float:
+def interval_s(ring: Ring) -> float:
     """`search.background_eval_min` in seconds; 0 turns background evaluations off."""
-    minutes = ring["config"]["search"].get("background_eval_min", DEFAULT_INTERVAL_MIN)
+    minutes = ring.config["search"].get("background_eval_min", DEFAULT_INTERVAL_MIN)
     return float(minutes) * 60.0
 
 
@@ -129,17 +131,17 @@ def background_in_flight(layout: RingLayout) -> int:
     return sum(_held(path) for path in folder.glob("*.running"))
 
 
-def free_slots(ring: dict, layout: RingLayout) -> int:
+def free_slots(ring: Ring, layout: RingLayout) -> int:
     """Execution slots the scheduler gives (slots.json), less the executions and background
     evaluations in flight. Engineer sessions are not executions and are not counted."""
     slots_file = layout.slots
     info = read_json(slots_file) if slots_file.exists() else None
-    slots = slots_for(info, view_limits(ring, ring["search_views"][0])["threads"])
+    slots = slots_for(info, view_limits(ring, ring.search_views[0])["threads"])
     return slots - executions_in_flight(layout) - background_in_flight(layout)
 
 
 @contextlib.contextmanager
-def slot_taken(ring: dict, layout: RingLayout, node: str) -> Iterator[bool]:
+def slot_taken(ring: Ring, layout: RingLayout, node: str) -> Iterator[bool]:
     """Take a free slot for this node's evaluation (True), or find none (False). The
     count and the marker are taken under one lock, so two sessions cannot both take the
     last free slot."""
@@ -172,16 +174,16 @@ def lower_priority() -> None:
 # ---- one session's background evaluations ------------------------------------------------
 
 
-def workspace_hash(ring: dict, workspace: Path) -> str | None:
+def workspace_hash(ring: Ring, workspace: Path) -> str | None:
     """The tree hash the workspace would be submitted with, or None when it holds no
     runnable program (or is being rewritten under our feet)."""
-    max_bytes = int(ring["config"]["max_weights_gb"] * 1024**3)
+    max_bytes = int(ring.config["max_weights_gb"] * 1024**3)
     try:
         solution, _ = runnable_problem(workspace, max_bytes)
         if solution is None:
             return None
         tree, _ = solution_tree_hash(workspace, set(solution.per_view_paths),
-                                     ring.get("tree_ignore") or [])  # fmt: skip
+                                     ring.tree_ignore or [])  # fmt: skip
     except (OSError, RingflowError):
         return None
     return tree
@@ -190,13 +192,13 @@ def workspace_hash(ring: dict, workspace: Path) -> str | None:
 class BackgroundEvaluator:
     """Ticks beside one engineer session; `stop()` when the session has ended."""
 
-    def __init__(self, ring: dict, layout: RingLayout, node: dict, workspace: Path,
+    def __init__(self, ring: Ring, layout: RingLayout, node: dict, workspace: Path,
                  deadline: Callable[[], float]):  # fmt: skip
         self.ring, self.layout, self.node = ring, layout, node
         self.workspace = workspace
         self.session_deadline = deadline
         self.every_s = interval_s(ring)
-        self.view = ring["search_views"][0]
+        self.view = ring.search_views[0]
         self.ended = threading.Event()
         self.ended_at = 0.0
         # The workspace as handed to the session (the parent's submission, the template)
@@ -260,7 +262,7 @@ class BackgroundEvaluator:
     def _append(self, row: dict) -> None:
         now = time.time()
         append_jsonl(record_path(self.layout, self.node["id"]),
-                     {"at": now, "t": now - self.ring["start"], **row})  # fmt: skip
+                     {"at": now, "t": now - self.ring.start, **row})  # fmt: skip
 
     def evaluate(self) -> dict:
         """Snapshot the workspace, run it on the proxy view, score it, record the result."""
@@ -283,25 +285,25 @@ class BackgroundEvaluator:
         return row
 
     def _evaluate_in_box(self, box: Path, folder: Path) -> dict:
-        max_bytes = int(self.ring["config"]["max_weights_gb"] * 1024**3)
+        max_bytes = int(self.ring.config["max_weights_gb"] * 1024**3)
         solution, problem = runnable_problem(self.workspace, max_bytes, workspace_limits(self.ring))
         if solution is None:
             return {"status": "not_runnable", "reason": problem}
         copy_submission(solution, box / "solution")
         make_readonly_tree(box / "solution")
         tree, _ = solution_tree_hash(box / "solution", set(solution.per_view_paths),
-                                     self.ring.get("tree_ignore") or [])  # fmt: skip
+                                     self.ring.tree_ignore or [])  # fmt: skip
         self.last_hash = tree
-        drop_ignored(box / "solution", self.ring.get("tree_ignore") or [])
+        drop_ignored(box / "solution", self.ring.tree_ignore or [])
         (box / "output").mkdir()
         seed = 0
         spec = {"seed": seed, "ablate": False, "key": None,
                 "weights": "fresh" if solution.has_weights else "none",
                 "train_seed": solution.training_seed(seed)}  # fmt: skip
         node = {**self.node, "solution": solution.to_dict(), "tree_hash": tree}
-        health = self.ring["config"]["exec_health"]
+        health = self.ring.config["exec_health"]
         health = {**health, "term_grace_s": min(health["term_grace_s"], GRACE_S)}
-        ring = {**self.ring, "config": {**self.ring["config"], "exec_health": health}}
+        ring = replace(self.ring, config={**self.ring.config, "exec_health": health})
         ex = Execution(ring, self.layout, node, self.view, "s0", spec, folder, self.deadline,
                        box=box)  # fmt: skip
         row = {"tree_hash": tree, "view": self.view, "seed": seed}
@@ -334,7 +336,7 @@ class BackgroundEvaluator:
     def _gpus_wanted(self) -> int:
         """GPUs as an execution gets them, where the ring's scheduler gives GPU slots."""
         info = read_json(self.layout.slots) if self.layout.slots.exists() else {}
-        return int(self.ring["config"].get("gpus_per_execution") or 0) if info.get("gpus") else 0
+        return int(self.ring.config.get("gpus_per_execution") or 0) if info.get("gpus") else 0
 
 
 # ---- the ring's best-so-far curve (report and summary) -----------------------------------
@@ -368,7 +370,7 @@ def _better(direction: str, a: float, b: float) -> bool:
     return a > b if direction == "maximize" else a < b
 
 
-def ring_progress(ring: dict, layout: RingLayout) -> dict:
+def ring_progress(ring: Ring, layout: RingLayout) -> dict:
     """Best valid score on the proxy view against time since the ring started, the same
     for blind and native rings: every node's seed-0 execution there (static candidates
     and engineered nodes alike, at the time it ended) and every background evaluation.
@@ -377,8 +379,8 @@ def ring_progress(ring: dict, layout: RingLayout) -> dict:
     point that improved the best so far), `best`, `first_valid` (the first point), and per
     node the count of background evaluations and of those scored. Files being written are
     skipped, never an error: this runs on live rings."""
-    view, start = ring["search_views"][0], ring["start"]
-    direction = ring["task"]["direction"]
+    view, start = ring.search_views[0], ring.start
+    direction = ring.task["direction"]
     points: list[dict] = []
     background: dict[str, dict] = {}
     for node_dir in sorted(layout.root.glob("nodes/*/")):

@@ -15,6 +15,7 @@ from ..carryover.scores import imported_refuted
 from ..core import statuses
 from ..core.jsonio import read_json
 from ..core.layout import RingLayout
+from ..core.state import Ring
 from ..selection.scores import node_mean
 from . import public_validator
 
@@ -40,9 +41,9 @@ def method_of(layout: RingLayout, node: str) -> str:
     return path.read_text(errors="replace").strip()[:METHOD_CHARS]
 
 
-def refuted_directions(ring: dict, layout: RingLayout, index: dict) -> list[dict]:
+def refuted_directions(ring: Ring, layout: RingLayout, index: dict) -> list[dict]:
     """Ready nodes whose seed-0 mean is worse than their parent's, with both scores."""
-    sign = 1.0 if ring["task"]["direction"] == "maximize" else -1.0
+    sign = 1.0 if ring.task["direction"] == "maximize" else -1.0
     refuted = []
     for entry in index["nodes"]:
         if entry["status"] != statuses.READY:
@@ -62,12 +63,12 @@ def refuted_directions(ring: dict, layout: RingLayout, index: dict) -> list[dict
     return refuted + [r for r in imported_refuted(layout, index) if r["node"] not in listed]
 
 
-def context(ring: dict, layout: RingLayout, node: dict, deadline: float) -> dict:
+def context(ring: Ring, layout: RingLayout, node: dict, deadline: float) -> dict:
     """Everything the template needs; scores are only read by its feedback section. A
     resume node's parent lies in the ring where its work began (carryover/engineer.py)."""
     index = read_json(layout.nodes_index)
     parent = node.get("parent")
-    search = ring["config"]["search"]
+    search = ring.config["search"]
     parents = carried.parent_layout(layout, node)
     if not parents.node_json(parent or "-").is_file():
         parent_scores = None
@@ -76,9 +77,9 @@ def context(ring: dict, layout: RingLayout, node: dict, deadline: float) -> dict
     return {
         "node": node["id"],
         "origin": node["origin"]["kind"],
-        "task": ring["task"]["name"],
-        "direction": ring["task"]["direction"],
-        "search_views": ring["search_views"],
+        "task": ring.task["name"],
+        "direction": ring.task["direction"],
+        "search_views": ring.search_views,
         "deadline": deadline,
         "parent": parent,
         "parent_method": method_of(parents, parent) if parent else None,
@@ -90,8 +91,8 @@ def context(ring: dict, layout: RingLayout, node: dict, deadline: float) -> dict
         "queries_left": carried.queries_left(ring, node),
         "queries_per_node": search["queries_per_node"],
         "queries_earlier": carried.earlier_queries(node) if carried.is_resume(node) else 0,
-        "validator": bool(ring["task"].get("validator")),
-        "validator_withheld": public_validator.refusal(ring["task"]),
+        "validator": bool(ring.task.get("validator")),
+        "validator_withheld": public_validator.refusal(ring.task),
     }
 
 

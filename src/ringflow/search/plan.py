@@ -22,6 +22,7 @@ from ..core.jsonio import atomic_write_json, read_json
 from ..core.layout import RingLayout, node_slug
 from ..core.ledger import Ledger
 from ..core.records import write_record
+from ..core.state import Ring
 from ..core.statuses import ENGINEERING
 from ..core.stop import refuse_if_stopped
 from ..selection.scores import node_mean
@@ -31,12 +32,12 @@ from .lottery import draw_parents, generation_rng, ranked, tickets
 DRAFT, IMPROVE = "draft", "improve"
 
 
-def handover_at(ring: dict) -> float:
+def handover_at(ring: Ring) -> float:
     """The engineer's hand-over point: cutoff - node_tail_min, from the live cutoff."""
-    return current_cutoff(ring) - ring["config"]["timeline"]["node_tail_min"] * 60
+    return current_cutoff(ring) - ring.config["timeline"]["node_tail_min"] * 60
 
 
-def parent_scores(ring: dict, layout: RingLayout, index: dict) -> dict[str, float]:
+def parent_scores(ring: Ring, layout: RingLayout, index: dict) -> dict[str, float]:
     """Seed-0 mean over the search views of every ready candidate that has one."""
     scores = {}
     for entry in index["nodes"]:
@@ -55,8 +56,8 @@ def own_nodes(index: dict) -> int:
     return sum(not e.get("imported") or bool(e.get("candidate")) for e in index["nodes"])
 
 
-def _why_last(ring: dict, index: dict, now: float) -> str | None:
-    search = ring["config"]["search"]
+def _why_last(ring: Ring, index: dict, now: float) -> str | None:
+    search = ring.config["search"]
     if operator(ring) is None:
         return "no engineer configured (engineer.command is null)"
     if now >= handover_at(ring):
@@ -70,7 +71,7 @@ def plan_generation(ring_dir: str | Path, generation: int) -> dict:
     """Write search/gen-<g>.json (once; a resumed ring reads the plan it made)."""
     refuse_if_stopped(ring_dir)
     ring = load_ring(ring_dir)
-    layout = RingLayout(Path(ring["ring_dir"]))
+    layout = RingLayout(Path(ring.ring_dir))
     path = layout.generation(generation)
     if path.exists():
         return read_json(path)
@@ -92,18 +93,18 @@ def plan_generation(ring_dir: str | Path, generation: int) -> dict:
         plan.update(last=True, reason=why)
         atomic_write_json(path, plan)
         return plan
-    search = ring["config"]["search"]
+    search = ring.config["search"]
     slots = min(search["max_concurrent_nodes"], search["max_nodes"] - own_nodes(index))
     scores = parent_scores(ring, layout, index)
-    order = ranked(scores, ring["task"]["direction"])
+    order = ranked(scores, ring.task["direction"])
     plan["lottery"] = [
         {"node": node, "score": scores[node], "tickets": t}
         for node, t in zip(order, tickets(len(order)), strict=True)
     ]
-    rng = generation_rng(ring["ring_id"], generation)
+    rng = generation_rng(ring.ring_id, generation)
     kinds = [DRAFT if not scores or rng.random() < search["draft_fraction"] else IMPROVE
              for _ in range(slots)]  # fmt: skip
-    parents = iter(draw_parents(scores, ring["task"]["direction"], kinds.count(IMPROVE), rng))
+    parents = iter(draw_parents(scores, ring.task["direction"], kinds.count(IMPROVE), rng))
     names = {n["id"]: n["name"] for n in index["nodes"]}
     stubs = []
     number = next_number(index)
@@ -172,7 +173,7 @@ def _entry(node: dict) -> dict:
 def write_loop_summary(ring_dir: str | Path) -> dict:
     """search/loop.json: every generation, and each engineered node's origin and status."""
     ring = load_ring(ring_dir)
-    layout = RingLayout(Path(ring["ring_dir"]))
+    layout = RingLayout(Path(ring.ring_dir))
     generations = []
     g = 0
     while layout.generation(g).exists():
@@ -193,7 +194,7 @@ def write_loop_summary(ring_dir: str | Path) -> dict:
 def settle_generation(ring_dir: str | Path, generation: int) -> dict:
     """search/settled-<g>.json: each node of generation g and how it was settled."""
     ring = load_ring(ring_dir)
-    layout = RingLayout(Path(ring["ring_dir"]))
+    layout = RingLayout(Path(ring.ring_dir))
     plan = read_json(layout.generation(generation))
     settled = {"generation": generation, "nodes": {}}
     for node_id in plan["nodes"]:

@@ -36,6 +36,7 @@ from pathlib import Path, PurePosixPath
 from ..core.jsonio import append_jsonl
 from ..core.layout import RingLayout
 from ..core.query_record import ADMITTED, settled_count
+from ..core.state import Ring
 from ..scoring import evaluate_predictions
 from .query_client import MAX_BYTES
 
@@ -43,16 +44,16 @@ from .query_client import MAX_BYTES
 class QueryServer:
     """Serve one session's queries until close(); then settle its count."""
 
-    def __init__(self, ring: dict, layout: RingLayout, node_id: str, work: Path,
+    def __init__(self, ring: Ring, layout: RingLayout, node_id: str, work: Path,
                  quota: int | None = None, peer: tuple[int, int] | None = None):  # fmt: skip
         """`peer`: the session's host (uid, gid), this process's own by default; the socket
         and its folder are made beside `work` (the session's box)."""
         self.ring = ring
         # A resume node's quota is what its earlier segments left (carryover/engineer.py).
-        self.quota = ring["config"]["search"]["queries_per_node"] if quota is None else quota
-        self.native = ring["config"]["search"]["feedback"] == "native"
+        self.quota = ring.config["search"]["queries_per_node"] if quota is None else quota
+        self.native = ring.config["search"]["feedback"] == "native"
         self.record = layout.node_dir(node_id) / "queries.jsonl"
-        self.view = ring["search_views"][0]
+        self.view = ring.search_views[0]
         self.work = work
         self.peer = peer or (os.getuid(), os.getgid())
         self.token = secrets.token_hex(16)

@@ -45,6 +45,7 @@ from ..core.jsonio import atomic_write_json, read_json
 from ..core.layout import RingLayout
 from ..core.ledger import Ledger, emit_event
 from ..core.records import write_record
+from ..core.state import Ring
 from ..core.stop import refuse_if_stopped, stop_ring
 from ..nodes import READY, REJECTED, _assign_trainers, execution_spec, planned_variants
 from ..ring.boxes import close_box, open_box
@@ -80,7 +81,7 @@ def run_session(ring_dir: str | Path, node_id: str) -> dict:
     """Run the node's engineer session once and settle the node; returns session.json."""
     refuse_if_stopped(ring_dir)
     ring = load_ring(ring_dir)
-    layout = RingLayout(Path(ring["ring_dir"]))
+    layout = RingLayout(Path(ring.ring_dir))
     node = load_node(ring, node_id)
     if node["status"] != ENGINEERING and layout.session(node_id).exists():
         return read_json(layout.session(node_id))
@@ -91,8 +92,8 @@ def run_session(ring_dir: str | Path, node_id: str) -> dict:
         close_box(box, held)
 
 
-def _run_in_box(ring: dict, layout: RingLayout, node: dict, box: Path) -> dict:
-    engineer = ring["config"]["engineer"]
+def _run_in_box(ring: Ring, layout: RingLayout, node: dict, box: Path) -> dict:
+    engineer = ring.config["engineer"]
     workspace = box / "workspace"
     _make_workspace(ring, layout, node, workspace)
     trajectory = layout.trajectory(node["id"])
@@ -119,7 +120,7 @@ def _run_in_box(ring: dict, layout: RingLayout, node: dict, box: Path) -> dict:
     return _settle(ring, layout, node, workspace, record)
 
 
-def _make_workspace(ring: dict, layout: RingLayout, node: dict, workspace: Path) -> None:
+def _make_workspace(ring: Ring, layout: RingLayout, node: dict, workspace: Path) -> None:
     """An improvement starts from its parent's submission, a draft from the template, a
     resume node from the carried work's solution/ (absent when that workspace was empty)."""
     source = carried.session_start(ring, layout, node)
@@ -139,18 +140,18 @@ def _make_workspace(ring: dict, layout: RingLayout, node: dict, workspace: Path)
                 os.chmod(path, stat.S_IMODE(path.stat().st_mode) | 0o644)
 
 
-def _command_argv(ring: dict) -> tuple[list[str], list[Path]]:
+def _command_argv(ring: Ring) -> tuple[list[str], list[Path]]:
     """The session's argv and the extra host folders it needs bound."""
-    command = ring["config"]["engineer"]["command"].strip()
+    command = ring.config["engineer"]["command"].strip()
     if command == "builtin":
-        python = ring["program"]["executable"]
+        python = ring.program["executable"]
         return [python, str(ENGINE / BUILTIN_SCRIPT.name)], []
     return ["/bin/sh", "-c", command], []
 
 
-def _session_env(ring: dict, node: dict, paths: dict, deadline: float) -> dict[str, str]:
-    engineer = ring["config"]["engineer"]
-    python = ring["program"]["executable"]
+def _session_env(ring: Ring, node: dict, paths: dict, deadline: float) -> dict[str, str]:
+    engineer = ring.config["engineer"]
+    python = ring.program["executable"]
     env = {
         "PATH": f"{Path(python).parent}:/usr/local/bin:/usr/bin:/bin",
         "LANG": os.environ.get("LANG", "C.UTF-8"),
@@ -164,7 +165,7 @@ def _session_env(ring: dict, node: dict, paths: dict, deadline: float) -> dict[s
         "RINGFLOW_INPUTS": paths["inputs"],
         "RINGFLOW_DEADLINE": f"{deadline:.0f}",
         "RINGFLOW_PYTHON": python,
-        "RINGFLOW_FEEDBACK": ring["config"]["search"]["feedback"],
+        "RINGFLOW_FEEDBACK": ring.config["search"]["feedback"],
         "RINGFLOW_ENGINEER_DELAY_S": str(engineer["builtin_delay_s"]),
         "RINGFLOW_ENGINEER_SEED": node["id"],
         "RINGFLOW_QUERY_CLIENT": paths["query_client"],
@@ -186,28 +187,28 @@ def _session_env(ring: dict, node: dict, paths: dict, deadline: float) -> dict[s
     return env
 
 
-def _validator_copy(ring: dict, box: Path, confined: bool) -> str | None:
+def _validator_copy(ring: Ring, box: Path, confined: bool) -> str | None:
     """The task's public validator for the session (item 5): its `validate` command as the
     session sees it, or None when the task ships none or it cannot be handed out."""
-    if public_validator.refusal(ring["task"]) is not None:
+    if public_validator.refusal(ring.task) is not None:
         return None
     folder = box / "validator"
     engine = ENGINE if confined else BUILTIN_SCRIPT.parent
     inside = VALIDATOR if confined else folder
     validate = public_validator.make_copy(
-        ring["task"], folder, python=ring["program"]["executable"],
+        ring.task, folder, python=ring.program["executable"],
         runner=str(engine / public_validator.RUNNER.name), inside=str(inside),
     )  # fmt: skip
     return str(inside / validate.name)
 
 
-def draft_library(ring: dict) -> Path | None:
+def draft_library(ring: Ring) -> Path | None:
     """Where the built-in engineer's drafts start from: the ring's own candidates folder
     (the demo's candidates for the demo task). None when the ring has none, and for any
     other engineer: the folder may hold more than candidates (a task, its labels)."""
-    if ring["config"]["engineer"]["command"].strip() != "builtin":
+    if ring.config["engineer"]["command"].strip() != "builtin":
         return None
-    folder = ring.get("candidates_dir")
+    folder = ring.candidates_dir
     return Path(folder) if folder and Path(folder).is_dir() else None
 
 
@@ -215,14 +216,14 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
                   identity: RunIdentity):  # fmt: skip
     """bubblewrap around the session (or nothing with sandbox.mode none), as `identity`."""
     sock = server and server.path
-    config = ring["config"]
+    config = ring.config
     engineer, box_config = config["engineer"], config["sandbox"]
     workspace = box / "workspace"
     parent = carried.parent_submission(layout, node)
     snapshot = carried.resume_snapshot(layout, node)
-    views = {view: Path(ring["views"][view]["inputs_snapshot"]) for view in ring["search_views"]}
+    views = {view: Path(ring.views[view]["inputs_snapshot"]) for view in ring.search_views}
     library = draft_library(ring)
-    if ring["sandbox"]["mode"] == "none":
+    if ring.sandbox["mode"] == "none":
         inputs = box / "inputs"
         inputs.mkdir()
         for view, folder in views.items():
@@ -241,8 +242,8 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
                            network_isolated=False)  # fmt: skip
     info = sandbox.require_sandbox(box_config)
     root = info["mode"] == "root"
-    hidden = (layout.root.parent, Path(ring["task"]["dir"]), Path(ring["store"]))
-    bound = [*(Path(d) for d in ring["program"]["dirs"]), *(Path(m) for m in engineer["mounts"])]
+    hidden = (layout.root.parent, Path(ring.task["dir"]), Path(ring.store))
+    bound = [*(Path(d) for d in ring.program["dirs"]), *(Path(m) for m in engineer["mounts"])]
     tmp = private_tmp_mb(config, config["limits"])
     args = sandbox_head(info, network=engineer["network"], tmp_mb=tmp, bound=bound,
                         hidden=hidden, identity=identity)  # fmt: skip
@@ -288,12 +289,12 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
 
 
 def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
-    config = ring["config"]
+    config = ring.config
     argv, _ = _command_argv(ring)
     deadline = handover_at(ring)
     # The session's own ids (as root: a host uid and user namespace of its own).
     box_config = config["sandbox"]
-    info = {"mode": "none"} if ring["sandbox"]["mode"] == "none" else sandbox.require_sandbox(
+    info = {"mode": "none"} if ring.sandbox["mode"] == "none" else sandbox.require_sandbox(
         box_config)  # fmt: skip
     identity = claim_identity(info, box_config["uid"], box_config["gid"],
                               box_config.get("host_uids"))  # fmt: skip
@@ -368,10 +369,10 @@ def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
     }
 
 
-def _session_limits(ring: dict) -> ResourceLimits:
+def _session_limits(ring: Ring) -> ResourceLimits:
     """The program limits with the workspace in place of the output: the supervisor counts
     the workspace's files and bytes as it counts a program's output."""
-    config, workspace = ring["config"], workspace_limits(ring)
+    config, workspace = ring.config, workspace_limits(ring)
     gb = None if workspace.max_bytes is None else workspace.max_bytes / 1024**3
     limits = ResourceLimits.from_config(
         {**config["limits"], "output_gb": gb, "output_files": workspace.max_files}
@@ -387,7 +388,7 @@ def _redact(trajectory: Path, names: list[str]) -> None:
 
 def _settle(ring, layout, node: dict, workspace: Path, record: dict) -> dict:
     """Submit a runnable workspace, carry over a cut one without, reject the rest."""
-    max_bytes = int(ring["config"]["max_weights_gb"] * 1024**3)
+    max_bytes = int(ring.config["max_weights_gb"] * 1024**3)
     try:
         # A workspace no one can copy or record is refused whole, cut or not: it is
         # neither submitted nor kept for a seal (docs/limits.md).
@@ -411,13 +412,13 @@ def _settle(ring, layout, node: dict, workspace: Path, record: dict) -> dict:
         copy_submission(solution, submission)
         make_readonly_tree(submission)
         tree, _ = solution_tree_hash(submission, set(solution.per_view_paths),
-                                     ring.get("tree_ignore") or [])  # fmt: skip
+                                     ring.tree_ignore or [])  # fmt: skip
         node.update(status=READY, tree_hash=tree, solution=solution.to_dict())
         node["executions"] = {
             view: {v: execution_spec(ring, solution, tree, view, v) for v in variants}
             for view, variants in planned_variants(ring).items()
         }
-        owners = _assign_trainers([node], WeightsStore(ring["store"]))
+        owners = _assign_trainers([node], WeightsStore(ring.store))
     elif record.get("budget_cut") and refused is None:
         carried.keep_workspace(layout, node["id"], workspace)  # the seal takes it
         reason = problem.replace(f"{workspace}: ", "")  # the sandbox folder is gone

@@ -18,10 +18,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..core.clock import load_ring
 from ..core.errors import InputError, StoreError
 from ..core.hashing import listing, sha256_file
 from ..core.jsonio import atomic_write_json, fsync_dir, read_json
 from ..core.layout import RingLayout
+from ..core.state import Ring
 from ..weights.store import WeightsStore
 
 MANIFEST = "MANIFEST.json"
@@ -45,7 +47,7 @@ def _copy_object(store: WeightsStore, item: dict, dest: Path) -> None:
         )
 
 
-def _weights_of(ring: dict, node: dict, store: WeightsStore, view: str) -> dict:
+def _weights_of(ring: Ring, node: dict, store: WeightsStore, view: str) -> dict:
     """The registered weights of a node's seed-0 execution on one view, as the manifest
     lists them (files None when that execution trained nothing yet)."""
     spec = node["executions"].get(view, {}).get("s0", {})
@@ -102,15 +104,15 @@ def how_to_run(command: list[str], per_view: bool, python: str | None = None) ->
 
 def complete_solution(layout: RingLayout, node_id: str, solution: Path) -> dict:
     """Add weights and MANIFEST.json to a copy of a node's submission at `solution`."""
-    ring = read_json(layout.ring_json)
+    ring = load_ring(layout.root)
     node = read_json(layout.node_json(node_id))
-    store = WeightsStore(ring["store"])
+    store = WeightsStore(ring.store)
     per_view = node["solution"]["per_view_paths"]
     os.chmod(solution, 0o755)
     views: dict[str, dict] = {}
     if per_view:
-        final = ring["final_view"]
-        for view in [final, *ring["search_views"]]:
+        final = ring.final_view
+        for view in [final, *ring.search_views]:
             record = _weights_of(ring, node, store, view)
             entry = record.pop("_entry")
             base = solution if view == final else solution / SEARCH_WEIGHTS_DIR / view
@@ -130,19 +132,19 @@ def complete_solution(layout: RingLayout, node_id: str, solution: Path) -> dict:
         and f["path"] not in per_view
     ]
     manifest = {
-        "ring_id": ring["ring_id"],
+        "ring_id": ring.ring_id,
         "node": node_id,
         "role": node["role"],
         "tree_hash": node["tree_hash"],
-        "task": {k: ring["task"][k] for k in ("name", "direction")},
+        "task": {k: ring.task[k] for k in ("name", "direction")},
         "code": code,
         "per_view_paths": per_view,
-        "final_view": ring["final_view"],
+        "final_view": ring.final_view,
         "weights": views,
         "final_weights_complete": not per_view
-        or bool(views[ring["final_view"]]["files"] and "problem" not in views[ring["final_view"]]),
-        "environment": {"env_key": ring["env_key"], **ring["environment"]},
-        "run": how_to_run(node["solution"]["command"], bool(per_view), ring.get("program_python")),
+        or bool(views[ring.final_view]["files"] and "problem" not in views[ring.final_view]),
+        "environment": {"env_key": ring.env_key, **ring.environment},
+        "run": how_to_run(node["solution"]["command"], bool(per_view), ring.program_python),
         "lineage_segments": (node.get("resume_origin") or {}).get("segments", []),
         "written_at": time.time(),
     }

@@ -22,6 +22,7 @@ from ..core.layout import RingLayout
 from ..core.ledger import Ledger, emit_event
 from ..core.records import hash_record, write_record
 from ..core.seeds import chain_rings
+from ..core.state import Ring
 from ..scoring import read_score, scorer_mode, usable
 from ..weights.store import WeightsStore
 from . import viewblind
@@ -41,12 +42,12 @@ REUSE_WARNING = (
 
 def _ctx(ring_dir):
     ring = load_ring(ring_dir)
-    layout = RingLayout(Path(ring["ring_dir"]))
+    layout = RingLayout(Path(ring.ring_dir))
     return ring, layout, read_json(layout.nodes_index)
 
 
-def guard_refused(ring: dict, index: dict) -> bool:
-    return ring["config"]["guard"]["enabled"] and usable_baseline(index) is None
+def guard_refused(ring: Ring, index: dict) -> bool:
+    return ring.config["guard"]["enabled"] and usable_baseline(index) is None
 
 
 def write_final(layout: RingLayout, node: str, record: dict) -> None:
@@ -143,13 +144,13 @@ def reference_node(seated: dict) -> str | None:
     return seated.get("reference", seated.get("baseline"))
 
 
-def guard_views(ring: dict) -> list[str]:
+def guard_views(ring: Ring) -> list[str]:
     """The views the guard scores: the guard views, or the search views when there are none."""
-    return list(ring.get("guard_views") or ring["search_views"])
+    return list(ring.guard_views or ring.search_views)
 
 
-def reuses_search_rows(ring: dict) -> bool:
-    return not ring.get("guard_views")
+def reuses_search_rows(ring: Ring) -> bool:
+    return not ring.guard_views
 
 
 # Review outcomes (docs/guard.md#cut-is-not-failed).
@@ -160,11 +161,11 @@ SCREEN_VARIANTS = ("s0", "blind-s0", "blind2-s0")
 REAL_FRESH = "real-s0"
 
 
-def view_blind_settings(ring: dict) -> dict:
-    return {"extra_runs": 8, "max_extra_train_min": 60.0, **ring["config"].get("view_blind", {})}
+def view_blind_settings(ring: Ring) -> dict:
+    return {"extra_runs": 8, "max_extra_train_min": 60.0, **ring.config.get("view_blind", {})}
 
 
-def extra_blind_variants(ring: dict) -> list[str]:
+def extra_blind_variants(ring: Ring) -> list[str]:
     """The further disguised runs a flagged program gets (blind3-s0, blind4-s0, ...)."""
     return [f"blind{i}-s0" for i in range(3, 3 + view_blind_settings(ring)["extra_runs"])]
 
@@ -180,7 +181,7 @@ def _blind_run(ring, layout, node: str, view: str, variant: str) -> dict:
     result_path = layout.result(node, view, variant)
     result = read_json(result_path) if result_path.exists() else None
     score = read_score(layout, node, view, variant)
-    value = usable(score, ring["task"]["direction"])
+    value = usable(score, ring.task["direction"])
     run = {"variant": variant, "score": value, "wall_s": (result or {}).get("wall_s")}
     reason = (score or {}).get("reason") or (result or {}).get("reason") or ""
     if result is None and score is None:
@@ -202,14 +203,14 @@ def _runs_problem(runs: list[dict]) -> tuple[str, str] | None:
     return None
 
 
-def _retrains(ring: dict, node: dict) -> bool:
-    return bool(node["solution"]["per_view_paths"]) or bool(ring["task"]["reorder_rows"])
+def _retrains(ring: Ring, node: dict) -> bool:
+    return bool(node["solution"]["per_view_paths"]) or bool(ring.task["reorder_rows"])
 
 
 def _repeats_itself(ring, layout, node_id: str, view: str) -> bool:
     """s0 and the fresh real run wrote byte-identical output, on inputs that the disguised
     copies repeat byte for byte (the task reorders no rows)."""
-    if ring["task"]["reorder_rows"]:
+    if ring.task["reorder_rows"]:
         return False
     real = _output_hash(layout, node_id, view, "s0")
     return real is not None and real == _output_hash(layout, node_id, view, REAL_FRESH)
@@ -220,7 +221,7 @@ def screen_check(ring_dir, node_id: str) -> dict:
     further runs it needs when it flags a program whose output varies."""
     ring, layout, _ = _ctx(ring_dir)
     node = load_node(ring, node_id)
-    view = ring["search_views"][0]
+    view = ring.search_views[0]
     runs = [_blind_run(ring, layout, node_id, view, v) for v in SCREEN_VARIANTS]
     record = {"node": node_id, "view": view, "runs": runs, "extra_variants": []}
     problem = _runs_problem(runs)
@@ -276,7 +277,7 @@ def _view_blind_check(ring, layout, node: dict) -> dict:
     under normal noise).
     """
     path = layout.screen(node["id"])
-    first = read_json(path) if path.exists() else screen_check(ring["ring_dir"], node["id"])
+    first = read_json(path) if path.exists() else screen_check(ring.ring_dir, node["id"])
     check = {"check": "view_blind", "view": first["view"], "screen": first,
              "real": first.get("real"), "disguised": first.get("disguised")}  # fmt: skip
     if first["outcome"] is not None:
@@ -327,10 +328,10 @@ def _output_until(proc: subprocess.Popen, deadline) -> str | None:
 def _review_command(ring, layout, node_id: str) -> dict:
     """Run the review command; it stops at the review stage's live deadline
     (docs/operations.md#the-clock)."""
-    command = ring["config"]["review"]
+    command = ring.config["review"]
     argv = [*shlex.split(command), str(layout.node_dir(node_id))]
     started = time.time()
-    limit = started + ring["config"]["scorer_timeout_min"] * 60
+    limit = started + ring.config["scorer_timeout_min"] * 60
     try:
         proc = subprocess.Popen(
             argv,
@@ -369,7 +370,7 @@ def review(ring_dir, node_id: str) -> dict:
     ring, layout, _ = _ctx(ring_dir)
     node = load_node(ring, node_id)
     checks = [_view_blind_check(ring, layout, node)]
-    if ring["config"]["review"] and checks[0]["outcome"] != NOT_REVIEWED:
+    if ring.config["review"] and checks[0]["outcome"] != NOT_REVIEWED:
         checks.append(_review_command(ring, layout, node_id))
     outcomes = {c["outcome"] for c in checks}
     # A failed check fails the review; a check cut by time leaves it not reviewed: never
@@ -415,11 +416,11 @@ def _guard_run(layout, node: str, view: str, seed: int, direction: str) -> dict:
 
 
 def guard_runs(ring, layout, node: str) -> list[dict]:
-    direction = ring["task"]["direction"]
+    direction = ring.task["direction"]
     return [
         _guard_run(layout, node, view, seed, direction)
         for view in guard_views(ring)
-        for seed in ring["guard_seeds"]
+        for seed in ring.guard_seeds
     ]
 
 
@@ -443,11 +444,11 @@ def side_problem(runs: list[dict]) -> tuple[str, str] | None:
 
 def per_seed_means(ring, runs: list[dict]) -> list[float | None]:
     """One side's score per guard seed: its mean over the guard views."""
-    by_seed = {seed: {} for seed in ring["guard_seeds"]}
+    by_seed = {seed: {} for seed in ring.guard_seeds}
     for run in runs:
         by_seed[run["seed"]][run["view"]] = run["score"]
     table = guardstats.per_seed_side_scores(by_seed, guard_views(ring))
-    return [table[seed] for seed in ring["guard_seeds"]]
+    return [table[seed] for seed in ring.guard_seeds]
 
 
 def _bootstrap_tables(runs: list[dict]) -> dict:
@@ -457,16 +458,16 @@ def _bootstrap_tables(runs: list[dict]) -> dict:
     return table
 
 
-def guarded_before(ring: dict, node_id: str) -> dict | None:
+def guarded_before(ring: Ring, node_id: str) -> dict | None:
     """The earlier ring of the chain that already guarded this program (same tree) on a
     guard view with the same content, if any: it is not guarded again on those rows."""
-    if not ring.get("continue_from"):
+    if not ring.continue_from:
         return None
-    mine = {ring["views"][v]["content_hash"] for v in guard_views(ring)}
+    mine = {ring.views[v]["content_hash"] for v in guard_views(ring)}
     tree = load_node(ring, node_id).get("tree_hash")
-    previous = (Path(ring["ring_dir"]) / ring["continue_from"]).resolve()
+    previous = (Path(ring.ring_dir) / ring.continue_from).resolve()
     for ancestor in chain_rings(previous):
-        root = Path(ancestor["ring_dir"])
+        root = Path(ancestor.ring_dir)
         for path in sorted((root / "selection").glob("verdict-*.json")):
             try:
                 old = read_json(path)
@@ -476,10 +477,10 @@ def guarded_before(ring: dict, node_id: str) -> dict | None:
             guard = old.get("guard") or {}
             if not old.get("eligible") or not guard.get("ran", True) or old_tree != tree:
                 continue
-            views = guard.get("views") or ancestor.get("search_views", [])
-            hashes = {ancestor["views"][v]["content_hash"] for v in views if v in ancestor["views"]}
+            views = guard.get("views") or list(ancestor.search_views)
+            hashes = {ancestor.views[v]["content_hash"] for v in views if v in ancestor.views}
             if hashes & mine:
-                return {"ring": ancestor.get("ring_id"), "node": old["node"], "views": views}
+                return {"ring": ancestor.ring_id, "node": old["node"], "views": views}
     return None
 
 
@@ -515,11 +516,11 @@ def verdict(ring_dir, rank: int) -> dict:
             "not guarded again"))  # fmt: skip
         atomic_write_json(layout.verdict(rank), record)
         return record
-    guard = ring["config"]["guard"]
+    guard = ring.config["guard"]
     seated = read_json(layout.seated)
     base = reference_node(seated)  # the incumbent, or the baseline
     side = seated.get("guard_against") or "baseline"
-    seeds = ring["guard_seeds"]
+    seeds = ring.guard_seeds
     a_prime = guardstats.alpha_prime(guard["alpha"], eligible_at_ranking(ring, ranking))
     info = _guard_record(ring, seeds, guard_views(ring), a_prime, guard["margin"])
     cand_runs, base_runs = guard_runs(ring, layout, node), guard_runs(ring, layout, base)
@@ -542,15 +543,15 @@ def verdict(ring_dir, rank: int) -> dict:
     else:
         info["complete"] = True
         info["differences"] = [
-            (c - b) * (-1.0 if ring["task"]["direction"] == "minimize" else 1.0)
+            (c - b) * (-1.0 if ring.task["direction"] == "minimize" else 1.0)
             for c, b in zip(cand_side, base_side, strict=True)
         ]
         stats = guardstats.paired_bootstrap_lcb(
             _bootstrap_tables(cand_runs),
             _bootstrap_tables(base_runs),
             alpha=a_prime,
-            direction=ring["task"]["direction"],
-            rng_seed=f"{ring.get('alias_salt')}/{node}",
+            direction=ring.task["direction"],
+            rng_seed=f"{ring.alias_salt}/{node}",
         )
         kept = ("method", "replicates", "quantile_index", "mean", "min", "max", "spread",
                 "interval", "detectable", "reason")  # fmt: skip
@@ -568,9 +569,9 @@ def verdict(ring_dir, rank: int) -> dict:
 def _weights_fingerprint(ring, node_id: str) -> dict:
     """The registered weights the chosen program runs with, per search view."""
     node = load_node(ring, node_id)
-    store = WeightsStore(ring["store"])
+    store = WeightsStore(ring.store)
     views = {}
-    for view in ring["search_views"]:
+    for view in ring.search_views:
         key = node["executions"][view]["s0"].get("key")
         entry = store.entry(node["tree_hash"], key) if key else None
         views[view] = {
@@ -585,13 +586,13 @@ def _weights_fingerprint(ring, node_id: str) -> dict:
     }
 
 
-def eligible_at_ranking(ring: dict, ranking: dict) -> int:
+def eligible_at_ranking(ring: Ring, ranking: dict) -> int:
     """How many finalists the per-finalist level is divided among: those ranked (at most
     final_top_k), never fewer than one."""
     return max(1, min(final_top_k(ring), len(ranking.get("finalists") or [])))
 
 
-def verdicts_in_order(ring: dict, layout: RingLayout) -> list[dict]:
+def verdicts_in_order(ring: Ring, layout: RingLayout) -> list[dict]:
     """The finalists' verdicts in rank order, up to the first that ends selection."""
     verdicts = []
     for rank in range(1, final_top_k(ring) + 1):
@@ -606,7 +607,7 @@ def verdicts_in_order(ring: dict, layout: RingLayout) -> list[dict]:
 def _final_score(ring, layout, node: str | None) -> float | None:
     if node is None:
         return None
-    return usable(read_score(layout, node, ring["final_view"], "s0"), ring["task"]["direction"])
+    return usable(read_score(layout, node, ring.final_view, "s0"), ring.task["direction"])
 
 
 def _mean(values) -> float | None:
@@ -676,7 +677,7 @@ def story_gap(ring, chosen: str | None, rows: list[dict], baseline: dict | None)
         scores[baseline["node"]] = baseline["final_view"]
     if chosen is not None and chosen not in scores:
         scores[chosen] = None
-    return {"view": ring["final_view"], **selection_gap(chosen, scores, ring["task"]["direction"])}
+    return {"view": ring.final_view, **selection_gap(chosen, scores, ring.task["direction"])}
 
 
 def _shrinkage(rows: list[dict]) -> dict | None:
@@ -697,10 +698,10 @@ FIXED_SCORER_WARNING = (
 RESAMPLED_BY = {"resample": "the scorer (--seed)", "rows": "ringflow", "fixed": None}
 
 
-def guard_covered(ring: dict) -> dict:
+def guard_covered(ring: Ring) -> dict:
     """What the guard's bound judged (docs/guard.md#what-the-guard-judges)."""
-    mode = scorer_mode(ring["task"])
-    retrain = bool(ring["config"]["guard"].get("retrain"))
+    mode = scorer_mode(ring.task)
+    retrain = bool(ring.config["guard"].get("retrain"))
     return {
         "program_noise": True,
         "rows": mode != "fixed",
@@ -738,16 +739,16 @@ def passed_over(ranking: dict, verdicts: list[dict], chosen: str | None) -> list
 def _final_bootstrap(ring, layout, node: str | None) -> list[float] | None:
     if node is None:
         return None
-    score = read_score(layout, node, ring["final_view"], "s0") or {}
+    score = read_score(layout, node, ring.final_view, "s0") or {}
     return score.get("bootstrap") if score.get("valid") else None
 
 
 def improvement(ring, layout, chosen: str | None, base: str | None, alpha: float) -> dict:
     """The chosen program's final-view score minus the baseline's, with a paired bootstrap
     interval over the final view's rows (the same resamples for both)."""
-    sign = -1.0 if ring["task"]["direction"] == "minimize" else 1.0
+    sign = -1.0 if ring.task["direction"] == "minimize" else 1.0
     mine, theirs = _final_score(ring, layout, chosen), _final_score(ring, layout, base)
-    record = {"view": ring["final_view"], "chosen": chosen, "baseline": base,
+    record = {"view": ring.final_view, "chosen": chosen, "baseline": base,
               "difference": None, "interval": None, "level": 1 - alpha}  # fmt: skip
     if mine is None or theirs is None:
         return record
@@ -789,7 +790,7 @@ def ships(ring, layout, node: str) -> dict:
     trains = bool(load_node(ring, node)["solution"]["per_view_paths"])
     return {
         "node": node,
-        "run": f"{ring['final_view']}/s0",
+        "run": f"{ring.final_view}/s0",
         "weights": "trained on the final view" if trains else "none (the program has none)",
         "final_view_score": _final_score(ring, layout, node),
         "guard_judged_same_weights": False if trains else None,
@@ -803,7 +804,7 @@ def decide(ring_dir) -> dict:
         record = {"decision": "refused", "reason": seated["reason"], "final_written": False}
         write_record(layout.root, layout.decision, record)
         return record
-    verdicts = verdicts_in_order(ring, layout) if ring["config"]["guard"]["enabled"] else []
+    verdicts = verdicts_in_order(ring, layout) if ring.config["guard"]["enabled"] else []
     ranking = read_json(layout.ranking)
     base = seated["baseline"]
     ref = reference_node(seated)  # the incumbent, or the baseline
@@ -821,7 +822,7 @@ def decide(ring_dir) -> dict:
     configured_baseline = baseline if ref == base else baseline_alone(ring, layout, base)
     guarded = [v for v in verdicts if v.get("guard")]
     a_prime = guardstats.alpha_prime(
-        ring["config"]["guard"]["alpha"], eligible_at_ranking(ring, ranking)
+        ring.config["guard"]["alpha"], eligible_at_ranking(ring, ranking)
     )
     guard = (
         chosen_verdict["guard"]
@@ -831,23 +832,23 @@ def decide(ring_dir) -> dict:
         else {
             **_guard_record(
                 ring,
-                ring["guard_seeds"],
+                ring.guard_seeds,
                 guard_views(ring),
                 a_prime,
-                ring["config"]["guard"]["margin"],
+                ring.config["guard"]["margin"],
             ),
             "ran": False,
         }
     )
     chosen_row = next((r for r in rows if r["node"] == chosen), None)
     warnings = [REUSE_WARNING] if reuses_search_rows(ring) else []
-    if scorer_mode(ring["task"]) == "fixed":
+    if scorer_mode(ring.task) == "fixed":
         warnings.append(FIXED_SCORER_WARNING)
     if (seated.get("incumbent") or {}).get("warning"):
         warnings.append(seated["incumbent"]["warning"])
-    if ring.get("guard_views_reused"):
+    if ring.guard_views_reused:
         warnings.append(GUARD_VIEWS_REUSED)
-    if ring.get("sandbox", {}).get("mode") == "none":
+    if ring.sandbox.get("mode") == "none":
         warnings.append("sandbox.mode: none: every program of this ring ran unconfined")
     record = {
         "decision": "baseline" if chosen == base else side if chosen == ref else "candidate",
@@ -859,7 +860,7 @@ def decide(ring_dir) -> dict:
         "incumbent": seated.get("incumbent"),
         "reason": reason,
         "guard": guard,
-        "guard_ran": bool(guarded) and ring["config"]["guard"]["enabled"],
+        "guard_ran": bool(guarded) and ring.config["guard"]["enabled"],
         "complete": bool(guard.get("complete")),
         "verdicts": verdicts,
         "reviews": [v["review"] for v in verdicts],
@@ -872,16 +873,16 @@ def decide(ring_dir) -> dict:
         if chosen != ref else (baseline or {}).get("guard_mean"),
         "shrinkage": _shrinkage(rows),
         "final_view": {
-            "view": ring["final_view"],
+            "view": ring.final_view,
             "chosen": _final_score(ring, layout, chosen),
             "baseline": _final_score(ring, layout, base),
             "reference": _final_score(ring, layout, ref),
         },
         # Biased upward when candidates are equal (the best of several noisy scores).
         "selection_gap": story_gap(ring, chosen, rows, baseline),
-        "improvement": improvement(ring, layout, chosen, base, ring["config"]["guard"]["alpha"]),
+        "improvement": improvement(ring, layout, chosen, base, ring.config["guard"]["alpha"]),
         "improvement_over_reference": improvement(
-            ring, layout, chosen, ref, ring["config"]["guard"]["alpha"]
+            ring, layout, chosen, ref, ring.config["guard"]["alpha"]
         ),
         "winners_curse": winners_curse(chosen, rows, baseline, verdicts),
         "guard_judged": guard_covered(ring),
@@ -893,11 +894,11 @@ def decide(ring_dir) -> dict:
         "ships": ships(ring, layout, chosen),
         "guard_reused_search_rows": reuses_search_rows(ring),
         # How every program of the ring was confined; "none" means unconfined (trusted).
-        "sandbox": ring.get("sandbox", {}).get("mode"),
+        "sandbox": ring.sandbox.get("mode"),
         "warnings": warnings,
         "note": ("Promotion scores are conditional on the frozen weights and the current "
         "data; guard scores " + ("include each guard seed's own training (guard.retrain)"
-        if ring["config"]["guard"].get("retrain") else "are conditional on them too") +
+        if ring.config["guard"].get("retrain") else "are conditional on them too") +
         ". The guard's bound is a paired bootstrap over the guard rows and the "
         "guard seeds' runs; promotion means are on the search views, guard means on the "
         "guard views. Other guarded finalists run on the final view after the decision, "
@@ -962,8 +963,8 @@ def repro(ring_dir) -> dict:
     decision = read_json(layout.decision)
     nodes = [] if decision["decision"] in ("refused", "none") else trained_finalists(
         ring_dir, read_json(layout.ranking)["finalists"])  # fmt: skip
-    view = ring["search_views"][0]
-    direction = ring["task"]["direction"]
+    view = ring.search_views[0]
+    direction = ring.task["direction"]
     rows = []
     for node in nodes:
         s0 = usable(read_score(layout, node, view, "s0"), direction)

@@ -17,27 +17,29 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..core.clock import load_ring
 from ..core.errors import InputError
 from ..core.jsonio import read_json
 from ..core.layout import RingLayout
+from ..core.state import Ring
 from ..core.statuses import READY
 from .order import usable_baseline
 
 INCUMBENT, BASELINE = "incumbent", "baseline"
 
 
-def against(ring: dict) -> str:
+def against(ring: Ring) -> str:
     """What the configuration says finalists are guarded against."""
-    return ring["config"]["guard"].get("against") or INCUMBENT
+    return ring.config["guard"].get("against") or INCUMBENT
 
 
-def parent_dir(ring: dict) -> Path | None:
-    if not ring.get("continue_from"):
+def parent_dir(ring: Ring) -> Path | None:
+    if not ring.continue_from:
         return None
-    return (Path(ring["ring_dir"]) / ring["continue_from"]).resolve()
+    return (Path(ring.ring_dir) / ring.continue_from).resolve()
 
 
-def parent_choice(ring: dict) -> dict | None:
+def parent_choice(ring: Ring) -> dict | None:
     """What the parent ring's final/ holds: the node, its tree, the ring that chose it and
     how ("candidate": the parent chose it; "incumbent": an earlier ring did; "baseline");
     None for a first ring or a parent that wrote no final/."""
@@ -48,20 +50,20 @@ def parent_choice(ring: dict) -> dict | None:
     final = layout.final_dir / "FINAL.json"
     try:
         record = read_json(final)
-        parent_ring = read_json(layout.ring_json)
+        parent_ring = load_ring(parent)
         tree = read_json(layout.node_json(record["chosen"])).get("tree_hash")
     except (InputError, KeyError, OSError, TypeError):
         return None
     decision = record.get("decision")
     earlier = record.get("incumbent") or {}
     if decision == "candidate":
-        chosen_in = parent_ring["ring_id"]
+        chosen_in = parent_ring.ring_id
     elif decision == INCUMBENT:
         chosen_in = earlier.get("chosen_in")
     else:
         chosen_in = None
     return {
-        "ring": parent_ring["ring_id"],
+        "ring": parent_ring.ring_id,
         "ring_dir": str(parent),
         "node": record["chosen"],
         "tree_hash": tree,
@@ -71,10 +73,10 @@ def parent_choice(ring: dict) -> dict | None:
     }
 
 
-def _ready_node_with_tree(ring: dict, index: dict, tree: str | None) -> str | None:
+def _ready_node_with_tree(ring: Ring, index: dict, tree: str | None) -> str | None:
     if not tree:
         return None
-    layout = RingLayout(Path(ring["ring_dir"]))
+    layout = RingLayout(Path(ring.ring_dir))
     for entry in index["nodes"]:
         if entry["status"] != READY:
             continue
@@ -87,7 +89,7 @@ def _ready_node_with_tree(ring: dict, index: dict, tree: str | None) -> str | No
     return None
 
 
-def reference(ring: dict, index: dict) -> dict:
+def reference(ring: Ring, index: dict) -> dict:
     """The side every finalist of this ring is guarded against, and why.
 
     `node` is that side (None when there is no usable baseline: the guard is refused or
@@ -130,7 +132,7 @@ def reference(ring: dict, index: dict) -> dict:
     return out
 
 
-def incumbent_node(ring: dict, index: dict) -> str | None:
+def incumbent_node(ring: Ring, index: dict) -> str | None:
     """The incumbent when it is not the baseline (it is then no finalist of its own)."""
     ref = reference(ring, index)
     return ref["node"] if ref["role"] == INCUMBENT else None
@@ -144,7 +146,7 @@ def history(ring_dir: str | Path) -> list[dict]:
 
     rows = []
     for lock in reversed(chain_rings(Path(ring_dir))):
-        layout = RingLayout(Path(lock["ring_dir"]))
+        layout = lock.layout
         record = {}
         for path in (layout.final_dir / "FINAL.json", layout.decision):
             try:
@@ -154,13 +156,13 @@ def history(ring_dir: str | Path) -> list[dict]:
                 continue
         gain = record.get("improvement_over_reference") or record.get("improvement") or {}
         rows.append({
-            "ring": lock["ring_id"],
+            "ring": lock.ring_id,
             "decision": record.get("decision"),
             "holds": record.get("chosen"),
             "against": record.get("guard_against") or (BASELINE if record else None),
             "reference": record.get("reference", record.get("baseline")),
             "chosen_in": ((record.get("incumbent") or {}).get("chosen_in")
-                          if record.get("decision") == INCUMBENT else lock["ring_id"]),
+                          if record.get("decision") == INCUMBENT else lock.ring_id),
             "difference": gain.get("difference"),
             "interval": gain.get("interval"),
             "view": gain.get("view"),

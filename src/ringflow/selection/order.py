@@ -6,6 +6,7 @@ workflow (what to schedule next), the decision step and the timekeeper (what is 
 from __future__ import annotations
 
 from ..core import statuses
+from ..core.state import Ring
 
 
 def usable_baseline(index: dict) -> str | None:
@@ -29,7 +30,7 @@ def ends_selection(verdict: dict) -> bool:
     return bool(verdict.get("eligible")) and not guard.get("complete")
 
 
-def choose(ring: dict, seated: dict, ranking: dict, verdicts: list[dict]):
+def choose(ring: Ring, seated: dict, ranking: dict, verdicts: list[dict]):
     """(chosen node or None, reason, the verdict that chose it or None). What stays when
     no finalist replaces it is the seated side: the chain's incumbent, or the baseline
     (docs/guard.md#the-incumbent)."""
@@ -38,7 +39,7 @@ def choose(ring: dict, seated: dict, ranking: dict, verdicts: list[dict]):
     top = ranking["finalists"][0] if ranking["finalists"] else None
     if base is None:
         return top, "no baseline and guard disabled: the top finalist by 3-seed mean", None
-    if not ring["config"]["guard"]["enabled"]:
+    if not ring.config["guard"]["enabled"]:
         if top is None:
             return base, f"guard disabled and no finalist: {side} kept", None
         return top, "guard disabled: the top finalist by 3-seed mean (no protection)", None

@@ -15,6 +15,7 @@ from pathlib import Path
 from statistics import NormalDist, fmean, pvariance
 
 from ..core.seeds import PROBE_SEEDS
+from ..core.state import Ring
 
 
 def detectable_advantage(
@@ -43,20 +44,20 @@ def probe_variants() -> list[str]:
     return [f"g{seed}" for seed in PROBE_SEEDS]
 
 
-def _estimate(ring: dict, runs: dict[str, list[list[float]]]) -> dict:
+def _estimate(ring: Ring, runs: dict[str, list[list[float]]]) -> dict:
     from ..core.clock import final_top_k
     from ..guardstats import alpha_prime
 
-    a_prime = alpha_prime(ring["config"]["guard"]["alpha"], final_top_k(ring))
-    return detectable_advantage(runs, guard_seeds=len(ring["guard_seeds"]), alpha_prime=a_prime)
+    a_prime = alpha_prime(ring.config["guard"]["alpha"], final_top_k(ring))
+    return detectable_advantage(runs, guard_seeds=len(ring.guard_seeds), alpha_prime=a_prime)
 
 
-def _probe_scores(ring: dict, node: str, view: str, variant: str) -> list[float]:
+def _probe_scores(ring: Ring, node: str, view: str, variant: str) -> list[float]:
     """One probe run's bootstrap scores; ValueError naming what went wrong."""
     from ..core.jsonio import read_json
     from ..core.layout import RingLayout
 
-    layout = RingLayout(Path(ring["ring_dir"]))
+    layout = RingLayout(Path(ring.ring_dir))
     result_path, score_path = layout.result(node, view, variant), layout.score(node, view, variant)
     if not result_path.exists():
         raise ValueError(f"the baseline's probe run on {view} did not run")
@@ -71,7 +72,7 @@ def _probe_scores(ring: dict, node: str, view: str, variant: str) -> list[float]
     return score["bootstrap"]
 
 
-def probe_baseline(ring: dict, node: str) -> dict:
+def probe_baseline(ring: Ring, node: str) -> dict:
     """Run the baseline on every guard view under the probe seeds (planned for every node,
     docs/guard.md#power), score each run on the guard's bootstrap resamples, and estimate
     the guard's power (`ringflow check`'s throwaway ring)."""
@@ -82,8 +83,8 @@ def probe_baseline(ring: dict, node: str) -> dict:
     runs: dict[str, list[list[float]]] = {}
     for view in guard_views(ring):
         for variant in probe_variants():
-            run_execution(ring["ring_dir"], node, view, variant)
-            score_execution(ring["ring_dir"], node, view, variant)
+            run_execution(ring.ring_dir, node, view, variant)
+            score_execution(ring.ring_dir, node, view, variant)
             runs.setdefault(view, []).append(_probe_scores(ring, node, view, variant))
     return _estimate(ring, runs)
 
@@ -99,7 +100,7 @@ def ring_power(ring_dir: str | Path) -> dict:
     from .order import usable_baseline
 
     ring = load_ring(ring_dir)
-    layout = RingLayout(Path(ring["ring_dir"]))
+    layout = RingLayout(Path(ring.ring_dir))
     base = usable_baseline(read_json(layout.nodes_index))
     record: dict = {"node": base, "probe_seeds": list(PROBE_SEEDS), "detectable": None}
     try:

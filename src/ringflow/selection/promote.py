@@ -18,9 +18,9 @@ __all__ = ["PROMOTION_SEEDS", "candidate_ids", "node_mean", "promote", "rank", "
 
 def promote(ring_dir: str | Path) -> dict:
     ring = load_ring(ring_dir)
-    layout = RingLayout(Path(ring["ring_dir"]))
+    layout = RingLayout(Path(ring.ring_dir))
     index = read_json(layout.nodes_index)
-    direction = ring["task"]["direction"]
+    direction = ring.task["direction"]
     scored, unscored = [], []
     # The chain's incumbent is what finalists are guarded against, never one of them.
     held = incumbent_node(ring, index)
@@ -33,7 +33,7 @@ def promote(ring_dir: str | Path) -> dict:
         else:
             scored.append({"node": node, "score": s0["mean"], "per_view": s0["per_view"]})
     scored.sort(key=rank_key(direction))
-    k = ring["config"]["promote_top_k"]
+    k = ring.config["promote_top_k"]
     promotion = {
         "direction": direction,
         "ranked_by_seed0": scored,
@@ -49,7 +49,7 @@ def promote(ring_dir: str | Path) -> dict:
 def rank(ring_dir: str | Path) -> dict:
     """The 3-seed ranking of promoted nodes; a node missing a seed is not a finalist."""
     ring = load_ring(ring_dir)
-    layout = RingLayout(Path(ring["ring_dir"]))
+    layout = RingLayout(Path(ring.ring_dir))
     promotion = read_json(layout.promotion)
     rows, incomplete = [], []
     for node in promotion["promoted"]:
@@ -62,7 +62,7 @@ def rank(ring_dir: str | Path) -> dict:
     # Fixes k before any guard run (docs/operations.md#the-clock).
     from .timekeeper import settle_final_k
 
-    k = settle_final_k(ring["ring_dir"], [row["node"] for row in rows])
+    k = settle_final_k(ring.ring_dir, [row["node"] for row in rows])
     ranking = {
         "direction": promotion["direction"],
         "ranked": rows,

@@ -24,11 +24,12 @@ from filelock import FileLock
 
 from ..carryover.scores import imported_score
 from ..core import reserve, statuses
-from ..core.clock import FINAL_STAGES, stage_of, view_limits
+from ..core.clock import FINAL_STAGES, load_ring, stage_of, view_limits
 from ..core.jsonio import atomic_write_json, read_json
 from ..core.layout import RingLayout
 from ..core.ledger import Ledger, emit_event
 from ..core.reserve import ASSUMED, MEASURED, Batch, Job, Price
+from ..core.state import Ring
 from .incumbent import reference
 from .order import ends_selection, usable_baseline
 from .scores import candidate_ids, node_mean, rank_key
@@ -114,7 +115,7 @@ def _ratio(numerator: float | None, denominator: float | None) -> float:
 class Measurements:
     """Every finished execution's time, per node, kind (train, replay, none) and view."""
 
-    def __init__(self, ring: dict, layout: RingLayout):
+    def __init__(self, ring: Ring, layout: RingLayout):
         self.ring = ring
         self.runs: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
         self.scoring: dict[str, list[float]] = defaultdict(list)
@@ -137,8 +138,7 @@ class Measurements:
                 if check.get("check") == "review_command" and "wall_s" in check:
                     self.review_command.append(float(check["wall_s"]))
         self.bytes = {
-            name: view.get("input_bytes", view.get("bytes"))
-            for name, view in ring.get("views", {}).items()
+            name: view.get("input_bytes", view.get("bytes")) for name, view in ring.views.items()
         }
         self.train_replay_ratio = self._train_replay_ratio()
 
@@ -213,7 +213,7 @@ class Measurements:
     def review_command_price(self) -> Price:
         if self.review_command:
             return Price(fmean(self.review_command), MEASURED, "measured review commands")
-        configured = self.ring["config"].get("reserve", {}).get("review_command_min", 5)
+        configured = self.ring.config.get("reserve", {}).get("review_command_min", 5)
         return Price(configured * 60.0, ASSUMED, "reserve.review_command_min")
 
 
@@ -223,13 +223,13 @@ class Measurements:
 class Planner:
     """The executions final selection still has, batched as the workflow schedules them."""
 
-    def __init__(self, ring: dict, layout: RingLayout, measured: Measurements | None = None):
+    def __init__(self, ring: Ring, layout: RingLayout, measured: Measurements | None = None):
         self.ring, self.layout = ring, layout
         self.index = read_json(layout.nodes_index)
         self.measured = measured or Measurements(ring, layout)
         self.slots_info = read_json(layout.slots) if layout.slots.exists() else None
-        self.views = ring["search_views"]
-        self.guard_views = ring.get("guard_views") or self.views
+        self.views = ring.search_views
+        self.guard_views = ring.guard_views or self.views
         self.base = usable_baseline(self.index)
         # The side finalists are guarded against: the chain's incumbent, or the baseline.
         self.against = reference(ring, self.index)["node"]
@@ -250,7 +250,7 @@ class Planner:
             return False
         # A comparable imported promotion score stands in for the run (docs/operations.md#chains).
         return variant not in ("s1", "s2") or not imported_score(
-            self.layout, node, view, variant, self.ring["search_hash"]
+            self.layout, node, view, variant, self.ring.search_hash
         )
 
     def mode(self, node: str, view: str, variant: str) -> str:
@@ -259,7 +259,7 @@ class Planner:
         if spec is None:  # a view the node has no plan for yet (a guard view): trains once
             if not self.trains(node):
                 return NONE
-            first_guard = f"g{self.ring['guard_seeds'][0]}" if self.ring["guard_seeds"] else None
+            first_guard = f"g{self.ring.guard_seeds[0]}" if self.ring.guard_seeds else None
             return REPLAY if variant.startswith("g") and variant != first_guard else TRAIN
         if spec["weights"] == "none":
             return NONE
@@ -303,13 +303,13 @@ class Planner:
         candidates = [n for n in candidate_ids(self.index) if n != held]
         means = {n: node_mean(self.ring, self.layout, n, "s0")["mean"] for n in candidates}
         scored = [{"node": n, "score": means[n]} for n in candidates if means[n] is not None]
-        ranked = sorted(scored, key=rank_key(self.ring["task"]["direction"]))
+        ranked = sorted(scored, key=rank_key(self.ring.task["direction"]))
         return [row["node"] for row in ranked] + [n for n in candidates if means[n] is None]
 
     def promoted(self) -> list[str]:
         if self.layout.promotion.exists():
             return read_json(self.layout.promotion)["promoted"]
-        return self.by_seed0()[: self.ring["config"]["promote_top_k"]]
+        return self.by_seed0()[: self.ring.config["promote_top_k"]]
 
     def finalists(self, k: int) -> list[str]:
         if self.layout.ranking.exists():
@@ -317,12 +317,12 @@ class Planner:
         return self.promoted()[:k]
 
     def guard_on(self) -> bool:
-        return bool(self.ring["config"]["guard"]["enabled"])
+        return bool(self.ring.config["guard"]["enabled"])
 
     def guard_started(self) -> bool:
         for node in (self.against, *candidate_ids(self.index)):
             for view in self.guard_views if node else ():
-                for seed in self.ring["guard_seeds"]:
+                for seed in self.ring.guard_seeds:
                     if self.layout.result(node, view, f"g{seed}").exists():
                         return True
         return False
@@ -345,7 +345,7 @@ class Planner:
             chosen = []  # final selection is refused: no candidate runs
         elif self.guard_on():
             chosen = self._review_and_guard(finalists, first, out)
-        final_view = self.ring["final_view"]
+        final_view = self.ring.final_view
         # The winner is not known yet: the slowest cold start among who may still win.
         colds = [(n, final_view, "s0", True) for n in chosen if self.pending(n, final_view, "s0")]
         final = [max(colds, key=lambda r: self.job(*r).program.seconds)] if colds else []
@@ -374,17 +374,15 @@ class Planner:
             else:
                 # The view-blind screen's runs, and the further runs it asked for once known.
                 variants = ["s0", "blind-s0", "blind2-s0", *screened_variants(self.layout, node)]
-                after = (
-                    self.measured.review_command_price() if self.ring["config"]["review"] else None
-                )
+                after = self.measured.review_command_price() if self.ring.config["review"] else None
                 runs = [(node, first, v) for v in variants]
                 out.append(self.batch("review", runs, f"review of {node}", after=after))
-            runs = [(node, v, f"g{s}") for v in self.guard_views for s in self.ring["guard_seeds"]]
+            runs = [(node, v, f"g{s}") for v in self.guard_views for s in self.ring.guard_seeds]
             if baseline_guard:
                 runs += [
                     (self.against, v, f"g{s}")
                     for v in self.guard_views
-                    for s in self.ring["guard_seeds"]
+                    for s in self.ring.guard_seeds
                 ]
                 baseline_guard = False
             out.append(self.batch("guard", runs, f"guard of {node} and the baseline"))
@@ -406,10 +404,10 @@ def _terms_for(planner: Planner, finalists: list[str]) -> list[reserve.Term]:
     return reserve.estimate(planner.batches(finalists))
 
 
-def plan_final_k(ring: dict, layout: RingLayout, planner: Planner, ordered: list[str]) -> dict:
+def plan_final_k(ring: Ring, layout: RingLayout, planner: Planner, ordered: list[str]) -> dict:
     """How many finalists the ring tries: final_top_k, or fewer when the capped reserve
     cannot cover them; settled (final_k.json) before the first guard run, never after."""
-    configured = ring["config"]["final_top_k"]
+    configured = ring.config["final_top_k"]
     if layout.final_k.exists():
         return {**read_json(layout.final_k), "settled": True}
     plan = {"k": configured, "configured": configured, "settled": False}
@@ -417,8 +415,8 @@ def plan_final_k(ring: dict, layout: RingLayout, planner: Planner, ordered: list
         return {**plan, "reason": "no guard: final_top_k as configured"}
     if planner.guard_started():
         return {**plan, "reason": "a guard run has started: k is never lowered after it"}
-    timeline = ring["config"]["timeline"]
-    cap_min = (ring["stop_at"] - ring["start"]) / 60 / 2
+    timeline = ring.config["timeline"]
+    cap_min = (ring.stop_at - ring.start) / 60 / 2
     k, table = reserve.fit_final_k(
         lambda k: reserve.total_seconds(_terms_for(planner, ordered[:k])),
         configured,
@@ -436,7 +434,7 @@ def plan_final_k(ring: dict, layout: RingLayout, planner: Planner, ordered: list
 def estimate_ring(ring_dir: str | Path) -> dict:
     """The estimate as it stands: terms, stage shares, total, the k it prices, the slots."""
     layout = RingLayout(Path(ring_dir))
-    ring = read_json(layout.ring_json)
+    ring = load_ring(layout.root)
     planner = Planner(ring, layout)
     ordered = (
         read_json(layout.ranking)["finalists"] if layout.ranking.exists() else planner.promoted()
@@ -463,12 +461,12 @@ def settle_final_k(ring_dir: str | Path, ordered: list[str]) -> int:
     lowered k is recorded in the ledger and the events with α' = α / k.
     """
     layout = RingLayout(Path(ring_dir))
-    ring = read_json(layout.ring_json)
+    ring = load_ring(layout.root)
     if layout.final_k.exists():
         return int(read_json(layout.final_k)["k"])
     planner = Planner(ring, layout)
     plan = plan_final_k(ring, layout, planner, ordered)
-    alpha = ring["config"]["guard"]["alpha"]
+    alpha = ring.config["guard"]["alpha"]
     record = {
         "k": plan["k"],
         "configured": plan["configured"],
@@ -512,7 +510,7 @@ def _union_seconds(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def stage_timing(ring: dict, layout: RingLayout) -> dict:
+def stage_timing(ring: Ring, layout: RingLayout) -> dict:
     """Per stage of final selection: the share reserved when the search ended, and the
     wall time its executions (and review commands) actually took."""
     intervals: dict[str, list[tuple[float, float]]] = defaultdict(list)
@@ -559,14 +557,14 @@ def stage_timing(ring: dict, layout: RingLayout) -> dict:
             "ended_at": ended,
             "actual_s": None if started is None or ended is None else max(0.0, ended - started),
             "reserved_s": None if reserved is None else reserved["estimate_s"],
-            "pad_min": ring["config"].get("timeline", {}).get("reserve_pad_min"),
+            "pad_min": ring.config.get("timeline", {}).get("reserve_pad_min"),
             "complete": decided is not None,
         },
     }
 
 
 def record_timing(
-    ring: dict, layout: RingLayout, snapshot: dict | None, shares: dict[str, float] | None
+    ring: Ring, layout: RingLayout, snapshot: dict | None, shares: dict[str, float] | None
 ) -> dict:
     """Rewrite final_timing.json. The first call after the search ended keeps `snapshot`
     (the plan of that moment) as what was reserved; until a stage's first execution
@@ -594,13 +592,13 @@ def _record_timing(ring, layout, snapshot, shares) -> dict:
 # ---- one tick ----------------------------------------------------------------------------
 
 
-def stage_pad_s(ring: dict, cutoff: float, estimates: dict[str, float]) -> float:
+def stage_pad_s(ring: Ring, cutoff: float, estimates: dict[str, float]) -> float:
     """The pad spread over the stages' shares: `reserve_pad_min`, but no more than the
     time between the cutoff and stop_at - stop_margin_s leaves beyond the estimates. A full
     pad in a short ring (the reserve is capped at half the wall clock) would plan the first
     stages' deadlines before the cutoff and cut their executions before they start."""
-    timeline = ring["config"]["timeline"]
-    window = ring["stop_at"] - timeline["stop_margin_s"] - cutoff
+    timeline = ring.config["timeline"]
+    window = ring.stop_at - timeline["stop_margin_s"] - cutoff
     slack = window - sum(estimates.get(stage, 0.0) for stage in FINAL_STAGES)
     return min(timeline["reserve_pad_min"] * 60, max(0.0, slack))
 
@@ -612,21 +610,21 @@ def tick(ring_dir: str | Path, now: float | None = None) -> dict:
     if layout.stop_manifest.exists():
         # A finished ring is immutable: nothing is left to estimate or move.
         return {"moved": False, "reason": "the ring has ended"}
-    ring = read_json(layout.ring_json)
+    ring = load_ring(layout.root)
     if not layout.nodes_index.exists():
         return {"moved": False, "reason": "no nodes yet"}
     now = time.time() if now is None else now
-    timeline = ring["config"]["timeline"]
+    timeline = ring.config["timeline"]
     plan = estimate_ring(ring_dir)
     estimate_s = plan["estimate_s"]
-    wall_min = (ring["stop_at"] - ring["start"]) / 60
+    wall_min = (ring.stop_at - ring.start) / 60
     reserve_min = reserve.reserve_minutes(
         timeline["final_reserve_min"], estimate_s, timeline["reserve_pad_min"], wall_min
     )
     cutoffs = reserve.CutoffFile(layout.cutoff)
     current = cutoffs.cutoff()
     measured = plan["measured_executions"] > 0
-    proposed = reserve.next_cutoff(current, ring["stop_at"], ring["start"], reserve_min)
+    proposed = reserve.next_cutoff(current, ring.stop_at, ring.start, reserve_min)
     # Nothing measured yet: every price is a fallback, too rough to move the cutoff on.
     moved = (
         measured
@@ -638,7 +636,7 @@ def tick(ring_dir: str | Path, now: float | None = None) -> dict:
         stop_margin_s = timeline["stop_margin_s"]
         cutoff = min(current, proposed) if moved else current
         pad_s = stage_pad_s(ring, cutoff, plan["stages"])
-        stages = reserve.stage_deadlines(ring["stop_at"], stop_margin_s, plan["stages"], pad_s)
+        stages = reserve.stage_deadlines(ring.stop_at, stop_margin_s, plan["stages"], pad_s)
     cutoffs.note_estimate(
         reserve_min=reserve_min,
         estimate_s=estimate_s,

@@ -31,6 +31,7 @@ from ..core.anchors import same_files
 from ..core.errors import DeadlineReached
 from ..core.hashing import hash_files, sha256_file
 from ..core.jsonio import atomic_write_json, fsync_dir
+from ..core.state import Ring
 from .keys import SHA256_PATTERN
 from .store import OBJECT_MODE, WeightsStore, _index_fault, remove_if_owner_gone
 
@@ -348,14 +349,14 @@ def _key_lock(store: WeightsStore, key: str, wait_s: float):
     return store.key_lock(key, should_stop=lambda: "busy" if time.monotonic() > give_up else None)
 
 
-def rings_of_store(ring: dict) -> dict[str, Path]:
+def rings_of_store(ring: Ring) -> dict[str, Path]:
     """{ring_id: ledger} of the rings beside this one (same runs folder) and its ancestors
     that use the same store."""
     from ..core.seeds import chain_rings
 
-    store = os.path.realpath(ring["store"])
+    store = os.path.realpath(ring.store)
     found: dict[str, Path] = {}
-    candidates = [Path(ring["ring_dir"]).parent.glob("*/RING.json")]
+    candidates = [Path(ring.ring_dir).parent.glob("*/RING.json")]
     for lock_files in candidates:
         for lock_file in sorted(lock_files):
             try:
@@ -364,9 +365,9 @@ def rings_of_store(ring: dict) -> dict[str, Path]:
                 continue
             if os.path.realpath(other.get("store", "")) == store:
                 found[other["ring_id"]] = lock_file.parent / "ledger.jsonl"
-    if ring.get("continue_from"):
-        previous = (Path(ring["ring_dir"]) / ring["continue_from"]).resolve()
+    if ring.continue_from:
+        previous = (Path(ring.ring_dir) / ring.continue_from).resolve()
         for ancestor in chain_rings(previous):
-            if os.path.realpath(ancestor.get("store", "")) == store:
-                found.setdefault(ancestor["ring_id"], Path(ancestor["ring_dir"]) / "ledger.jsonl")
+            if os.path.realpath(ancestor.store or "") == store:
+                found.setdefault(ancestor.ring_id, Path(ancestor.ring_dir) / "ledger.jsonl")
     return found

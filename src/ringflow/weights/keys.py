@@ -15,6 +15,7 @@ from typing import Any
 from ..core.errors import InputError, RingflowError
 from ..core.hashing import sha256_file
 from ..core.jsonio import canonical_json, sha256_json
+from ..core.state import Ring
 
 SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
 REPO = Path(__file__).resolve().parents[3]
@@ -44,11 +45,11 @@ def program_python(config: dict, repo: Path | None = None) -> Path:
     return path if path.is_absolute() else repo / path
 
 
-def ring_program_python(ring: dict) -> Path:
+def ring_program_python(ring: Ring) -> Path:
     """The interpreter a locked ring's programs run with (resolved at lock time)."""
-    if ring.get("program_python"):
-        return Path(ring["program_python"])
-    return program_python(ring["config"])
+    if ring.program_python:
+        return Path(ring.program_python)
+    return program_python(ring.config)
 
 
 def environment_for(config: dict, memo=None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -76,7 +77,7 @@ def command_interpreter(command: list[str], path: str | None = None) -> dict | N
     return {"command": first, "path": real, "sha256": sha256_file(real)}
 
 
-def check_environment(ring: dict, memo=None) -> None:
+def check_environment(ring: Ring, memo=None) -> None:
     """Refuse a job whose environment differs from the one frozen in RING.json.
 
     Cheap when nothing moved (a stat per package folder, memoised hashes of the mounts);
@@ -90,17 +91,17 @@ def check_environment(ring: dict, memo=None) -> None:
         stamp_matches,
     )
 
-    frozen = ring["environment"]
-    stamp = ring.get("environment_stamp")
+    frozen = ring.environment
+    stamp = ring.environment_stamp
     if stamp is not None and stamp_matches(stamp, ring_program_python(ring)):
         current = rehash_sources(frozen, stamp, memo)
         current["variables"] = keyed_variables()
-        current["threads"] = ring["config"]["limits"]["threads"]
+        current["threads"] = ring.config["limits"]["threads"]
     else:
-        current, _ = environment_for(ring["config"], memo)
-    if environment_key(current) != ring["env_key"]:
+        current, _ = environment_for(ring.config, memo)
+    if environment_key(current) != ring.env_key:
         raise RingflowError(
-            f"this job's environment differs from the one frozen in {ring['ring_dir']}/RING.json "
+            f"this job's environment differs from the one frozen in {ring.ring_dir}/RING.json "
             f"(in: {'; '.join(differences(frozen, current)) or 'env_key'}); weights keys would "
             "not match, "
             "so it refuses to run"
@@ -157,7 +158,7 @@ def key_for_gpus(
     return new_key, new_components, env
 
 
-def spec_given_gpus(ring: dict, spec: dict, env: dict | None = None) -> dict:
+def spec_given_gpus(ring: Ring, spec: dict, env: dict | None = None) -> dict:
     """An execution's spec with its key for the GPUs it is given (unchanged without).
 
     The GPUs are those `CUDA_VISIBLE_DEVICES` names in `env` (the job's environment when
@@ -171,7 +172,7 @@ def spec_given_gpus(ring: dict, spec: dict, env: dict | None = None) -> dict:
     if not gpus:
         return spec
     key, components, env = key_for_gpus(spec["key"], spec["key_components"],
-                                        ring["environment"], gpus)  # fmt: skip
+                                        ring.environment, gpus)  # fmt: skip
     return {**spec, "key": key, "key_components": components, "base_key": spec["key"],
             "environment": env}  # fmt: skip
 

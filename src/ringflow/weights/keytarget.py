@@ -14,9 +14,9 @@ from .store import WeightsStore
 
 def write_key_target(ring_dir: str | Path, key: str) -> dict:
     ring = load_ring(ring_dir)
-    layout = RingLayout(Path(ring["ring_dir"]))
+    layout = RingLayout(Path(ring.ring_dir))
     owner = read_json(layout.nodes_index)["keys"][key]
-    entry = WeightsStore(ring["store"]).find(key)
+    entry = WeightsStore(ring.store).find(key)
     record = {
         "key": key,
         "registered": entry is not None,

@@ -36,6 +36,7 @@ from ..core import statuses
 from ..core.clock import view_limits
 from ..core.jsonio import read_json_cached as read_json
 from ..core.layout import RingLayout, is_guard_variant, is_review_variant
+from ..core.state import Ring
 from ..selection.final import (
     after_decision_final_runs,
     guard_views,
@@ -108,9 +109,9 @@ class RingDag:
             self.checkpoints.output("import_carryover")
         return read_json(self.checkpoints.output("import_nodes"))
 
-    def lock(self) -> dict:
+    def lock(self) -> Ring:
         self.imported()
-        return read_json(self.ring.ring_json)
+        return Ring.from_record(read_json(self.ring.ring_json), source=self.ring.ring_json)
 
     def generations(self, upto: int | None = None) -> list[dict]:
         """Each generation's plan with its settlement (None for the last), walked in order:
@@ -203,10 +204,10 @@ class RingDag:
         return usable_baseline(self.imported())
 
     def guard_on(self) -> bool:
-        return bool(self.lock()["config"]["guard"]["enabled"]) and self.baseline() is not None
+        return bool(self.lock().config["guard"]["enabled"]) and self.baseline() is not None
 
     def score_files(self, nodes, variants, views=None) -> list[str]:
-        views = views or self.lock()["search_views"]
+        views = views or self.lock().search_views
         return _paths(
             self.ring.score(node, view, variant)
             for node in nodes
@@ -265,7 +266,7 @@ class RingDag:
         selection = self.selection_rank(wildcards.node, wildcards.variant)
         if selection is not None:
             return 300 - selection
-        if wildcards.variant == "s0" and wildcards.view == self.lock()["search_views"][0]:
+        if wildcards.variant == "s0" and wildcards.view == self.lock().search_views[0]:
             return 100
         return 50 if wildcards.variant == "s0" else 10
 
@@ -299,7 +300,7 @@ class RingDag:
 
     def execution_runtime(self, wildcards) -> int:
         """Minutes a scheduler must allow: the view's time limit, the grace, and scoring."""
-        config = self.lock()["config"]
+        config = self.lock().config
         minutes = (
             self.execution_limits(wildcards)["time_limit_min"]
             + config["exec_health"]["term_grace_s"] / 60
@@ -376,27 +377,27 @@ class RingDag:
         return _paths(
             self.ring.score(node, view, variant)
             for node in promoted
-            for view in lock["search_views"]
+            for view in lock.search_views
             for variant in ["s1", "s2"]
-            if not imported_score(self.ring, node, view, variant, lock["search_hash"])
+            if not imported_score(self.ring, node, view, variant, lock.search_hash)
         )
 
     def screen_inputs(self, wildcards) -> list[str]:
         """The view-blind check's first screen: seed 0 on the first search view and two
         disguised copies, once the baseline is seated."""
-        view = self.lock()["search_views"][0]
+        view = self.lock().search_views[0]
         variants = ["s0", "blind-s0", "blind2-s0"]
         return _paths([self.ring.seated]) + self.score_files([wildcards.node], variants, [view])
 
     def review_inputs(self, wildcards) -> list[str]:
         """The screen, and the further runs it asked for (a flagged program that varies)."""
-        view = self.lock()["search_views"][0]
+        view = self.lock().search_views[0]
         screen = self.screen(wildcards.node)
         extra = self.score_files([wildcards.node], review_variants(screen), [view])
         return _paths([self.ring.screen(wildcards.node)]) + extra
 
     def guard_variants(self) -> list[str]:
-        return [f"g{seed}" for seed in self.lock()["guard_seeds"]]
+        return [f"g{seed}" for seed in self.lock().guard_seeds]
 
     def verdict_inputs(self, wildcards) -> list[str]:
         rank = int(wildcards.rank)
@@ -427,7 +428,7 @@ class RingDag:
         if self.guard_on():
             inputs += _paths([self.ring.power])
         inputs += _paths(self.ring.verdict(rank) for rank in range(1, len(verdicts) + 1))
-        return inputs + self.score_files(sides, ["s0"], [self.lock()["final_view"]])
+        return inputs + self.score_files(sides, ["s0"], [self.lock().final_view])
 
     def repro_inputs(self, wildcards) -> list[str]:
         """After the decision, never before it, and nothing after a refusal: the trained
@@ -440,6 +441,6 @@ class RingDag:
         others = after_decision_final_runs(decision)
         return (
             _paths([self.ring.decision])
-            + self.score_files(nodes, ["s0", "fresh-s0"], [lock["search_views"][0]])
-            + self.score_files(others, ["s0"], [lock["final_view"]])
+            + self.score_files(nodes, ["s0", "fresh-s0"], [lock.search_views[0]])
+            + self.score_files(others, ["s0"], [lock.final_view])
         )

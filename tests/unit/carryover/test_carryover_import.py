@@ -25,7 +25,7 @@ def read(path):
 def continuing(work: Path, parent: Path, ring_id: str = "b", **overrides) -> Path:
     config = full_config(ring_id=ring_id, continue_from=f"runs/{parent.name}", task="",
                          candidates="", baseline="", **overrides)  # fmt: skip
-    return Path(lock_ring(config, work)["ring_dir"])
+    return Path(lock_ring(config, work).ring_dir)
 
 
 @pytest.fixture

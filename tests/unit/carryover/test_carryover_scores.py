@@ -23,6 +23,7 @@ from ringflow.carryover.scores import HISTORY, comparable, refuted_among, s0_mea
 from ringflow.core.clock import load_ring
 from ringflow.core.layout import RingLayout
 from ringflow.core.records import write_record
+from ringflow.core.state import Ring
 from ringflow.nodes import import_static
 from ringflow.ring.lock import lock_ring
 from ringflow.search.instructions import context, refuted_directions, render
@@ -86,7 +87,7 @@ def test_unchanged_spec_imports_comparable_scores_used_for_parents_and_promotion
     a = scored_parent(tmp_path)
     b, done = continued(tmp_path, a)
     ring_b = load_ring(b)
-    assert ring_b["search_hash"] == load_ring(a)["search_hash"]
+    assert ring_b.search_hash == load_ring(a).search_hash
     assert done["comparability"]["comparable"] is True
     assert done["rescore"] == []
     nodes = by_name(b)
@@ -128,7 +129,7 @@ def test_changed_spec_makes_scores_history_and_rescores_only_the_top_k(tmp_path)
     b, done = continued(tmp_path, a, continue_rescore_top_k=2,
                         limits={"memory_gb": 4, "time_limit_min": 9, "threads": 1})  # fmt: skip
     ring_b = load_ring(b)
-    assert ring_b["search_hash"] != load_ring(a)["search_hash"]
+    assert ring_b.search_hash != load_ring(a).search_hash
     assert done["comparability"]["comparable"] is False
     nodes = by_name(b)
     ids = {name: node["imported"]["identity"] for name, node in nodes.items()}
@@ -154,12 +155,12 @@ def test_the_environment_key_is_part_of_the_search_hash(tmp_path):
     # packages installed): another environment, nothing else changed.
     config = full_config(ring_id="b", continue_from="runs/a", task="", candidates="",
                          baseline="", program={"python": sys.executable})  # fmt: skip
-    b = Path(lock_ring(config, tmp_path)["ring_dir"])
+    b = Path(lock_ring(config, tmp_path).ring_dir)
     lock_a, lock_b = load_ring(a), load_ring(b)
-    assert lock_a["env_key"] != lock_b["env_key"]
-    differ = {k for k in lock_a["evaluation"] if lock_a["evaluation"][k] != lock_b["evaluation"][k]}
+    assert lock_a.env_key != lock_b.env_key
+    differ = {k for k in lock_a.evaluation if lock_a.evaluation[k] != lock_b.evaluation[k]}
     assert differ == {"env_keys"}
-    assert lock_a["search_hash"] != lock_b["search_hash"]
+    assert lock_a.search_hash != lock_b.search_hash
 
 
 def test_guard_and_final_view_scores_are_never_imported(tmp_path):
@@ -250,7 +251,7 @@ def test_a_rescore_cut_by_the_cutoff_is_an_obligation_the_next_ring_inherits(tmp
     assert [o["identity"] for o in manifest["rescore_obligations"]] == [owed["identity"]]
     # Ring c: b's spec, no top-k of its own; the obligation is re-executed all the same.
     c, done_c = continued(tmp_path, b, "c", limits=changed, continue_rescore_top_k=0)
-    assert load_ring(c)["search_hash"] == load_ring(b)["search_hash"]
+    assert load_ring(c).search_hash == load_ring(b).search_hash
     assert done_c["obligations_inherited"] == [owed["identity"]]
     assert done_c["rescore"] == [owed["identity"]]
     nodes_c = by_name(c)
@@ -284,7 +285,14 @@ def sheet(hash_: str, **means) -> dict:
 
 
 def test_comparable_needs_every_search_view_under_this_search_hash():
-    ring = {"search_views": ["proxy", "x3"], "search_hash": "h1"}
+    ring = Ring.from_record(
+        {
+            "ring_id": "b",
+            "ring_dir": "/runs/b",
+            "search_views": ["proxy", "x3"],
+            "search_hash": "h1",
+        }
+    )
     assert comparable(ring, sheet("h1", proxy=0.5, x3=0.6))
     assert not comparable(ring, sheet("h1", proxy=0.5))  # a search view without a score
     assert not comparable(ring, {**sheet("h1", proxy=0.5), **sheet("h0", x3=0.6)})
@@ -314,7 +322,7 @@ def test_imported_nodes_a_candidates_folder_does_not_hold_are_not_counted_as_new
     (tmp_path / "empty").mkdir()
     config = full_config(ring_id="b", continue_from="runs/a", task="", baseline="",
                          candidates=str(tmp_path / "empty"))  # fmt: skip
-    b = Path(lock_ring(config, tmp_path)["ring_dir"])
+    b = Path(lock_ring(config, tmp_path).ring_dir)
     done = import_carryover(b)
     import_static(load_ring(b))
     index = read(b / "nodes" / "index.json")

@@ -29,7 +29,7 @@ def ring(tmp_path):
 def test_search_work_follows_the_live_cutoff(ring):
     search = deadline_for(ring, "proxy", "s0")
     assert search() == 3600 - 1200
-    CutoffFile(Path(ring["ring_dir"]) / "cutoff.json").move_earlier(1000.0, why="test")
+    CutoffFile(Path(ring.ring_dir) / "cutoff.json").move_earlier(1000.0, why="test")
     assert search() == 1000.0
     assert deadline_for(ring, "proxy", "s0-ablate")() == 1000.0
 

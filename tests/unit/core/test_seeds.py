@@ -13,7 +13,7 @@ from ringflow.core.seeds import chain_rings, pick_guard_seeds, plan_seeds
 
 def lock_ring(ring_dir: Path, plan: dict, continue_from: str | None) -> None:
     ring_dir.mkdir(parents=True, exist_ok=True)
-    ring = {"name": ring_dir.name, "continue_from": continue_from, **plan}
+    ring = {"ring_id": ring_dir.name, "continue_from": continue_from, **plan}
     (ring_dir / "RING.json").write_text(json.dumps(ring))
 
 
@@ -37,8 +37,8 @@ def test_three_ring_chain_gets_disjoint_guard_seeds(tmp_path):
     assert third["chain_exposed_seeds"] == list(range(3, 18))
 
     walked = chain_rings(tmp_path / "ring3")
-    assert [r["name"] for r in walked] == ["ring3", "ring2", "ring1"]
-    assert walked[0]["ring_dir"] == str((tmp_path / "ring3").resolve())
+    assert [r.ring_id for r in walked] == ["ring3", "ring2", "ring1"]
+    assert walked[0].ring_dir == str((tmp_path / "ring3").resolve())
 
 
 def test_exposed_seeds_of_earlier_rings_are_skipped_even_if_not_guard_seeds(tmp_path):

@@ -41,10 +41,10 @@ def test_a_continuation_inherits_task_candidates_baseline_and_configuration(pare
     assert "promote_top_k" in taken and "guard.seeds" in taken
     assert config["promote_top_k"] == 1 and config["guard"]["seeds"] == 3
     r2 = lock_ring(config, work)
-    assert r2["task"]["dir"] == r1["task"]["dir"]
-    assert r2["candidates_dir"] == r1["candidates_dir"]
-    assert r2["baseline_dir"] == r1["baseline_dir"]
-    assert r2["chain"] == {"continues": "r1", "parent_dir": r1["ring_dir"], "changed": {}}
+    assert r2.task["dir"] == r1.task["dir"]
+    assert r2.candidates_dir == r1.candidates_dir
+    assert r2.baseline_dir == r1.baseline_dir
+    assert r2.chain == {"continues": "r1", "parent_dir": r1.ring_dir, "changed": {}}
 
 
 def test_a_key_given_another_value_is_kept_and_shown_as_changed(parent):
@@ -53,7 +53,7 @@ def test_a_key_given_another_value_is_kept_and_shown_as_changed(parent):
     inherit_config(config, full_config(), work)
     assert config["final_top_k"] == 2
     r2 = lock_ring(config, work)
-    assert r2["chain"]["changed"] == {"final_top_k": {"parent": 3, "this": 2}}
+    assert r2.chain["changed"] == {"final_top_k": {"parent": 3, "this": 2}}
     saved = json.loads((work / "runs" / "r2" / "RING.json").read_text())
     assert saved["chain"]["changed"]["final_top_k"]["this"] == 2
 
@@ -77,9 +77,9 @@ def test_another_task_or_direction_is_refused_with_the_reason(parent, tmp_path):
 
 def test_the_same_task_named_again_is_allowed(parent):
     work, r1 = parent
-    config = _continuation(task=r1["task"]["dir"])
+    config = _continuation(task=r1.task["dir"])
     refuse_task_switch(config, work)
-    assert lock_ring(config, work)["task"]["name"] == "scripted"
+    assert lock_ring(config, work).task["name"] == "scripted"
 
 
 def test_a_first_ring_inherits_nothing(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import re
@@ -26,14 +27,14 @@ def config(tmp_path):
 def test_a_ring_is_locked_once_with_its_clock_and_views(tmp_path, config):
     ring = lock_ring(config, tmp_path, now=1000.0)
     again = lock_ring(config, tmp_path, now=5000.0)
-    assert again == ring and ring["start"] == 1000.0
-    assert ring["stop_at"] == 1000.0 + 60 * config["timeline"]["duration_min"]
-    assert ring["search_views"] == ["proxy", "x3"] and ring["final_view"] == "final"
+    assert again == ring and ring.start == 1000.0
+    assert ring.stop_at == 1000.0 + 60 * config["timeline"]["duration_min"]
+    assert list(ring.search_views) == ["proxy", "x3"] and ring.final_view == "final"
     manifest = json.loads((tmp_path / "runs" / "locked" / "views" / "proxy.json").read_text())
-    assert manifest["content_hash"] == ring["views"]["proxy"]["content_hash"]
+    assert manifest["content_hash"] == ring.views["proxy"]["content_hash"]
     assert manifest["limits"] == config["limits"]
     cutoff = json.loads((tmp_path / "runs" / "locked" / "cutoff.json").read_text())
-    assert cutoff["cutoff"] == ring["stop_at"] - 60 * config["timeline"]["final_reserve_min"]
+    assert cutoff["cutoff"] == ring.stop_at - 60 * config["timeline"]["final_reserve_min"]
 
 
 def test_a_timeline_with_no_time_to_search_is_refused_before_anything_is_locked(tmp_path, config):
@@ -52,7 +53,7 @@ def test_a_timeline_with_no_time_to_search_is_refused_before_anything_is_locked(
                        r"search's 8 min"):  # fmt: skip
         lock_ring(tail, tmp_path)
     tail["engineer"]["command"] = None  # no sessions: the node tail is not read
-    assert lock_ring(tail, tmp_path)["initial_cutoff"] > 0
+    assert lock_ring(tail, tmp_path).initial_cutoff > 0
 
 
 def test_another_configuration_is_refused_naming_what_differs(tmp_path, config):
@@ -68,11 +69,17 @@ def test_another_configuration_is_refused_naming_what_differs(tmp_path, config):
 def test_a_job_in_another_environment_refuses_to_run(tmp_path, config):
     ring = lock_ring(config, tmp_path)
     check_environment(ring)
-    moved = copy.deepcopy(ring)
+    environment = copy.deepcopy(ring.environment)
+    stamp = copy.deepcopy(ring.environment_stamp)
     # Locked when another package was installed: its folders' stamp and its list differ.
-    moved["environment"]["packages"].append("torch==2.9.0")
-    moved["environment_stamp"]["folders"][0][1] -= 1
-    moved["env_key"] = sha256_json(moved["environment"])
+    environment["packages"].append("torch==2.9.0")
+    stamp["folders"][0][1] -= 1
+    moved = dataclasses.replace(
+        ring,
+        environment=environment,
+        environment_stamp=stamp,
+        env_key=sha256_json(environment),
+    )
     with pytest.raises(RingflowError, match=r"environment differs.*packages.*torch==2.9.0"):
         check_environment(moved)
 
@@ -104,12 +111,12 @@ def test_locking_changes_nothing_in_the_task_and_snapshots_its_inputs(tmp_path, 
     labels.chmod(0o755)
     ring = lock_ring(config, tmp_path)
     assert labels.stat().st_mode & 0o777 == 0o755
-    snapshot = Path(ring["views"]["proxy"]["inputs_snapshot"])
-    assert snapshot.parent == Path(ring["ring_dir"]) / "inputs"
+    snapshot = Path(ring.views["proxy"]["inputs_snapshot"])
+    assert snapshot.parent == Path(ring.ring_dir) / "inputs"
     assert re.fullmatch(r"view-[0-9a-f]{8}", snapshot.name), "a name that does not say proxy"
     original = Path(config["task"]) / "views" / "proxy" / "inputs" / "data.txt"
     assert (snapshot / "data.txt").read_text() == original.read_text()
-    assert check_inputs(snapshot, ring["views"]["proxy"]["inputs_files"]) is None
+    assert check_inputs(snapshot, ring.views["proxy"]["inputs_files"]) is None
 
 
 def test_an_input_rewritten_in_place_after_the_lock_is_noticed(tmp_path, config):
@@ -118,8 +125,8 @@ def test_an_input_rewritten_in_place_after_the_lock_is_noticed(tmp_path, config)
     original = Path(config["task"]) / "views" / "proxy" / "inputs" / "data.txt"
     st = original.stat()
     text = original.read_text()
-    snapshot = Path(ring["views"]["proxy"]["inputs_snapshot"])
-    records = ring["views"]["proxy"]["inputs_files"]
+    snapshot = Path(ring.views["proxy"]["inputs_snapshot"])
+    records = ring.views["proxy"]["inputs_files"]
     original.write_text(text)  # the same bytes again: a new ctime, no change
     assert check_inputs(snapshot, records) is None
     original.write_text(text.upper() if text.upper() != text else text.lower())
@@ -138,7 +145,7 @@ def test_a_missing_program_interpreter_refuses_the_lock(tmp_path, config):
 
 def test_a_ring_refuses_to_continue_from_an_ancestor_that_does_not_verify(tmp_path, config):
     first = lock_ring(config, tmp_path)
-    ledger = Path(first["ring_dir"]) / "ledger.jsonl"
+    ledger = Path(first.ring_dir) / "ledger.jsonl"
     record = json.loads(ledger.read_text().splitlines()[0])
     record["ring_id"] = "someone-else"
     ledger.write_text(json.dumps(record) + "\n")

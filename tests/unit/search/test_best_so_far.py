@@ -4,6 +4,7 @@ evaluation in the sandbox, cut at the session's end, the ring's best-so-far curv
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -184,7 +185,7 @@ def test_a_failing_program_is_recorded_with_its_reason(tmp_path):
 
 def test_the_rings_curve_joins_seed0_runs_and_background_evaluations(tmp_path):
     ring, layout, _ = _ring(tmp_path)
-    start = ring["start"]
+    start = ring.start
     for node, value, ended in (("n001-a", 0.4, 30.0), ("n002-x", 0.2, 10.0)):
         folder = layout.exec_dir(node, "proxy", "s0")
         folder.mkdir(parents=True)
@@ -215,7 +216,7 @@ def test_the_rings_curve_joins_seed0_runs_and_background_evaluations(tmp_path):
     assert "0.9000 (n004-z" in lines[0] and "first valid result after 5 s" in lines[0]
     assert lines[1] == "background evaluations: 3 (2 scored)"
     # Minimising, the best is the lowest.
-    ring["task"]["direction"] = "minimize"
+    ring = dataclasses.replace(ring, task={**ring.task, "direction": "minimize"})
     assert ring_progress(ring, layout)["best"]["score"] == 0.1
 
 

@@ -4,6 +4,7 @@ instructions in native and blind mode (issue: the search phase)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
 import time
 from collections import Counter
@@ -40,7 +41,7 @@ def test_lottery_draws_by_rank_weight():
 
 def _score(ring_dir, node, value):
     ring = load_ring(ring_dir)
-    for view in ring["search_views"]:
+    for view in ring.search_views:
         path = RingLayout(ring_dir).score(node, view, "s0")
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(path, {"score": value, "valid": True, "scored": True, "reason": ""})
@@ -109,8 +110,9 @@ def test_native_and_blind_instructions_differ_only_in_the_feedback_section(tmp_p
     node = {"id": "n003-a-g0", "origin": {"kind": "improve"}, "parent": "n001-a"}
     texts = {}
     for mode in ("native", "blind"):
-        variant = copy.deepcopy(ring)
-        variant["config"]["search"]["feedback"] = mode
+        config = copy.deepcopy(dict(ring.config))
+        config["search"]["feedback"] = mode
+        variant = dataclasses.replace(ring, config=config)
         texts[mode] = instructions.render(instructions.context(variant, layout, node, 1e9))
     native_head, native_feedback = texts["native"].split("## Feedback")
     blind_head, blind_feedback = texts["blind"].split("## Feedback")

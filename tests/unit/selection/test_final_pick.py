@@ -198,8 +198,8 @@ def test_invalid_everywhere_never_ranks_above_a_scored_node_with_negative_scores
                          baseline=str(base))  # fmt: skip
     ring = lock_ring(config, tmp_path)
     import_static(ring)
-    root = Path(ring["ring_dir"])
-    for view in ring["search_views"]:
+    root = Path(ring.ring_dir)
+    for view in ring.search_views:
         scored(root, "n000-baseline", view, "s0", -0.3)
         for variant in ("s0", "s1", "s2"):
             scored(root, "n001-broken", view, variant, None)
@@ -234,29 +234,29 @@ def test_siblings_and_new_chains_on_one_store_get_disjoint_guard_seeds(tmp_path,
     left = lock(tmp_path, "left", continue_from="runs/first")
     right = lock(tmp_path, "right", continue_from="runs/first")
     fresh_chain = lock(tmp_path, "other")
-    groups = [set(r["guard_seeds"]) for r in (first, left, right, fresh_chain)]
+    groups = [set(r.guard_seeds) for r in (first, left, right, fresh_chain)]
     assert groups[0] == {3, 4, 5, 6, 7}
     for i, a in enumerate(groups):
         for b in groups[i + 1 :]:
             assert not a & b
-    assert set(right["chain_exposed_seeds"]) >= groups[0] | groups[1] | groups[2]
+    assert set(right.chain_exposed_seeds) >= groups[0] | groups[1] | groups[2]
     registry = json.loads((store_dir / REGISTRY_FILE).read_text())
     assert [r["ring_id"] for r in registry["rings"]] == ["first", "left", "right", "other"]
     # Locking the same ring again hands out nothing new.
-    assert lock(tmp_path, "left", continue_from="runs/first")["guard_seeds"] == left["guard_seeds"]
+    assert lock(tmp_path, "left", continue_from="runs/first").guard_seeds == left.guard_seeds
     assert len(json.loads((store_dir / REGISTRY_FILE).read_text())["rings"]) == 4
 
 
 def test_a_tampered_ancestor_lock_fails_verify_and_the_ancestor_check(tmp_path, store_dir):
     lock(tmp_path, "first")
     child = lock(tmp_path, "child", continue_from="runs/first")
-    assert verify_ring(child["ring_dir"]) == []
+    assert verify_ring(child.ring_dir) == []
     path = tmp_path / "runs" / "first" / "RING.json"
     ancestor = json.loads(path.read_text())
     ancestor["guard_seeds"], ancestor["chain_exposed_seeds"] = [], []
     os.chmod(path, 0o644)
     path.write_text(json.dumps(ancestor))
-    problems = verify_ring(child["ring_dir"])
+    problems = verify_ring(child.ring_dir)
     assert any("ancestor" in p and "guard_seeds" in p for p in problems), problems
     assert any("guard_seeds" in p for p in verify_ring(tmp_path / "runs" / "first"))
     with pytest.raises(InputError, match=r"does not verify.*(guard_seeds|RING\.json)"):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from ringflow import guardstats
+from ringflow.core.state import Ring
 from ringflow.selection.final import choose, ends_selection
 from ringflow.selection.promote import rank_key
 
@@ -133,7 +134,7 @@ def simulate_ring(rng, *, p_candidates, p_baseline=0.9, search_rows=200, guard_r
     return chosen
 
 
-CONFIG_RING = {"config": CONFIG}
+CONFIG_RING = Ring.from_record({"ring_id": "sim", "ring_dir": "/runs/sim", "config": CONFIG})
 
 
 def test_null_population_replaces_the_baseline_at_most_alpha_of_the_time():

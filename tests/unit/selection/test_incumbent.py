@@ -3,11 +3,13 @@ final/ choice, found in this ring by its program's tree, or the baseline and why
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
+from ringflow.core.state import Ring
 from ringflow.selection.incumbent import history, history_line, incumbent_node, reference
 
 BASE, GOOD = "n000-base", "n001-good"
@@ -18,7 +20,7 @@ def write(path: Path, record: dict) -> None:
     path.write_text(json.dumps(record))
 
 
-def a_ring(root: Path, ring_id: str, previous: str | None, nodes: dict[str, str]) -> dict:
+def a_ring(root: Path, ring_id: str, previous: str | None, nodes: dict[str, str]) -> Ring:
     """A ring folder with a lock and node.json files ({id: tree hash})."""
     lock = {"ring_id": ring_id, "ring_dir": str(root), "guard_seeds": [3],
             "chain_exposed_seeds": [], "continue_from": previous,
@@ -26,7 +28,7 @@ def a_ring(root: Path, ring_id: str, previous: str | None, nodes: dict[str, str]
     write(root / "RING.json", lock)
     for node, tree in nodes.items():
         write(root / "nodes" / node / "node.json", {"id": node, "tree_hash": tree})
-    return lock
+    return Ring.from_record(lock)
 
 
 def decided(root: Path, decision: str, chosen: str, **extra) -> None:
@@ -82,7 +84,7 @@ def test_a_parent_that_kept_the_baseline_leaves_the_baseline(chain, tmp_path):
 def test_guard_against_baseline_leaves_the_baseline_and_warns(chain, tmp_path):
     _, child, nodes = chain
     decided(tmp_path / "r1", "candidate", GOOD)
-    child["config"]["guard"]["against"] = "baseline"
+    child = dataclasses.replace(child, config={"guard": {"against": "baseline"}})
     ref = reference(child, index(nodes))
     assert ref["node"] == BASE and ref["role"] == "baseline"
     assert "does not keep the chain's incumbent" in ref["warning"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def make_ring(tmp_path: Path, cands: dict[str, bool], *, big_final: int = 1, **o
                          baseline=str(base), **overrides)  # fmt: skip
     ring = lock_ring(config, tmp_path)
     import_static(ring)
-    return Path(ring["ring_dir"])
+    return Path(ring.ring_dir)
 
 
 def record(
@@ -74,12 +75,12 @@ def test_trainings_are_priced_from_trainings_and_replays_from_replays(tmp_path):
     assert guard.program.seconds == pytest.approx(1.0) and guard.program.basis == MEASURED
     assert guard.scoring.seconds == pytest.approx(0.5) and guard.scoring.basis == MEASURED
     other_view = planner.job("n001-a", "x3", "g3").program  # scaled by the inputs' size
-    sizes = {view: load_ring(ring)["views"][view]["input_bytes"] for view in ("proxy", "x3")}
+    sizes = {view: load_ring(ring).views[view]["input_bytes"] for view in ("proxy", "x3")}
     assert other_view.seconds == pytest.approx(1.0 * sizes["x3"] / sizes["proxy"])
     assert other_view.basis == ASSUMED
     # The cold start on the final view is a training, on four times the inputs, x 1.5.
     cold = planner.job("n001-a", "final", "s0", cold_start=True).program
-    final = load_ring(ring)["views"]["final"]["input_bytes"]
+    final = load_ring(ring).views["final"]["input_bytes"]
     assert final == 4 * len("data of final\n")
     scaled = [10.0 * final / sizes[view] for view in ("proxy", "x3")]
     assert cold.seconds == pytest.approx(sum(scaled) / 2 * 1.5)
@@ -125,12 +126,14 @@ def test_guard_views_train_once_then_replay_priced_by_size(tmp_path):
     record(ring, "n001-a", "proxy", "s0", 10.0, "train")
     record(ring, "n001-a", "proxy", "s1", 1.0, "replay")
     # A ring with a guard view "holdout" three times the proxy's inputs.
-    size = lock["views"]["proxy"]["input_bytes"]
-    limits = lock["config"]["limits"]
-    lock["views"]["holdout"] = {"name": "holdout", "input_bytes": 3 * size, "limits": limits}
-    lock["guard_views"] = ["holdout"]
+    size = lock.views["proxy"]["input_bytes"]
+    limits = lock.config["limits"]
+    holdout = {"name": "holdout", "input_bytes": 3 * size, "limits": limits}
+    lock = dataclasses.replace(
+        lock, views={**lock.views, "holdout": holdout}, guard_views=("holdout",)
+    )
     planner = Planner(lock, _layout(ring))
-    first, later = (f"g{s}" for s in lock["guard_seeds"][:2])
+    first, later = (f"g{s}" for s in lock.guard_seeds[:2])
     trains = planner.job("n001-a", "holdout", first).program
     assert trains.seconds == pytest.approx(30.0) and trains.basis == ASSUMED
     assert "scaled by input size" in trains.how
@@ -167,7 +170,7 @@ def test_side_by_side_work_uses_the_slots_the_scheduler_gives(tmp_path):
     serial = estimate_ring(ring)["stages"]["guard"]
     (ring / "slots.json").write_text(json.dumps({"cores": 4, "jobs": None, "gpus": None}))
     parallel = estimate_ring(ring)["stages"]["guard"]
-    jobs = 2 * 2 * len(load_ring(ring)["guard_seeds"])  # both sides, both views
+    jobs = 2 * 2 * len(load_ring(ring).guard_seeds)  # both sides, both views
     assert serial == pytest.approx(jobs * 10.5)
     assert parallel == pytest.approx(jobs * 10 / 4 + 10 * 3 / 4 + jobs * 0.5 / 4 + 0.5 * 3 / 4)
 
@@ -218,7 +221,7 @@ def test_k_is_never_lowered_once_a_guard_run_exists_and_kept_when_it_fits(tmp_pa
         tmp_path / "late",
         timeline={"duration_min": 3, "final_reserve_min": 1.5, "reserve_pad_min": 0.25},
     )
-    seed = load_ring(late)["guard_seeds"][0]
+    seed = load_ring(late).guard_seeds[0]
     record(late, "n000-baseline", "proxy", f"g{seed}", 1.0)
     assert settle_final_k(late, ["n001-a", "n002-b", "n003-c"]) == 3
     roomy = _searched_ring(tmp_path / "roomy", timeline={"duration_min": 600})
@@ -230,7 +233,7 @@ def test_a_tick_plans_stage_deadlines_backwards_and_jobs_follow_them(tmp_path):
     lock = load_ring(ring)
     out = tick(ring)
     stages = out["stages"]
-    hard_end = lock["stop_at"] - lock["config"]["timeline"]["stop_margin_s"]
+    hard_end = lock.stop_at - lock.config["timeline"]["stop_margin_s"]
     assert stages["final"]["deadline"] == pytest.approx(hard_end)
     assert stages["guard"]["deadline"] == pytest.approx(hard_end - stages["final"]["share_s"])
     assert stages["review"]["deadline"] < stages["guard"]["deadline"] < hard_end
@@ -240,7 +243,7 @@ def test_a_tick_plans_stage_deadlines_backwards_and_jobs_follow_them(tmp_path):
     # What was reserved at the end of the search is recorded beside what each stage took.
     timing = json.loads((ring / "final_timing.json").read_text())
     assert timing["reserved"]["estimate_s"] == pytest.approx(out["estimate_s"])
-    seed = lock["guard_seeds"][0]
+    seed = lock.guard_seeds[0]
     record(ring, "n001-a", "proxy", f"g{seed}", 3.0, start=START + 20)
     record(ring, "n001-a", "x3", f"g{seed}", 4.0, start=START + 22)
     timed = stage_timing(lock, _layout(ring))
@@ -257,7 +260,7 @@ def test_a_short_ring_plans_no_stage_deadline_before_its_cutoff(tmp_path):
     lock = load_ring(ring)
     out = tick(ring)
     cutoff = CutoffFile(ring / "cutoff.json").cutoff()
-    hard_end = lock["stop_at"] - lock["config"]["timeline"]["stop_margin_s"]
+    hard_end = lock.stop_at - lock.config["timeline"]["stop_margin_s"]
     deadlines = [out["stages"][stage]["deadline"] for stage in FINAL_STAGES]
     assert deadlines == sorted(deadlines) and deadlines[-1] == pytest.approx(hard_end)
     assert out["stages"]["promotion"]["deadline"] - out["stages"]["promotion"]["share_s"] >= (
@@ -296,9 +299,9 @@ def test_final_selection_executions_and_the_review_command_follow_their_stage_de
     assert time.time() - now < 5  # stopped at the review deadline, not after 30 s
     assert check["passed"] is False and check["budget_cut"] is True
     # A plan never extends a stage past stop_at - stop_margin_s.
-    late = {"final": {"deadline": lock["stop_at"] + 600}}
+    late = {"final": {"deadline": lock.stop_at + 600}}
     CutoffFile(ring / "cutoff.json").note_estimate(reserve_min=1, estimate_s=1, stages=late)
-    hard_end = lock["stop_at"] - lock["config"]["timeline"]["stop_margin_s"]
+    hard_end = lock.stop_at - lock.config["timeline"]["stop_margin_s"]
     assert deadline_for(lock, "final", "s0")() == pytest.approx(hard_end)
 
 

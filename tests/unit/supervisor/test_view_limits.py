@@ -12,6 +12,7 @@ import pytest
 
 from ringflow.core.clock import view_limits
 from ringflow.core.errors import InputError
+from ringflow.core.state import Ring
 from ringflow.ring.lock import lock_ring
 from ringtools import (
     full_config,
@@ -55,7 +56,7 @@ def test_the_lock_records_each_views_limits(tmp_path):
     assert lock["views"]["proxy"]["limits"] == lock["config"]["limits"]
     manifest = json.loads((ring / "views" / "final.json").read_text())
     assert manifest["limits"] == final
-    assert view_limits(lock, "final") == final
+    assert view_limits(Ring.from_record(lock), "final") == final
     assert lock["views"]["proxy"]["input_bytes"] == len("data of proxy\n")
     # Threads are part of the environment key: the final view's runs (2 threads) key their
     # weights with an environment of their own, the others with the ring's.

@@ -12,6 +12,7 @@ import pytest
 from test_store import KEY, LIMIT, OTHER_KEY, PATHS, TREE, WHO, train
 
 from ringflow.core.errors import ReplayCheckFailed
+from ringflow.core.state import Ring
 from ringflow.weights import store as store_module
 from ringflow.weights.heal import check_store, check_store_index, repair_store
 from ringflow.weights.store import WeightsStore
@@ -179,7 +180,13 @@ def settle(tmp_path: Path, store: WeightsStore, variant: str) -> tuple[str, str]
     from ringflow.core.layout import RingLayout
     from ringflow.execute import Execution, _settle_weights
 
-    ring = {"config": {"replay_verify": "stat", "max_train_attempts": 2}}
+    ring = Ring.from_record(
+        {
+            "ring_id": "ring",
+            "ring_dir": str(tmp_path / "ring"),
+            "config": {"replay_verify": "stat", "max_train_attempts": 2},
+        }
+    )
     ex = Execution(ring, RingLayout(tmp_path / "ring"), {"id": "n1", "tree_hash": TREE},
                    "proxy", variant, {"weights": "key", "key": KEY}, tmp_path / variant,
                    lambda: float("inf"))  # fmt: skip

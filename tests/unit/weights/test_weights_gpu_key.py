@@ -11,6 +11,7 @@ import pytest
 
 from ringflow.core.errors import RingflowError
 from ringflow.core.jsonio import sha256_json
+from ringflow.core.state import Ring
 from ringflow.weights.environment import gpu_component
 from ringflow.weights.keys import key_for_gpus, weights_key
 
@@ -46,6 +47,12 @@ class ModelNvml:
 
 
 ENV = {"python": "CPython 3.11.7", "packages": ["numpy==2.4.6"], "gpu": []}
+
+
+def ring_with(environment: dict) -> Ring:
+    return Ring.from_record({"ring_id": "g", "ring_dir": "/runs/g", "environment": environment})
+
+
 BASE_KEY, BASE = weights_key(
     tree_hash=hashlib.sha256(b"t").hexdigest(),
     train_seed=0,
@@ -112,7 +119,7 @@ def test_an_execution_spec_without_gpus_keeps_its_key():
     from ringflow.weights.keys import spec_given_gpus
 
     spec = {"key": BASE_KEY, "key_components": BASE}
-    ring = {"environment": ENV}
+    ring = ring_with(ENV)
     assert spec_given_gpus(ring, spec, env={}) is spec
     assert spec_given_gpus(ring, {"key": None}, env={"CUDA_VISIBLE_DEVICES": "0"}) == {"key": None}
 
@@ -123,7 +130,7 @@ def test_an_execution_given_a_gpu_gets_the_key_of_its_model(monkeypatch):
     # The process's NVML session (what open_nvml() hands out), over one H100.
     monkeypatch.setattr("ringflow.supervisor.gpu._default", (ModelNvml(["NVIDIA H100"]), ""))
     spec = {"key": BASE_KEY, "key_components": BASE, "seed": 0}
-    given = spec_given_gpus({"environment": ENV}, spec, env={"CUDA_VISIBLE_DEVICES": "0"})
+    given = spec_given_gpus(ring_with(ENV), spec, env={"CUDA_VISIBLE_DEVICES": "0"})
     assert given["base_key"] == BASE_KEY and given["key"] != BASE_KEY
     assert given["environment"]["gpu"][0]["model"] == "NVIDIA H100"
     assert given["key"] == key_for_gpus(BASE_KEY, BASE, ENV, given["environment"]["gpu"])[0]

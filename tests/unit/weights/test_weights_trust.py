@@ -17,6 +17,7 @@ from ringflow.cli import main as ringflow
 from ringflow.core.clock import load_node
 from ringflow.core.errors import AcceptanceError, RingflowError
 from ringflow.core.ledger import Ledger
+from ringflow.core.state import Ring
 from ringflow.execute import check_environment
 from ringflow.nodes import import_static
 from ringflow.ring.lock import lock_ring
@@ -60,7 +61,7 @@ def install_fake(
         (info / "RECORD").write_text(f"{finder},,\n{info.name}/METADATA,,\n")
 
 
-def ring_over(tmp_path: Path, ring_id: str, **overrides) -> dict:
+def ring_over(tmp_path: Path, ring_id: str, **overrides) -> Ring:
     cands = tmp_path / "cands"
     if not cands.exists():
         make_candidate(cands / "a", mean=0.5, weights=True)
@@ -72,7 +73,7 @@ def ring_over(tmp_path: Path, ring_id: str, **overrides) -> dict:
     return ring
 
 
-def s0_key(ring: dict, view: str = "proxy") -> str:
+def s0_key(ring: Ring, view: str = "proxy") -> str:
     return load_node(ring, "n001-a")["executions"][view]["s0"]["key"]
 
 
@@ -89,7 +90,7 @@ def test_a_rewrite_that_restores_the_mtime_still_changes_the_view_hash(tmp_path)
     os.utime(data, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert (data.stat().st_size, data.stat().st_ino) == (before.st_size, before.st_ino)
     second = ring_over(tmp_path, "r2")
-    assert second["views"]["proxy"]["inputs_hash"] != first["views"]["proxy"]["inputs_hash"]
+    assert second.views["proxy"]["inputs_hash"] != first.views["proxy"]["inputs_hash"]
     assert s0_key(second) != s0_key(first)
 
 
@@ -101,8 +102,8 @@ def test_fixing_a_label_retrains_nothing_but_changes_the_evaluation(tmp_path):
     (tmp_path / "task" / "views" / "proxy" / "labels" / "truth.txt").write_text("fixed\n")
     second = ring_over(tmp_path, "r2")
     assert s0_key(second) == s0_key(first)
-    assert second["views"]["proxy"]["labels_hash"] != first["views"]["proxy"]["labels_hash"]
-    assert second["search_hash"] != first["search_hash"]
+    assert second.views["proxy"]["labels_hash"] != first.views["proxy"]["labels_hash"]
+    assert second.search_hash != first.search_hash
 
 
 def test_documentation_counts_by_default_and_not_when_the_config_ignores_it(tmp_path):
@@ -110,7 +111,7 @@ def test_documentation_counts_by_default_and_not_when_the_config_ignores_it(tmp_
     (tmp_path / "cands" / "a" / "METHOD.md").write_text("how it works\n")
     assert s0_key(ring_over(tmp_path, "r2")) != s0_key(first)
     ignoring = ring_over(tmp_path, "r3", tree_ignore=["METHOD.md"])
-    assert ignoring["tree_ignore"] == ["METHOD.md"]
+    assert list(ignoring.tree_ignore) == ["METHOD.md"]
     (tmp_path / "cands" / "a" / "METHOD.md").write_text("how it works, revised\n")
     assert s0_key(ring_over(tmp_path, "r4", tree_ignore=["METHOD.md"])) == s0_key(ignoring)
 
@@ -118,10 +119,10 @@ def test_documentation_counts_by_default_and_not_when_the_config_ignores_it(tmp_
 def test_ringflows_own_packages_are_not_in_the_key(tmp_path):
     python = make_venv(tmp_path / "progenv")
     ring = ring_over(tmp_path, "r1", program={"python": str(python)})
-    packages = ring["environment"]["packages"]
+    packages = ring.environment["packages"]
     # The test tools and Snakemake live in ringflow's environment, not the candidates'.
     assert not any(p.startswith(("snakemake==", "pytest==", "ruff==")) for p in packages)
-    assert ring["program_python"] == str(python)
+    assert ring.program_python == str(python)
 
 
 def test_a_package_installed_into_ringflows_environment_changes_no_key(tmp_path, monkeypatch):
@@ -138,7 +139,7 @@ def test_a_package_installed_into_ringflows_environment_changes_no_key(tmp_path,
 
     assert importlib.metadata.version("snakemake-executor-plugin-slurm") == "1.2.0"
     second = ring_over(tmp_path, "r2")
-    assert second["env_key"] == first["env_key"] and s0_key(second) == s0_key(first)
+    assert second.env_key == first.env_key and s0_key(second) == s0_key(first)
     check_environment(first)  # a job of the running ring still runs
 
 
@@ -153,8 +154,8 @@ def test_the_candidates_environment_is_hashed_completely(tmp_path):
     install_fake(python, "mylib", "0.1", editable=source)
     program = {"python": str(python)}
     first = ring_over(tmp_path, "r1", program=program)
-    assert "mylib==0.1" in first["environment"]["packages"]
-    assert set(first["environment"]["editable"]) == {"mylib"}
+    assert "mylib==0.1" in first.environment["packages"]
+    assert set(first.environment["editable"]) == {"mylib"}
 
     # An editable install changes by content, not by version.
     (source / "mylib" / "__init__.py").write_text("SCALE = 2\n")
@@ -163,7 +164,7 @@ def test_the_candidates_environment_is_hashed_completely(tmp_path):
     # One more distribution in the candidates' environment.
     install_fake(python, "extra", "1.0")
     third = ring_over(tmp_path, "r3", program=program)
-    assert "extra==1.0" in third["environment"]["packages"]
+    assert "extra==1.0" in third.environment["packages"]
     assert s0_key(third) != s0_key(second)
 
 
@@ -175,7 +176,7 @@ def test_an_editable_install_counts_by_the_folder_it_puts_on_the_path(tmp_path):
     install_fake(python, "mylib", "1.0", editable=project, serves=project / "src" / "mylib")
     program = {"python": str(python)}
     first = ring_over(tmp_path, "r1", program=program)
-    assert list(first["environment"]["editable"]["mylib"]) == [str(project / "src" / "mylib")]
+    assert list(first.environment["editable"]["mylib"]) == [str(project / "src" / "mylib")]
     # Run folders and data beside the package are not what the program imports.
     (project / "runs").mkdir()
     (project / "runs" / "log.txt").write_text("anything\n")
@@ -190,7 +191,7 @@ def test_a_declared_mount_is_hashed_by_content(tmp_path):
     (mount / "hparam.txt").write_text("lr=0.1\n")
     box = {**full_config()["sandbox"], "mounts": [str(mount)]}
     first = ring_over(tmp_path, "r1", sandbox=box)
-    assert list(first["environment"]["mounts"]) == [str(mount)]
+    assert list(first.environment["mounts"]) == [str(mount)]
     (mount / "hparam.txt").write_text("lr=0.2\n")
     assert s0_key(ring_over(tmp_path, "r2", sandbox=box)) != s0_key(first)
 
@@ -213,14 +214,14 @@ def test_an_interpreter_other_than_program_python_is_hashed_by_content(tmp_path,
 
 def test_path_locale_and_threads_are_in_the_key(tmp_path, monkeypatch):
     base = ring_over(tmp_path, "r1")
-    assert base["environment"]["variables"]["PATH"] == os.environ.get("PATH")
-    assert base["environment"]["gpu"] == []
+    assert base.environment["variables"]["PATH"] == os.environ.get("PATH")
+    assert base.environment["gpu"] == []
     monkeypatch.setenv("LANG", "de_DE.UTF-8")
     assert s0_key(ring_over(tmp_path, "r2")) != s0_key(base)
     monkeypatch.setenv("PATH", "/opt/other/bin:" + os.environ["PATH"])
     assert s0_key(ring_over(tmp_path, "r3")) != s0_key(base)
     limits = {**full_config()["limits"], "threads": 3}
-    assert ring_over(tmp_path, "r4", limits=limits)["environment"]["threads"] == 3
+    assert ring_over(tmp_path, "r4", limits=limits).environment["threads"] == 3
 
 
 def test_a_job_whose_environment_moved_refuses_naming_what(tmp_path, monkeypatch):
@@ -249,13 +250,13 @@ def test_a_job_checks_the_environment_without_running_the_probe_again(tmp_path, 
 
 def test_key_explain_lists_every_component_and_names_an_unknown_variant(tmp_path, capsys):
     ring = ring_over(tmp_path, "r1")
-    assert ringflow(["key", ring["ring_dir"], "n001-a", "proxy", "s0", "--explain"]) == 0
+    assert ringflow(["key", ring.ring_dir, "n001-a", "proxy", "s0", "--explain"]) == 0
     text = capsys.readouterr().out
     for component in ("tree_hash", "train_seed", "view_hash", "env_key", "train_args",
                       "packages", "editable", "mounts", "variables", "threads", "gpu"):  # fmt: skip
         assert component in text, component
     assert "MISMATCH" not in text
-    assert ringflow(["key", ring["ring_dir"], "n001-a", "proxy", "s9", "--explain"]) == 2
+    assert ringflow(["key", ring.ring_dir, "n001-a", "proxy", "s9", "--explain"]) == 2
     err = capsys.readouterr().err
     assert "has no execution proxy/s9" in err and "Traceback" not in err
 
@@ -360,33 +361,33 @@ def test_leftovers_of_a_killed_registration_are_reported_and_removed(tmp_path):
 
 def test_a_truncated_ledger_fails_verify_through_its_anchors(tmp_path):
     ring = ring_over(tmp_path, "r1")
-    layout_ledger = Path(ring["ring_dir"]) / "ledger.jsonl"
-    assert verify_ring(ring["ring_dir"]) == []
-    head = json.loads((Path(ring["ring_dir"]) / "ledger.head").read_text())
+    layout_ledger = Path(ring.ring_dir) / "ledger.jsonl"
+    assert verify_ring(ring.ring_dir) == []
+    head = json.loads((Path(ring.ring_dir) / "ledger.head").read_text())
     lines = layout_ledger.read_bytes().splitlines(keepends=True)
     assert head["seq"] == len(lines) > 1
     layout_ledger.write_bytes(lines[0])
-    problems = verify_ring(ring["ring_dir"])
+    problems = verify_ring(ring.ring_dir)
     assert any("ledger.head anchors line" in p and "cut short" in p for p in problems)
 
 
 def test_a_torn_last_line_is_cut_by_ledger_repair_and_appends_go_on(tmp_path, capsys):
     ring = ring_over(tmp_path, "r1")
-    path = Path(ring["ring_dir"]) / "ledger.jsonl"
+    path = Path(ring.ring_dir) / "ledger.jsonl"
     whole = path.read_bytes()
     with open(path, "ab") as handle:
         handle.write(b'{"seq": 99, "kind": "weights_regis')
     with pytest.raises(RingflowError, match="ledger repair"):
         Ledger(path).append("anything")
-    assert ringflow(["ledger", "repair", ring["ring_dir"]]) == 0
+    assert ringflow(["ledger", "repair", ring.ring_dir]) == 0
     assert "cut the torn line" in capsys.readouterr().out
     assert path.read_bytes() == whole
-    events = [json.loads(x) for x in (Path(ring["ring_dir"]) / "events.jsonl").open()]
+    events = [json.loads(x) for x in (Path(ring.ring_dir) / "events.jsonl").open()]
     assert events[-1]["kind"] == "ledger_repaired" and events[-1]["action"] == "cut"
-    assert list(Path(ring["ring_dir"]).glob("ledger.jsonl.torn-*"))
+    assert list(Path(ring.ring_dir).glob("ledger.jsonl.torn-*"))
     Ledger(path).append("after_repair")
-    assert verify_ring(ring["ring_dir"]) == []
-    assert ringflow(["ledger", "repair", ring["ring_dir"]]) == 0
+    assert verify_ring(ring.ring_dir) == []
+    assert ringflow(["ledger", "repair", ring.ring_dir]) == 0
     assert "nothing to repair" in capsys.readouterr().out
 
 
@@ -403,13 +404,13 @@ def test_ledger_repair_refuses_a_ledger_damaged_before_its_last_line(tmp_path):
 
 def test_verify_compares_the_store_index_with_the_ledger(tmp_path):
     ring = ring_over(tmp_path, "r1")
-    store = WeightsStore(ring["store"])
+    store = WeightsStore(ring.store)
     work = tmp_path / "work"
     (work / "weights").mkdir(parents=True)
     (work / "weights" / "model.txt").write_text("m")
     # Registered in the store under this ring's name, but never written to its ledger.
     store.register(TREE, KEY, work, ["weights/model.txt"], {**WHO, "ring": "r1"}, 10**6)
-    problems = verify_ring(ring["ring_dir"])
+    problems = verify_ring(ring.ring_dir)
     assert any("no weights_registered record" in p for p in problems), problems
 
 

@@ -35,6 +35,7 @@ def make_ring(root: Path, guard: bool = True) -> RingLayout:
     atomic_write_json(
         layout.ring_json,
         {
+            "ring_id": root.name,
             "ring_dir": str(root),
             "search_views": VIEWS["search"],
             "guard_views": VIEWS["guard"],

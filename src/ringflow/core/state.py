@@ -1,0 +1,118 @@
+"""The locked ring (RING.json) as a typed, frozen object.
+
+`ring/lock.py` writes the record once; every job reads it through `Ring.from_record` (via
+`core.clock.load_ring`). The top-level keys are typed fields; nested free-form records
+(config, views, task, program, environment, evaluation, …) stay mappings. `to_record()`
+gives back exactly the record that was read, so a lock written back or hashed is the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+from .layout import RingLayout
+
+# Fields whose JSON lists are held as tuples (and written back as lists).
+_SEQUENCES = frozenset(
+    {"search_views", "guard_views", "guard_seeds", "chain_exposed_seeds", "tree_ignore"}
+)
+_REQUIRED = ("ring_id", "ring_dir")
+
+
+@dataclass(frozen=True)
+class Ring:
+    ring_id: str
+    ring_dir: str
+    created_at: float | None = None
+    start: float | None = None
+    stop_at: float | None = None
+    initial_cutoff: float | None = None
+    config: Mapping[str, Any] = field(default_factory=dict)
+    config_sha256: str | None = None
+    task: Mapping[str, Any] = field(default_factory=dict)
+    candidates_dir: str | None = None
+    baseline_dir: str | None = None
+    store: str | None = None
+    views: Mapping[str, Any] = field(default_factory=dict)
+    search_views: tuple[str, ...] = ()
+    guard_views: tuple[str, ...] = ()
+    guard_view_history: Mapping[str, Any] | None = None
+    guard_views_reused: bool = False
+    final_view: str | None = None
+    evaluation: Mapping[str, Any] = field(default_factory=dict)
+    search_hash: str | None = None
+    environment: Mapping[str, Any] | None = None
+    environment_stamp: Mapping[str, Any] | None = None
+    env_key: str | None = None
+    program_python: str | None = None
+    tree_ignore: tuple[str, ...] = ()
+    guard_seeds: tuple[int, ...] = ()
+    chain_exposed_seeds: tuple[int, ...] = ()
+    continue_from: str | None = None
+    sandbox: Mapping[str, Any] = field(default_factory=dict)
+    program: Mapping[str, Any] = field(default_factory=dict)
+    gpu: Any = None
+    chain: Mapping[str, Any] | None = None
+    alias_salt: str | None = None
+    # Keys of the record this was read from that no field names (kept for the round trip).
+    extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    # The top-level keys the record held: to_record() leaves out the defaults of the others.
+    _keys: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any], source: str | Path | None = None) -> Ring:
+        """A Ring from a RING.json record; `source` names the file in errors."""
+        where = str(source) if source is not None else "ring lock"
+        if not isinstance(record, Mapping):
+            raise InputError(f"{where}: a ring lock file must hold a JSON object")
+        missing = [key for key in _REQUIRED if key not in record]
+        if missing:
+            raise InputError(
+                f"{where}: not a ring lock (missing {', '.join(repr(k) for k in missing)})"
+            )
+        names = _field_names()
+        values = {}
+        for key, value in record.items():
+            if key in names:
+                listed = key in _SEQUENCES and isinstance(value, list)
+                values[key] = tuple(value) if listed else value
+        extra = {key: value for key, value in record.items() if key not in names}
+        return cls(**values, extra=extra, _keys=frozenset(record))
+
+    def to_record(self) -> dict[str, Any]:
+        """The RING.json record: equal to the one read (lists stay lists)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            if f.name in ("extra", "_keys"):
+                continue
+            value = getattr(self, f.name)
+            if f.name not in self._keys and value == _default(f):
+                continue
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        out.update(self.extra)
+        return out
+
+    @property
+    def root(self) -> Path:
+        return Path(self.ring_dir)
+
+    @property
+    def layout(self) -> RingLayout:
+        return RingLayout(Path(self.ring_dir))
+
+
+def _field_names() -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(Ring)) - {"extra", "_keys"}
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING

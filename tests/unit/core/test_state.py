@@ -1,0 +1,100 @@
+"""The locked ring as a typed object: read from RING.json and written back unchanged."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from ringflow.core.clock import load_ring
+from ringflow.core.errors import InputError
+from ringflow.core.jsonio import atomic_write_json, sha256_json
+from ringflow.core.layout import RingLayout
+from ringflow.core.state import Ring
+from ringflow.ring.lock import lock_ring
+from ringtools import scripted_config
+
+
+@pytest.fixture
+def locked(tmp_path):
+    ring = lock_ring(scripted_config(tmp_path, "state"), tmp_path, now=0.0)
+    return ring, json.loads((ring.layout.ring_json).read_text())
+
+
+def test_a_real_lock_round_trips_exactly(locked, tmp_path):
+    ring, record = locked
+    assert isinstance(ring, Ring)
+    again = Ring.from_record(record)
+    assert again.to_record() == record
+    assert sha256_json(again.to_record()) == sha256_json(record)
+    assert again == ring == load_ring(ring.ring_dir)
+    # Written back, the file is byte for byte the one the lock wrote.
+    copy = tmp_path / "copy.json"
+    atomic_write_json(copy, again.to_record())
+    assert copy.read_bytes() == ring.layout.ring_json.read_bytes()
+
+
+def test_fields_are_typed(locked):
+    ring, record = locked
+    assert ring.ring_id == record["ring_id"] == "state"
+    assert ring.ring_dir == record["ring_dir"]
+    assert (
+        isinstance(ring.search_views, tuple) and list(ring.search_views) == record["search_views"]
+    )
+    assert isinstance(ring.guard_seeds, tuple) and list(ring.guard_seeds) == record["guard_seeds"]
+    assert ring.config == record["config"]
+    assert ring.views == record["views"]
+    assert ring.layout == RingLayout(ring.root)
+    assert ring.extra == {}
+
+
+def test_a_partial_record_gets_defaults():
+    ring = Ring.from_record({"ring_id": "r", "ring_dir": "/runs/r", "search_views": ["a"]})
+    assert ring.search_views == ("a",)
+    assert ring.guard_views == () and ring.guard_seeds == () and ring.tree_ignore == ()
+    assert ring.config == {} and ring.views == {} and ring.task == {}
+    assert ring.final_view is None and ring.continue_from is None and ring.store is None
+    assert ring.guard_views_reused is False
+    # Only the keys it held are written back.
+    assert ring.to_record() == {"ring_id": "r", "ring_dir": "/runs/r", "search_views": ["a"]}
+
+
+def test_unknown_keys_are_kept():
+    record = {"ring_id": "r", "ring_dir": "/runs/r", "future_key": {"x": 1}}
+    ring = Ring.from_record(record)
+    assert ring.extra == {"future_key": {"x": 1}}
+    assert ring.to_record() == record
+
+
+@pytest.mark.parametrize("missing", [("ring_id",), ("ring_dir",), ("ring_id", "ring_dir")])
+def test_a_record_without_its_identity_is_refused(missing):
+    record = {"ring_id": "r", "ring_dir": "/runs/r", "search_views": ["a"]}
+    for key in missing:
+        del record[key]
+    with pytest.raises(InputError) as caught:
+        Ring.from_record(record, source="/runs/r/RING.json")
+    message = str(caught.value)
+    assert message.startswith("/runs/r/RING.json: not a ring lock")
+    for key in missing:
+        assert repr(key) in message
+
+
+def test_a_lock_file_without_its_identity_is_refused(tmp_path):
+    (tmp_path / "RING.json").write_text(json.dumps({"ring_dir": str(tmp_path)}))
+    with pytest.raises(InputError, match=r"RING\.json: not a ring lock \(missing 'ring_id'\)"):
+        load_ring(tmp_path)
+
+
+def test_not_an_object_is_refused():
+    with pytest.raises(InputError, match="must hold a JSON object"):
+        Ring.from_record(["ring_id"])  # type: ignore[arg-type]
+
+
+def test_the_ring_is_frozen(locked):
+    ring, _ = locked
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ring.ring_id = "other"  # type: ignore[misc]
+    changed = dataclasses.replace(ring, final_view="other")
+    assert changed.final_view == "other" and ring.final_view != "other"
+    assert changed.to_record()["final_view"] == "other"
