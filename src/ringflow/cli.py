@@ -609,8 +609,24 @@ def add_steps(sub) -> None:
     add("stop-manifest", cmd_stop_manifest, "write stop_manifest.json")
 
 
+def step_parser() -> argparse.ArgumentParser:
+    """`ringflow step …` alone: every execution is a step in a process of its own, and the
+    whole command table cost it more than its own arguments."""
+    parser = argparse.ArgumentParser(prog="ringflow step", description=add_steps.__doc__)
+    add_steps(parser.add_subparsers(dest="step", required=True))
+    parser.set_defaults(command="step")
+    return parser
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["step"]:
+        return step_parser().parse_args(argv[1:])
+    return build_parser().parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     try:
         return args.func(args)
     except RingflowError as exc:

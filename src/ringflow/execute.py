@@ -543,7 +543,7 @@ def _take_gpus(ex: Execution, held: ExitStack) -> Allocation:
 def _sandbox_info(ex: Execution) -> dict:
     if ex.config["sandbox"]["mode"] == "none":
         return {"mode": "none"}
-    info = sandbox.require_sandbox(ex.config["sandbox"])
+    info = sandbox.require_sandbox(ex.config["sandbox"], cache_dir=ex.layout.probes)
     if info["mode"] != ex.ring.sandbox["mode"]:
         raise SandboxError(
             f"the ring was locked with sandbox mode {ex.ring.sandbox['mode']} but this job "

@@ -354,10 +354,10 @@ def _lend(info: dict, folder: Path, limits: dict):
 
 
 def evaluator_sandbox(ring: Ring) -> dict:
-    """The sandbox the ring was locked with (probed again in this job, cached per process)."""
+    """The sandbox the ring was locked with (probed on this host once per boot)."""
     if ring.config["sandbox"]["mode"] == "none":
         return {"mode": "none"}
-    return sandbox.require_sandbox(ring.config["sandbox"])
+    return sandbox.require_sandbox(ring.config["sandbox"], cache_dir=ring.layout.probes)
 
 
 def _count_evaluator_failure(ring: Ring, layout: RingLayout, node: str, record: dict) -> None:

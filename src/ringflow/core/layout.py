@@ -211,6 +211,12 @@ class RingLayout:
     def locks(self) -> Path:
         return self.root / ".locks"
 
+    @property
+    def probes(self) -> Path:
+        """What the ring's jobs found out about their host, once per boot (the sandbox
+        probe): private to ringflow, never a record (docs/isolation.md#the-probe-cache)."""
+        return self.root / ".probes"
+
 
 def is_review_variant(variant: str) -> bool:
     """The view-blind check's runs: blind-s0, blind<N>-s0 (disguised copies) and real-s0

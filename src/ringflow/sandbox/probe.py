@@ -1,18 +1,27 @@
-"""Find out, once per process, how this machine lets ringflow confine a program.
+"""Find out how this machine lets ringflow confine a program.
 
 Nothing is assumed from the distribution: bubblewrap is tried for real, in the very form
 the sandbox uses (as root: run by root, dropping to the sandbox uid inside; otherwise: in
 a user namespace). Where it does not work, the reason says what to install or configure.
+
+A probe that worked is remembered once per process and, where the caller names a folder,
+once per boot of the host in that folder (docs/isolation.md#the-probe-cache): every
+execution is a process of its own, and a bubblewrap start per execution was a tenth of
+its cost. Anything that could change the answer is part of the cache's key.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
 from ringflow.core.errors import SandboxError
+from ringflow.core.jsonio import atomic_write_bytes
 from ringflow.sandbox import seccomp
 from ringflow.sandbox.commands import drop_privileges_argv, namespace_argv, system_argv
 from ringflow.sandbox.identity import (
@@ -26,11 +35,19 @@ from ringflow.sandbox.identity import (
 MODES = ("auto", "bwrap", "none")
 PROBE_TIMEOUT_S = 20
 
+# The kernel settings that allow or forbid user namespaces (userns_advice reads them too).
+USERNS_SETTINGS = (
+    "/proc/sys/user/max_user_namespaces",
+    "/proc/sys/kernel/unprivileged_userns_clone",
+    "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+)
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
 _probes: dict[tuple, dict] = {}
 
 
-def probe(uid: int = 65534, gid: int = 65534) -> dict:
-    """What confinement works here, cached per process.
+def probe(uid: int = 65534, gid: int = 65534, cache_dir: Path | None = None) -> dict:
+    """What confinement works here, cached per process (and in `cache_dir` when given).
 
     Keys: mode ("root", "userns" or None when bubblewrap cannot be used), reason (why
     not, with what to do; "works" otherwise), bwrap_path, setpriv, prlimit, root,
@@ -41,8 +58,69 @@ def probe(uid: int = 65534, gid: int = 65534) -> dict:
     prlimit = shutil.which("prlimit")
     key = (uid, gid, os.geteuid(), setpriv, bwrap_path, prlimit)
     if key not in _probes:
-        _probes[key] = _probe_uncached(uid, gid, setpriv, bwrap_path, prlimit)
+        remembered = _cache_file(cache_dir, key) if cache_dir is not None else None
+        found = _read_cached(remembered) if remembered is not None else None
+        if found is None:
+            found = _probe_uncached(uid, gid, setpriv, bwrap_path, prlimit)
+            if remembered is not None and found["mode"] is not None:
+                _write_cached(remembered, found)
+        _probes[key] = found
     return dict(_probes[key])
+
+
+def _stat(path: str | None) -> list | None:
+    try:
+        st = os.stat(path) if path else None
+    except OSError:
+        return None
+    return None if st is None else [st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode]
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def _cache_file(cache_dir: Path, key: tuple) -> Path | None:
+    """Where a worked probe for `key` is remembered, or None where this host has no boot
+    id to tie it to. The key holds the host and its boot, the tools as installed (their
+    inodes and times) and the kernel's user-namespace settings: a reboot, a reinstalled
+    bubblewrap or a changed sysctl probes again. Only working probes are remembered, so a
+    machine that is fixed is seen at once."""
+    boot = _read_text(BOOT_ID)
+    if not boot:
+        return None
+    facts = {
+        "key": list(key),
+        "host": socket.gethostname(),
+        "boot": boot,
+        "kernel": os.uname().release,
+        "tools": [_stat(path) for path in key[3:]],
+        "userns": [_read_text(path) for path in USERNS_SETTINGS],
+    }
+    digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:32]
+    return Path(cache_dir) / f"sandbox-{digest}.json"
+
+
+def _read_cached(path: Path) -> dict | None:
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    # A damaged or foreign file is probed again, never trusted.
+    if not isinstance(found, dict) or found.get("mode") not in ("root", "userns"):
+        return None
+    return found
+
+
+def _write_cached(path: Path, found: dict) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, json.dumps(found, sort_keys=True).encode(), durable=False)
+    except OSError:
+        pass  # a cache that cannot be written only costs the next job a probe
 
 
 def _probe_uncached(
@@ -150,18 +228,20 @@ def userns_advice() -> str:
     )
 
 
-def require_sandbox(settings: dict) -> dict:
+def require_sandbox(settings: dict, cache_dir: Path | None = None) -> dict:
     """The sandbox a ring will use under its `sandbox` settings, or SandboxError.
 
     `mode: none` (trusted programs only) must be asked for by name; `auto` and `bwrap`
     both require a working bubblewrap and refuse, with what to do, where there is none.
+    The jobs of a locked ring pass its probe folder (`cache_dir`); the lock itself and
+    `ringflow check` always probe.
     """
     wanted = settings["mode"]
     if wanted not in MODES:
         raise SandboxError(f"sandbox.mode {wanted!r} is not one of {', '.join(MODES)}")
     if wanted == "none":
         return {"mode": "none", "reason": "sandbox.mode: none (trusted programs only)"}
-    info = probe(settings["uid"], settings["gid"])
+    info = probe(settings["uid"], settings["gid"], cache_dir)
     if info["mode"] is None:
         raise SandboxError(
             f"no sandbox can be had on this machine: {info['reason']}. Programs are never "

@@ -18,6 +18,7 @@ PRIVATE_RECORDS: list[tuple[str, str, str]] = [
     ("ledger.head", "every step", "the ledger's last hash"),
     ("events.jsonl", "every step", "the event log, appended to"),
     (".locks/*", "every step", "file locks"),
+    (".probes/*", "execute", "a sandbox probe that worked, per host and boot"),
     ("slots.json", "the driver", "the concurrency this invocation gives"),
     ("cutoff.json", "lock, timekeeper", "the live cutoff, only ever moved earlier"),
     ("cutoff.json.lock", "lock, timekeeper", "its lock"),

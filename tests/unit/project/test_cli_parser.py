@@ -1,0 +1,50 @@
+"""The `ringflow` command: what users type is listed first, and the steps the rules run
+(`ringflow step …`) are parsed by a table of their own, without the user commands'
+(docs/architecture.md#the-command)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ringflow import cli
+
+
+def test_a_step_is_parsed_by_the_step_table_alone(monkeypatch):
+    def refuse():
+        raise AssertionError("a step built the whole command table")
+
+    monkeypatch.setattr(cli, "build_parser", refuse)
+    args = cli.parse(["step", "execute", "runs/r", "n001-a", "proxy", "s0", "--gpus", "1",
+                      "--result", "r.json", "--score", "s.json"])  # fmt: skip
+    assert (args.command, args.step, args.func) == ("step", "execute", cli.cmd_execute)
+    assert (args.ring_dir, args.node, args.view, args.variant) == (
+        "runs/r",
+        "n001-a",
+        "proxy",
+        "s0",
+    )
+    assert args.gpus == 1 and args.result == "r.json"
+
+
+def test_the_step_table_is_the_one_under_ringflow_step():
+    whole = cli.build_parser()
+    sub = next(a for a in whole._actions if a.dest == "command")
+    nested = next(a for a in sub.choices["step"]._actions if a.dest == "step")
+    alone = next(a for a in cli.step_parser()._actions if a.dest == "step")
+    assert list(alone.choices) == list(nested.choices)
+
+
+def test_user_commands_come_first_and_the_steps_are_one_group(capsys):
+    with pytest.raises(SystemExit):
+        cli.parse(["--help"])
+    listing = capsys.readouterr().out
+    for command in ("check", "status", "report", "verify", "export", "store", "reserve"):
+        assert f"    {command}" in listing
+    assert listing.index("    status") < listing.index("    step")
+    assert "    execute" not in listing
+
+
+def test_an_unknown_step_is_refused_by_name(capsys):
+    with pytest.raises(SystemExit):
+        cli.parse(["step", "exeucte", "runs/r"])
+    assert "invalid choice: 'exeucte'" in capsys.readouterr().err
