@@ -15,8 +15,9 @@ import contextlib
 import fcntl
 import os
 import random
-import subprocess
-import sys
+import select
+import signal
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,17 +31,8 @@ SECCOMP = "seccomp"  # no namespace: the keyring calls are refused instead
 SHARED_UID = "shared-uid"  # neither: recorded on every result
 MAKER_TIMEOUT_S = 20
 
-# Runs in the new user namespace: it waits until its maps are written, then forbids
-# further user namespaces there (the limit is that namespace's own) and stays until told.
-_MAKER = (
-    "import ctypes, sys\n"
-    "libc = ctypes.CDLL(None, use_errno=True)\n"
-    "print(libc.unshare(0x10000000) or 'ok', ctypes.get_errno(), flush=True)\n"
-    "sys.stdin.readline()\n"
-    "open('/proc/sys/user/max_user_namespaces', 'w').write('0')\n"
-    "print('ok', flush=True)\n"
-    "sys.stdin.read()\n"
-)
+CLONE_NEWUSER = 0x10000000
+MAX_USER_NAMESPACES = "/proc/sys/user/max_user_namespaces"
 
 
 @dataclass
@@ -152,34 +144,86 @@ def id_map(inside: int, host: int) -> str:
 
 
 def new_user_namespace(uid: int, gid: int, host: int) -> int:
-    """An fd of a new user namespace (root only) where uid/gid are host; for bwrap --userns."""
+    """An fd of a new user namespace (root only) where uid/gid are host; for bwrap --userns.
+
+    A forked child of this process makes the namespace, waits until its maps are written,
+    forbids further user namespaces there (the limit is that namespace's own) and stays
+    until told; the namespace outlives it through the fd. A fork, not a new interpreter:
+    every root-mode run and its scoring make one, and an interpreter's start cost more
+    than the rest of the sandbox's set-up."""
+    import ctypes
+
+    unshare = ctypes.CDLL(None, use_errno=True).unshare
+    said_r, said_w = os.pipe()
+    go_r, go_w = os.pipe()
     try:
-        maker = subprocess.Popen(
-            [sys.executable, "-c", _MAKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+        pid = os.fork()
     except OSError as exc:
+        for fd in (said_r, said_w, go_r, go_w):
+            os.close(fd)
         raise SandboxError(f"cannot start what makes the user namespace: {exc}") from None
+    if pid == 0:  # the child never returns into the caller's code
+        code = 1
+        try:
+            os.close(said_r)
+            os.close(go_w)
+            failed = unshare(CLONE_NEWUSER)
+            os.write(said_w, f"{'fail' if failed else 'ok'} {ctypes.get_errno()}\n".encode())
+            if not failed and os.read(go_r, 1) == b"g":
+                with open(MAX_USER_NAMESPACES, "w") as limit:
+                    limit.write("0")
+                os.write(said_w, b"ok\n")
+                os.read(go_r, 1)  # end of file once the caller holds the fd
+                code = 0
+        finally:
+            os._exit(code)
+    os.close(said_w)
+    os.close(go_r)
     try:
-        said = maker.stdout.readline().split()
+        said = _read_line(said_r).split()
         if said[:1] != ["ok"]:
             errno = int(said[1]) if len(said) > 1 else 0
             raise SandboxError(f"cannot make a user namespace: {os.strerror(errno)}")
-        proc = Path(f"/proc/{maker.pid}")
+        proc = Path(f"/proc/{pid}")
         (proc / "uid_map").write_text(id_map(uid, host))
         (proc / "gid_map").write_text(id_map(gid, host))
-        maker.stdin.write("go\n")
-        maker.stdin.flush()
-        if maker.stdout.readline().strip() != "ok":
+        os.write(go_w, b"g")
+        if _read_line(said_r).strip() != "ok":
             raise SandboxError("cannot forbid nested user namespaces in the run's namespace")
         return os.open(proc / "ns" / "user", os.O_RDONLY | os.O_CLOEXEC)
     except OSError as exc:
         raise SandboxError(f"cannot set up the run's user namespace: {exc}") from None
     finally:
-        with contextlib.suppress(OSError):
-            maker.stdin.close()
-        try:
-            maker.wait(timeout=MAKER_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            maker.kill()
-            maker.wait()
+        os.close(go_w)
+        os.close(said_r)
+        _reap(pid)
+
+
+def _read_line(fd: int) -> str:
+    """One line from the child, or what it said before it ended (MAKER_TIMEOUT_S at most)."""
+    data = b""
+    deadline = time.monotonic() + MAKER_TIMEOUT_S
+    while not data.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise SandboxError("what makes the user namespace did not answer")
+        chunk = os.read(fd, 64)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode(errors="replace")
+
+
+def _reap(pid: int) -> None:
+    """Wait for the child, killing it if it has not ended MAKER_TIMEOUT_S after being told."""
+    deadline = time.monotonic() + MAKER_TIMEOUT_S
+    try:
+        while not os.waitpid(pid, os.WNOHANG)[0]:
+            if time.monotonic() >= deadline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return
+            time.sleep(0.0005)
+    except ChildProcessError:
+        pass  # reaped by a subreaper's sweep of this process's children
