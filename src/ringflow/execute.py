@@ -497,6 +497,11 @@ def _run_program(ex: Execution, inputs: Path, training: bool) -> dict:
             gpu_ids=[gpu.index for gpu in ex.gpus.gpus] if ex.gpus else None,
             pass_fds=plan.pass_fds,
             mark_environment=plan.mode == "none",
+            # A sandbox binds GPU devices only for an allocation: without one the program
+            # can reach no GPU, and there is nothing to watch.
+            gpus_unreachable=None
+            if ex.gpus or plan.mode == "none"
+            else "no GPU was given to this execution",
         )
         if outcome.events and outcome.events[0].get("event") == "start_failed":
             raise SandboxError(outcome.reason)

@@ -97,8 +97,11 @@ class GpuMonitor:
         env: Mapping[str, str] | None = None,
         nvml: Any = None,
         pid_visible=lambda pid: os.path.exists(f"/proc/{pid}"),
+        off: str | None = None,
     ) -> None:
-        self.nvml, self.reason = open_nvml(nvml)
+        # `off`: why this run has nothing to watch (no GPU device reaches it); NVML is then
+        # neither loaded nor initialised, which costs a CPU-only run more than its sampling.
+        self.nvml, self.reason = (None, off) if off else open_nvml(nvml)
         self.pid_visible = pid_visible
         self.handles: dict[int, Any] = {}
         self.assigned: list[int] = []

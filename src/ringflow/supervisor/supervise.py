@@ -149,6 +149,7 @@ class _Supervision:
         wrappers=(),
         pass_fds=(),
         mark_environment=True,
+        gpus_unreachable=None,
     ) -> None:
         self.argv = [os.fspath(a) for a in argv]
         self.cwd, self.env = cwd, dict(env)
@@ -162,6 +163,7 @@ class _Supervision:
         self.wrappers = frozenset(os.path.realpath(w) for w in wrappers)
         self.pass_fds = tuple(pass_fds)
         self.mark_environment = mark_environment
+        self.gpus_unreachable = gpus_unreachable
         self.sinks: list[LogSink] = []
         self.events: list[dict] = []
         self.got_signal: int | None = None
@@ -355,7 +357,7 @@ class _Supervision:
         self.tree = ProcessTree(token, self.cgroup.members if owned else None)
         if not self.cgroup.memory.get("enforced"):
             self.event("limits", memory=self.cgroup.memory)
-        self.gpu = GpuMonitor(self.gpu_ids, self.env)
+        self.gpu = GpuMonitor(self.gpu_ids, self.env, off=self.gpus_unreachable)
         self.sampler = TreeSampler(
             self.tree,
             self.cgroup,
@@ -748,12 +750,15 @@ def supervise(
     wrappers: Sequence[str] = (),
     pass_fds: Sequence[int] = (),
     mark_environment: bool = True,
+    gpus_unreachable: str | None = None,
 ) -> Outcome:
     """Run `argv` in its own session under health sampling and the (moving) deadline.
 
     Returns when the program and every process of its tree are gone (or reported in
     `reap_left`). See docs/ring-folder.md#executions for the statuses and when `budget_cut` is set.
-    `wrappers` are executables (a sandbox) that are only ever killed, never sent SIGTERM."""
+    `wrappers` are executables (a sandbox) that are only ever killed, never sent SIGTERM.
+    `gpus_unreachable` says why no GPU device reaches the program (a sandbox that binds
+    none): the GPUs are then not watched."""
     if not argv:
         raise InputError("supervise: argv is empty")
     if not isinstance(settings, HealthSettings) or not isinstance(limits, ResourceLimits):
@@ -777,4 +782,5 @@ def supervise(
         wrappers,
         pass_fds,
         mark_environment,
+        gpus_unreachable,
     ).run()

@@ -186,6 +186,22 @@ def test_no_gpu_is_a_normal_case():
     monitor.poll([os.getpid()])  # harmless
 
 
+def test_a_run_no_gpu_reaches_loads_no_nvml(monkeypatch):
+    """A sandboxed run without an allocation has no GPU device: nothing to watch, and NVML
+    is neither loaded nor initialised for it (docs/operations.md#health-supervision)."""
+    import ringflow.supervisor.gpu as gpu_module
+
+    def refuse(nvml=None):
+        raise AssertionError("NVML was opened for a run no GPU reaches")
+
+    monkeypatch.setattr(gpu_module, "open_nvml", refuse)
+    monitor = GpuMonitor(off="no GPU was given to this execution")
+    window = monitor.take()
+    assert not monitor.available
+    assert (window.available, window.attribution) == (False, "none")
+    assert monitor.reason == "no GPU was given to this execution"
+    monitor.poll([os.getpid()])  # harmless
+
 def test_default_path_uses_the_real_nvml():
     monitor = GpuMonitor()
     if monitor.available:
