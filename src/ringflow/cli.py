@@ -459,8 +459,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ringflow", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def add(name, func, help_text, *extra):
-        p = sub.add_parser(name, help=help_text)
+    def add(name, func, help_text, *extra, aliases=()):
+        p = sub.add_parser(name, help=help_text, aliases=list(aliases))
         p.add_argument("ring_dir", help="the ring folder, e.g. runs/demo")
         for args, kwargs in extra:
             p.add_argument(*args, **kwargs)
@@ -468,11 +468,20 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     execution = ([("node",), {}], [("view",), {}], [("variant",), {}])
-    query = sub.add_parser("query-score", help="score predictions through an engineer "
-                           "session's socket (native feedback; exit 3 when refused)")  # fmt: skip
-    query.add_argument("pred_dir", help="folder of predictions, as a program writes them")
-    query.add_argument("--socket", help="the session's socket (default $RINGFLOW_QUERY_SOCKET)")
-    query.set_defaults(func=cmd_query_score)
+    check = sub.add_parser(
+        "check", help="check a task and candidates before a ring: import checks, scorer, one run"
+    )
+    check.add_argument("task", help="the task folder (task.yaml, views/)")
+    check.add_argument(
+        "candidates", nargs="*", help="candidate folders, or folders of candidate folders"
+    )
+    check.add_argument("--no-run", action="store_true", help="do not run a candidate")
+    check.add_argument(
+        "--baseline",
+        help="the baseline's folder: it runs once (its output probes the scorer), then on the "
+        "guard view under probe seeds, to say the smallest advantage the guard could detect",
+    )
+    check.set_defaults(func=cmd_check)
     add("status", cmd_status, "live table of nodes, in-flight executions, cutoff and reserve")
     add(
         "report",
@@ -496,7 +505,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("digest", cmd_digest, "print the ring's digest (decision, failures, hung executions, "
         "time left)", (("--send",), {"action": "store_true", "help": "send it on the ring's "
-                       "notify channels instead (and write digest.txt)"}))  # fmt: skip
+                       "notify channels instead (and write digest.txt)"}),
+        aliases=("health-digest",))  # fmt: skip
     add("verify", cmd_verify, "check the ledger chain, registered objects and ancestors")
     add(
         "key",
@@ -533,20 +543,6 @@ def build_parser() -> argparse.ArgumentParser:
         "package the chosen result (final/) with the snapshots of its resumed lineage",
         (("--out",), {"help": "a folder that does not exist yet (default RING_DIR/package)"}),
     )
-    check = sub.add_parser(
-        "check", help="check a task and candidates before a ring: import checks, scorer, one run"
-    )
-    check.add_argument("task", help="the task folder (task.yaml, views/)")
-    check.add_argument(
-        "candidates", nargs="*", help="candidate folders, or folders of candidate folders"
-    )
-    check.add_argument("--no-run", action="store_true", help="do not run a candidate")
-    check.add_argument(
-        "--baseline",
-        help="the baseline's folder: it runs once (its output probes the scorer), then on the "
-        "guard view under probe seeds, to say the smallest advantage the guard could detect",
-    )
-    check.set_defaults(func=cmd_check)
     add(
         "taint",
         cmd_taint,
@@ -561,6 +557,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("score", cmd_score, "score one finished execution again",
         *([(name,), {}] for name in ("node", "view", "variant")))  # fmt: skip
+    query = sub.add_parser("query-score", help="score predictions through an engineer "
+                           "session's socket (native feedback; exit 3 when refused)")  # fmt: skip
+    query.add_argument("pred_dir", help="folder of predictions, as a program writes them")
+    query.add_argument("--socket", help="the session's socket (default $RINGFLOW_QUERY_SOCKET)")
+    query.set_defaults(func=cmd_query_score)
     add_steps(sub.add_parser("step", help="the steps the workflow's rules run (not typed by "
                              "users)").add_subparsers(dest="step", required=True))  # fmt: skip
     return parser

@@ -48,3 +48,15 @@ def test_an_unknown_step_is_refused_by_name(capsys):
     with pytest.raises(SystemExit):
         cli.parse(["step", "exeucte", "runs/r"])
     assert "invalid choice: 'exeucte'" in capsys.readouterr().err
+
+
+def test_health_digest_is_the_digest_under_its_contract_name():
+    args = cli.parse(["health-digest", "runs/demo"])
+    assert args.func is cli.cmd_digest and args.ring_dir == "runs/demo" and not args.send
+
+
+def test_a_new_user_meets_check_first_and_the_rules_steps_last():
+    whole = cli.build_parser()
+    names = list(next(a for a in whole._actions if a.dest == "command").choices)
+    assert names[0] == "check"
+    assert names[-2:] == ["query-score", "step"]
