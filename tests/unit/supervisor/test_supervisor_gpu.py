@@ -202,6 +202,7 @@ def test_a_run_no_gpu_reaches_loads_no_nvml(monkeypatch):
     assert monitor.reason == "no GPU was given to this execution"
     monitor.poll([os.getpid()])  # harmless
 
+
 def test_default_path_uses_the_real_nvml():
     monitor = GpuMonitor()
     if monitor.available:
