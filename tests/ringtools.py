@@ -182,6 +182,20 @@ def merged(base: dict, overrides: dict) -> dict:
     return out
 
 
+def sandbox_settings(**overrides):
+    """The `sandbox` section as a ring reads it: the defaults with `overrides`."""
+    from ringflow.core.settings import Sandbox
+
+    return Sandbox.from_mapping({**DEFAULTS["sandbox"], **overrides})
+
+
+def ring_config(**overrides):
+    """full_config(**overrides) as a ring reads it (core.settings.RingConfig)."""
+    from ringflow.core.settings import RingConfig
+
+    return RingConfig.from_mapping(full_config(**overrides))
+
+
 def full_config(**overrides) -> dict:
     """Every key, as a Snakemake run would see it: defaults, quick settings, overrides."""
     return merged(merged(DEFAULTS, FAST), overrides)

@@ -306,10 +306,9 @@ def runnable_problem(workspace: Path, max_bytes: int, limits: TreeLimits = NO_LI
 
 def workspace_limits(ring: Ring) -> TreeLimits:
     """engineer.limits: what a session may leave in its workspace and submit."""
-    limits = ring.config["engineer"].get("limits") or {}
-    file_mb, total_gb = limits.get("file_mb"), limits.get("workspace_gb")
+    limits = ring.config.engineer.limits
     return TreeLimits(
-        max_files=limits.get("workspace_files"),
-        max_bytes=None if total_gb is None else int(total_gb * 1024**3),
-        max_file_bytes=None if file_mb is None else int(file_mb * 1024**2),
+        max_files=limits.workspace_files,
+        max_bytes=int(limits.workspace_gb * 1024**3),
+        max_file_bytes=int(limits.file_mb * 1024**2),
     )

@@ -38,6 +38,7 @@ from .core.layout import RingLayout, is_guard_variant
 from .core.ledger import Ledger, emit_event, ledger_anchor
 from .core.records import write_record
 from .core.safetree import remove_tree
+from .core.settings import RingConfig
 from .core.state import Ring
 from .core.stop import refuse_if_stopped, stop_file, stop_ring
 from .ring.boxes import close_box, open_box
@@ -103,7 +104,7 @@ class Execution:
     attempts: TrainAttempts | None = None
 
     @property
-    def config(self) -> dict:
+    def config(self) -> RingConfig:
         return self.ring.config
 
     @property
@@ -362,14 +363,14 @@ def _settle_weights(ex: Execution, store: WeightsStore, lock: ExitStack):
         return statuses.FRESH, None
     key = ex.spec["key"]
     ex.attempts = TrainAttempts(ex.layout.root, key, f"{ex.node['id']}/{ex.view}/{ex.variant}",
-                                ex.config["max_train_attempts"])  # fmt: skip
+                                ex.config.max_train_attempts)  # fmt: skip
     if store.replay_entry(ex.node["tree_hash"], key) is None:
         ex.attempts.check(holding_lock=False)  # a failed key frees the slot without waiting
     lock.enter_context(store.key_lock(key, should_stop=ex.should_stop))
     entry = store.replay_entry(ex.node["tree_hash"], key)
     if entry is not None:
         # The guard decides what reaches final/: its replays are hashed whatever the mode.
-        verify = "full" if is_guard_variant(ex.variant) else ex.config["replay_verify"]
+        verify = "full" if is_guard_variant(ex.variant) else ex.config.replay_verify
         method = store.replay_into(entry, ex.work, verify=verify)
         lock.close()
         return statuses.REPLAY, method
@@ -427,7 +428,7 @@ def _program_env(ex: Execution) -> dict[str, str]:
     }
     if ex.gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = ex.gpus.visible_devices
-    for name in ex.config["sandbox"]["env_pass"]:
+    for name in ex.config.sandbox.env_pass:
         if name in os.environ:
             env[name] = os.environ[name]
     return env
@@ -440,7 +441,7 @@ def _hidden_paths(ring: Ring) -> tuple[Path, ...]:
 
 
 def _sandbox_request(ex: Execution, inputs: Path, writable: tuple[Path, ...]):
-    box, limits = ex.config["sandbox"], view_limits(ex.ring, ex.view)
+    box, limits = ex.config.sandbox, view_limits(ex.ring, ex.view)
     return sandbox.SandboxRequest(
         solution_dir=ex.work,
         input_dir=inputs,
@@ -448,13 +449,13 @@ def _sandbox_request(ex: Execution, inputs: Path, writable: tuple[Path, ...]):
         progress_file=ex.work / PROGRESS_FILE,
         writable_dirs=writable,
         environment_dirs=tuple(Path(d) for d in ex.ring.program["dirs"]),
-        mounts=tuple(Path(m) for m in box["mounts"]),
+        mounts=tuple(Path(m) for m in box.mounts),
         hidden_paths=_hidden_paths(ex.ring),
-        network=box["network"],
-        uid=box["uid"],
-        gid=box["gid"],
-        host_uids=box.get("host_uids"),
-        tmp_mb=private_tmp_mb(ex.config, limits),
+        network=box.network,
+        uid=box.uid,
+        gid=box.gid,
+        host_uids=box.host_uids,
+        tmp_mb=private_tmp_mb(box, limits),
         gpu_devices=tuple(device_nodes(ex.gpus.gpus)) if ex.gpus else (),
         max_processes=limits["max_processes"],
         max_file_bytes=int(limits["output_gb"] * 1024**3),
@@ -487,8 +488,8 @@ def _run_program(ex: Execution, inputs: Path, training: bool) -> dict:
             stdout_path=ex.dir / "stdout.log",
             stderr_path=ex.dir / "stderr.log",
             health_dir=health_dir,
-            settings=HealthSettings.from_config(ex.config["exec_health"]),
-            limits=ResourceLimits.from_config(view_limits(ex.ring, ex.view)),
+            settings=HealthSettings.from_config(ex.config.exec_health),
+            limits=ResourceLimits.from_mapping(view_limits(ex.ring, ex.view)),
             deadline=ex.deadline,
             watch_output=[ex.box_output],
             watch_writable=list(writable),
@@ -546,9 +547,9 @@ def _take_gpus(ex: Execution, held: ExitStack) -> Allocation:
 
 
 def _sandbox_info(ex: Execution) -> dict:
-    if ex.config["sandbox"]["mode"] == "none":
+    if ex.config.sandbox.mode == "none":
         return {"mode": "none"}
-    info = sandbox.require_sandbox(ex.config["sandbox"], cache_dir=ex.layout.probes)
+    info = sandbox.require_sandbox(ex.config.sandbox, cache_dir=ex.layout.probes)
     if info["mode"] != ex.ring.sandbox["mode"]:
         raise SandboxError(
             f"the ring was locked with sandbox mode {ex.ring.sandbox['mode']} but this job "
@@ -566,7 +567,7 @@ def _register(ex: Execution, store: WeightsStore, result: dict) -> bool:
         return False
     node, key = ex.node, ex.spec["key"]
     who = {"ring": ex.ring.ring_id, "node": node["id"], "execution": f"{ex.view}/{ex.variant}"}
-    limit = int(ex.config["max_weights_gb"] * 1024**3)
+    limit = int(ex.config.max_weights_gb * 1024**3)
     paths = node["solution"]["per_view_paths"]
     supplied = submission_files(ex.layout.submission(node["id"]))
     try:

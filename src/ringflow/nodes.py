@@ -34,7 +34,8 @@ from .workcopy import make_readonly_tree
 
 def review_extra_variants(ring: Ring) -> list[str]:
     """The view-blind check's further runs, made only when its first screen flags."""
-    extra = ring.config.get("view_blind", {}).get("extra_runs", 8)
+    settings = ring.config.view_blind
+    extra = 8 if settings is None or settings.extra_runs is None else settings.extra_runs
     return ["real-s0", *(f"blind{n}-s0" for n in range(3, 3 + extra))]
 
 
@@ -61,7 +62,7 @@ GUARD_TRAIN_SEED_BASE = 10_000
 
 def guard_train_seed(ring: Ring, solution: Solution, variant: str) -> int | None:
     """The training seed of a guard run that retrains (guard.retrain), else None."""
-    if not is_guard_variant(variant) or not ring.config["guard"].get("retrain"):
+    if not is_guard_variant(variant) or not ring.config.guard.retrain:
         return None
     seed = variant_seed(variant)
     return seed if solution.seed_affects_training else GUARD_TRAIN_SEED_BASE + seed
@@ -173,7 +174,7 @@ def import_static(ring: Ring) -> dict:
             atomic_write_json(layout.nodes_static, index)
         return read_json(layout.nodes_static)
     store = WeightsStore(ring.store)
-    max_bytes = int(ring.config["max_weights_gb"] * 1024**3)
+    max_bytes = int(ring.config.max_weights_gb * 1024**3)
     sources: list[tuple[str, Path]] = []
     if ring.baseline_dir:
         sources.append(("baseline", Path(ring.baseline_dir)))

@@ -192,7 +192,7 @@ def _evaluate(
     """
     task = ring.task
     config = ring.config
-    limit_s = config["scorer_timeout_min"] * 60
+    limit_s = config.scorer_timeout_min * 60
     deadline = deadline or scoring_deadline_for(ring, view, variant)
     pred = exec_dir / "output"
     refused = refuse_pointers(pred)
@@ -201,9 +201,9 @@ def _evaluate(
     view_dir = Path(ring.views[view]["dir"])
     inputs = program_inputs(ring, view, variant)
     info = evaluator_sandbox(ring)
-    limits = {**config["evaluator"], "uid": config["sandbox"]["uid"],
-              "gid": config["sandbox"]["gid"]}  # fmt: skip
-    env = evaluator_env(config["limits"]["threads"])
+    limits = {**config.evaluator.to_mapping(), "uid": config.sandbox.uid,
+              "gid": config.sandbox.gid}  # fmt: skip
+    env = evaluator_env(config.limits.threads)
     task_dir = Path(task["dir"])
     confined = info["mode"] != "none"
     # Confined, the evaluator sees its folders at neutral paths from the task folder (the
@@ -256,7 +256,7 @@ def _evaluate(
         record = _scorer_record(*call_scorer(seed, []), limit_s, rows=mode == "rows")
         final_run = view == ring.final_view and variant == "s0"
         if (is_guard_variant(variant) or final_run) and record.get("valid"):
-            count = config["guard"]["bootstrap"]
+            count = config.guard.bootstrap
             if mode == "rows":
                 record["bootstrap"] = rows_bootstrap(record["rows"], count)
                 record["bootstrap_seeds"] = {
@@ -355,9 +355,9 @@ def _lend(info: dict, folder: Path, limits: dict):
 
 def evaluator_sandbox(ring: Ring) -> dict:
     """The sandbox the ring was locked with (probed on this host once per boot)."""
-    if ring.config["sandbox"]["mode"] == "none":
+    if ring.config.sandbox.mode == "none":
         return {"mode": "none"}
-    return sandbox.require_sandbox(ring.config["sandbox"], cache_dir=ring.layout.probes)
+    return sandbox.require_sandbox(ring.config.sandbox, cache_dir=ring.layout.probes)
 
 
 def _count_evaluator_failure(ring: Ring, layout: RingLayout, node: str, record: dict) -> None:
@@ -371,7 +371,7 @@ def _count_evaluator_failure(ring: Ring, layout: RingLayout, node: str, record: 
     folder.mkdir(exist_ok=True)
     (folder / node).touch()
     failed = sorted(p.name for p in folder.iterdir())
-    limit = ring.config["scorer_fail_stop"]
+    limit = ring.config.scorer_fail_stop
     if len(failed) >= limit:
         raise stop_ring(layout.root, f"the task's {which} failed on {len(failed)} distinct "
                         f"nodes ({', '.join(failed)}); last: {record['reason']}",

@@ -197,7 +197,7 @@ def session_start(ring: Ring, layout: RingLayout, node: dict) -> Path | None:
         return Path(node["origin"]["path"])
     if node.get("parent"):
         return layout.submission(node["parent"])
-    template = ring.config["engineer"].get("template")
+    template = ring.config.engineer.template
     return Path(template) if template else None
 
 
@@ -218,7 +218,7 @@ def earlier_queries(node: dict) -> int | None:
 def queries_left(ring: Ring, node: dict) -> int:
     """A node's query quota (docs/contracts.md#engineer): queries_per_node, less every earlier
     segment's."""
-    per_node = ring.config["search"]["queries_per_node"]
+    per_node = ring.config.search.queries_per_node
     if not is_resume(node):
         return per_node
     earlier = earlier_queries(node)
@@ -287,7 +287,7 @@ def session_handoff(ring: Ring, layout: RingLayout, node: dict, solution: Path) 
     with its solution as the session left it; redacts its raw log first (`engineer.env_pass`)."""
     node_id = node["id"]
     trajectory = layout.trajectory(node_id)
-    redact_tree(trajectory, ring.config["engineer"].get("env_pass") or [])
+    redact_tree(trajectory, ring.config.engineer.env_pass)
     session = read_json(layout.session(node_id))
     method_text = read_head(solution / "METHOD.md", 4 * METHOD_CHARS)  # any size or kind
     return {
@@ -320,7 +320,7 @@ def _start_if_present(ring: Ring, layout: RingLayout, node: dict) -> Path | None
 
 
 def operator(ring: Ring) -> str | None:
-    command = ring.config["engineer"]["command"]
+    command = ring.config.engineer.command
     if not command:
         return None
     return "builtin" if command.strip() == "builtin" else command.split()[0]

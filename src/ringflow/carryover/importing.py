@@ -226,9 +226,9 @@ def _import_chain(ring: Ring, layout: RingLayout, chain: list[dict], out: dict) 
 
 def _choose_queue(ring: Ring, registry: ResumeRegistry, out: dict) -> None:
     """Oldest seal first, at most max_resume_per_ring, each claimed for this ring."""
-    limit = ring.config.get("max_resume_per_ring", 4)
+    limit = ring.config.max_resume_per_ring
     for item in sorted(out["imported"], key=lambda i: (i["sealed_at"], i["identity"])):
-        if item["kind"] == ENGINEER_KIND and not ring.config["engineer"].get("command"):
+        if item["kind"] == ENGINEER_KIND and not ring.config.engineer.command:
             # Only an engineer session resumes engineer work: it waits for a ring with one.
             out["waiting"].append(item["identity"])
             continue

@@ -101,7 +101,7 @@ def import_scored(ring: Ring, layout: RingLayout, previous: Path, out: dict) -> 
         entry["comparable"] = comparable(ring, entry["scores"])
         entries.append(entry)
     same = parent.search_hash == ring.search_hash
-    top_k = ring.config.get("continue_rescore_top_k", 3)
+    top_k = ring.config.continue_rescore_top_k
     inherited = inherited_obligations(previous)
     rescore = choose_rescores(entries, inherited, same, top_k, direction)
     refuted = refuted_among(entries, direction)

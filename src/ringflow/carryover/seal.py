@@ -182,7 +182,7 @@ def seal_problems(folder: Path, seal: dict) -> list[str]:
 
 
 def _stage(ring: Ring, request: SealRequest, staging: Path) -> dict:
-    max_bytes = int(ring.config.get("max_file_mb", 2048) * 1024**2)
+    max_bytes = int(ring.config.max_file_mb * 1024**2)
     files, skipped = [], []
     for prefix, source in request.sources:
         if not source.exists() and not source.is_symlink():
@@ -214,7 +214,7 @@ def _write_seal(ring: Ring, request: SealRequest, staging: Path, listing: dict) 
         "ring_id": ring.ring_id,
         "node": request.node_id,
         "lock_sha256": lock_sha256(Path(ring.ring_dir)),
-        "max_file_mb": ring.config.get("max_file_mb", 2048),
+        "max_file_mb": ring.config.max_file_mb,
         "files": listing["files"],
         "skipped": listing["skipped"],
         "sealed_at": time.time(),

@@ -32,7 +32,7 @@ def current_cutoff(ring: Ring) -> float:
 
 
 def final_deadline(ring: Ring) -> float:
-    return ring.stop_at - ring.config["timeline"]["stop_margin_s"]
+    return ring.stop_at - ring.config.timeline.stop_margin_s
 
 
 # Seed 0 and its ablation control are search work and end at the cutoff; promotion seeds
@@ -87,13 +87,13 @@ def deadline_for(ring: Ring, view: str, variant: str):
 def settle_deadline(ring: Ring) -> float:
     """Search work in flight at the cutoff may still be scored until this moment
     (docs/operations.md#the-clock)."""
-    timeline = ring.config["timeline"]
+    timeline = ring.config.timeline
     return bounded_settle(
         current_cutoff(ring),
-        ring.config["exec_health"]["term_grace_s"],
-        timeline["settle_extra_s"],
+        ring.config.exec_health.term_grace_s,
+        timeline.settle_extra_s,
         ring.stop_at,
-        timeline["stop_margin_s"],
+        timeline.stop_margin_s,
     )
 
 
@@ -113,7 +113,7 @@ def view_limits(ring: Ring, view: str) -> dict:
     if locked is not None:
         return dict(locked)
     config = ring.config
-    return {**config["limits"], **(config.get("limits_per_view") or {}).get(view, {})}
+    return {**config.limits.to_mapping(), **config.limits_per_view.get(view, {})}
 
 
 def final_top_k(ring: Ring) -> int:
@@ -122,4 +122,4 @@ def final_top_k(ring: Ring) -> int:
     settled = RingLayout(Path(ring.ring_dir)).final_k
     if settled.exists():
         return int(read_json(settled, what=str(settled))["k"])
-    return ring.config["final_top_k"]
+    return ring.config.final_top_k

@@ -1,9 +1,10 @@
 """The locked ring (RING.json) as a typed, frozen object.
 
 `ring/lock.py` writes the record once; every job reads it through `Ring.from_record` (via
-`core.clock.load_ring`). The top-level keys are typed fields; nested free-form records
-(config, views, task, program, environment, evaluation, …) stay mappings. `to_record()`
-gives back exactly the record that was read, so a lock written back or hashed is the same.
+`core.clock.load_ring`). The top-level keys are typed fields, the configuration a
+`core.settings.RingConfig`; nested free-form records (views, task, program, environment,
+evaluation, …) stay mappings. `to_record()` gives back exactly the record that was read,
+so a lock written back or hashed is the same.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from .errors import InputError
 from .layout import RingLayout
+from .settings import RingConfig
 
 # Fields whose JSON lists are held as tuples (and written back as lists).
 _SEQUENCES = frozenset(
@@ -32,7 +34,7 @@ class Ring:
     start: float | None = None
     stop_at: float | None = None
     initial_cutoff: float | None = None
-    config: Mapping[str, Any] = field(default_factory=dict)
+    config: RingConfig | None = None
     config_sha256: str | None = None
     task: Mapping[str, Any] = field(default_factory=dict)
     candidates_dir: str | None = None
@@ -81,6 +83,8 @@ class Ring:
             if key in names:
                 listed = key in _SEQUENCES and isinstance(value, list)
                 values[key] = tuple(value) if listed else value
+        if record.get("config") is not None:
+            values["config"] = RingConfig.from_mapping(record["config"])
         extra = {key: value for key, value in record.items() if key not in names}
         return cls(**values, extra=extra, _keys=frozenset(record))
 
@@ -93,6 +97,8 @@ class Ring:
             value = getattr(self, f.name)
             if f.name not in self._keys and value == _default(f):
                 continue
+            if isinstance(value, RingConfig):
+                value = value.to_mapping()
             out[f.name] = list(value) if isinstance(value, tuple) else value
         out.update(self.extra)
         return out

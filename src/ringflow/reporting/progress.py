@@ -20,6 +20,7 @@ from pathlib import Path
 from ..core import statuses
 from ..core.layout import RingLayout
 from ..core.safetext import printable
+from ..core.settings import Terminal
 from ..core.state import Ring
 from .report import format_duration
 
@@ -176,12 +177,12 @@ class Progress:
 _running: dict[str, Progress] = {}
 
 
-def ring_start(ring_root: str | Path, terminal: dict) -> None:
+def ring_start(ring_root: str | Path, terminal: Terminal) -> None:
     """onstart: quiet Snakemake's terminal output and start the ring's progress lines."""
-    if not terminal.get("snakemake_log", False):
+    if not terminal.snakemake_log:
         quiet_snakemake_terminal()
-    if terminal.get("progress_s", 0) > 0 and str(ring_root) not in _running:
-        _running[str(ring_root)] = Progress(ring_root, terminal["progress_s"]).start()
+    if terminal.progress_s > 0 and str(ring_root) not in _running:
+        _running[str(ring_root)] = Progress(ring_root, terminal.progress_s).start()
 
 
 def ring_end(

@@ -272,7 +272,7 @@ def guarded_against_lines(ring: Ring, decision: dict) -> list[str]:
     side = decision.get("guard_against") or "baseline"
     reference = decision.get("reference", decision.get("baseline"))
     lines = []
-    if reference and ring.config["guard"]["enabled"]:
+    if reference and ring.config.guard.enabled:
         lines.append(f"  guarded against: the {side} {reference} (guard.against: "
                      f"{against(ring)})")  # fmt: skip
         incumbent = decision.get("incumbent") or {}

@@ -9,6 +9,7 @@ RING.json.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -18,6 +19,7 @@ import yaml
 
 from ..core.errors import InputError
 from ..core.jsonio import read_json
+from ..core.settings import RingConfig
 from ..core.state import Ring
 
 # Keys that name this ring, where it is or the chain around it, never inherited.
@@ -77,11 +79,11 @@ def _resolve(path: str, workdir: Path) -> Path:
     return (p if p.is_absolute() else workdir / p).resolve()
 
 
-def parent_lock(config: dict, workdir: Path | None = None) -> Ring | None:
-    """The RING.json of the ring this one continues, or None for a first ring."""
-    if not config.get("continue_from"):
+def parent_lock(continue_from: str | None, workdir: Path | None = None) -> Ring | None:
+    """The RING.json of the ring `continue_from` names, or None for a first ring."""
+    if not continue_from:
         return None
-    previous = _resolve(config["continue_from"], Path(workdir or os.getcwd()))
+    previous = _resolve(continue_from, Path(workdir or os.getcwd()))
     lock = previous / "RING.json"
     if not lock.is_file():
         raise InputError(f"config: continue_from {previous} is not a ring (no RING.json)")
@@ -115,25 +117,23 @@ def inherit_config(
     """Give every key left at its default the parent's value, in place; the keys taken.
     `given`: dotted keys the command line set, which always keep their value (by default
     those the Snakemake process noted: remember_command_line)."""
-    parent = parent_lock(config, workdir)
+    parent = parent_lock(config.get("continue_from"), workdir)
     if parent is None:
         return []
     taken: list[str] = []
     given = given_keys() if given is None else given
-    config.update(_inherit(config, defaults, parent.config, "", taken, given))
+    config.update(_inherit(config, defaults, parent.config.to_mapping(), "", taken, given))
     return taken
 
 
-def parent_paths(config: dict, parent: Ring) -> dict:
+def parent_paths(config: RingConfig, parent: Ring) -> RingConfig:
     """config with task, candidates and baseline taken from the parent when left empty."""
-    out = dict(config)
-    if not out.get("task"):
-        out["task"] = parent.task["dir"]
-    if not out.get("candidates"):
-        out["candidates"] = parent.candidates_dir
-    if out.get("baseline") == "":
-        out["baseline"] = parent.baseline_dir
-    return out
+    return dataclasses.replace(
+        config,
+        task=config.task or parent.task["dir"],
+        candidates=config.candidates or parent.candidates_dir,
+        baseline=parent.baseline_dir if config.baseline == "" else config.baseline,
+    )
 
 
 def check_same_task(parent: Ring, task_name: str, direction: str, task_dir: Path) -> None:
@@ -160,11 +160,11 @@ def _leaves(config: dict, prefix: str = "") -> dict:
     return out
 
 
-def describe(parent: Ring | None, config: dict, paths: dict) -> dict | None:
+def describe(parent: Ring | None, config: RingConfig, paths: dict) -> dict | None:
     """What RING.json records about the chain: the parent and every key this ring changed."""
     if parent is None:
         return None
-    mine, theirs = _leaves(config), _leaves(parent.config)
+    mine, theirs = _leaves(config.to_mapping()), _leaves(parent.config.to_mapping())
     skip = (*OWN_KEYS, *PATH_KEYS)
     changed = {
         key: {"parent": theirs.get(key), "this": mine.get(key)}
@@ -185,14 +185,14 @@ def describe(parent: Ring | None, config: dict, paths: dict) -> dict | None:
     return {"continues": parent.ring_id, "parent_dir": parent.ring_dir, "changed": changed}
 
 
-def refuse_task_switch(config: dict, workdir: Path | None = None) -> None:
+def refuse_task_switch(config: RingConfig, workdir: Path | None = None) -> None:
     """At workflow start: refuse a continuation that names another task or direction."""
     from ..task import load_task
 
-    parent = parent_lock(config, workdir)
+    parent = parent_lock(config.continue_from, workdir)
     if parent is None:
         return
-    task_dir = _resolve(parent_paths(config, parent)["task"], Path(workdir or os.getcwd()))
+    task_dir = _resolve(parent_paths(config, parent).task, Path(workdir or os.getcwd()))
     task = load_task(task_dir)
     check_same_task(parent, task.name, task.direction, task_dir)
 

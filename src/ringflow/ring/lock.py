@@ -21,6 +21,7 @@ from ..core.jsonio import atomic_write_json, read_json, sha256_json
 from ..core.layout import RingLayout
 from ..core.ledger import Ledger, emit_event
 from ..core.reserve import CutoffFile
+from ..core.settings import RingConfig
 from ..core.state import Ring
 from ..sandbox.gpus import gpu_facts
 from ..sandbox.interpreter import describe_interpreter
@@ -42,28 +43,28 @@ def _resolve(path: str, workdir: Path) -> Path:
     return (p if p.is_absolute() else workdir / p).resolve()
 
 
-def resolve_paths(config: dict, workdir: Path | None = None) -> dict:
+def resolve_paths(config: RingConfig, workdir: Path | None = None) -> dict:
     """Where the task, candidates, baseline, store and ring folder are (absolute)."""
     workdir = Path(workdir or os.getcwd())
-    parent = chain.parent_lock(config, workdir)
+    parent = chain.parent_lock(config.continue_from, workdir)
     if parent is not None:
         config = chain.parent_paths(config, parent)
-    demo = not config["task"]
+    demo = not config.task
     if demo:
         from .. import demo as demo_task
 
         task_dir = demo_task.materialise_task(
-            _resolve(config["resources_dir"], workdir) / "demo" / "task"
+            _resolve(config.resources_dir, workdir) / "demo" / "task"
         )
     else:
-        task_dir = _resolve(config["task"], workdir)
-    if config["candidates"]:
-        candidates = _resolve(config["candidates"], workdir)
+        task_dir = _resolve(config.task, workdir)
+    if config.candidates:
+        candidates = _resolve(config.candidates, workdir)
     elif demo:
         candidates = demo_task.candidates_dir()
     else:
         raise InputError("config: 'candidates' must name a folder of solution folders")
-    baseline = config["baseline"]
+    baseline = config.baseline
     if baseline == "":
         if not demo:
             raise InputError(
@@ -76,10 +77,10 @@ def resolve_paths(config: dict, workdir: Path | None = None) -> dict:
         raise InputError(f"config: candidates folder {candidates} not found")
     if baseline_dir is not None and not baseline_dir.is_dir():
         raise InputError(f"config: baseline folder {baseline_dir} not found")
-    ring_dir = _resolve(config["runs_dir"], workdir) / config["ring_id"]
+    ring_dir = _resolve(config.runs_dir, workdir) / config.ring_id
     previous = None
-    if config.get("continue_from"):
-        previous = _resolve(config["continue_from"], workdir)
+    if config.continue_from:
+        previous = _resolve(config.continue_from, workdir)
         if not (previous / "RING.json").is_file():
             raise InputError(f"config: continue_from {previous} is not a ring (no RING.json)")
     if parent is not None:
@@ -90,21 +91,21 @@ def resolve_paths(config: dict, workdir: Path | None = None) -> dict:
         "task": task_dir,
         "candidates": candidates,
         "baseline": baseline_dir,
-        "store": _resolve(config["store"], workdir),
+        "store": _resolve(config.store, workdir),
         "ring": ring_dir,
         "previous": previous,
         "workdir": workdir,
     }
 
 
-def _frozen(config: dict) -> dict:
-    return {k: v for k, v in config.items() if k not in UNFROZEN_KEYS}
+def _frozen(config: RingConfig) -> dict:
+    return {k: v for k, v in config.to_mapping().items() if k not in UNFROZEN_KEYS}
 
 
-def program_python(config: dict) -> Path:
+def program_python(config: RingConfig) -> Path:
     """The candidates' interpreter (keys.program_python), refused clearly when missing."""
-    path = keys.program_python(config)
-    if not config["program"]["python"] and not path.exists():
+    path = keys.program_python(config.program)
+    if not config.program.python and not path.exists():
         raise InputError(
             f"config: program.python is not set and {path} does not exist; build it with "
             "`make setup` or name your environment's interpreter in program.python"
@@ -120,7 +121,7 @@ def _input_hashes(listing: list[dict]) -> dict[str, str]:
     }
 
 
-def lock_sandbox(config: dict, layout: RingLayout, python: Path) -> tuple[dict, dict]:
+def lock_sandbox(config: RingConfig, layout: RingLayout, python: Path) -> tuple[dict, dict]:
     """The sandbox and program interpreter the ring runs with, tried for real.
 
     Refuses (MachineryError) when no sandbox can be had, unless sandbox.mode is none, or
@@ -128,9 +129,9 @@ def lock_sandbox(config: dict, layout: RingLayout, python: Path) -> tuple[dict, 
     look bad.
     """
     try:
-        info = sandbox.require_sandbox(config["sandbox"])
+        info = sandbox.require_sandbox(config.sandbox)
         program = describe_interpreter(python)
-        selftest(info, program, config["sandbox"], layout.boxes)
+        selftest(info, program, config.sandbox, layout.boxes)
     except SandboxError as exc:
         raise MachineryError(f"ring {layout.root} cannot start: {exc}") from None
     return info, program
@@ -165,43 +166,47 @@ def scorer_version(task: Task) -> str:
     return digest.hexdigest()
 
 
-def views_limits(config: dict, views) -> dict[str, dict]:
+def views_limits(config: RingConfig, views) -> dict[str, dict]:
     """Each view's limits: `limits`, with that view's `limits_per_view` entry laid over it."""
-    per_view = config.get("limits_per_view") or {}
+    per_view = config.limits_per_view
     unknown = sorted(set(per_view) - set(views))
     if unknown:
         raise InputError(
             f"config: limits_per_view names {', '.join(unknown)}, not a view of this ring "
             f"(views: {', '.join(views)})"
         )
-    return {view: {**config["limits"], **(per_view.get(view) or {})} for view in views}
+    limits = config.limits.to_mapping()
+    return {view: {**limits, **(per_view.get(view) or {})} for view in views}
 
 
 def lock_ring(config: dict, workdir: Path | None = None, now: float | None = None) -> Ring:
     """Create RING.json, the view manifests and the live cutoff, or return the existing lock.
 
-    A ring is locked once: a later command with a different configuration is refused, so no
-    work is ever described as done under a configuration it did not run with.
+    `config` is the ring's validated configuration as Snakemake holds it, read here once
+    as a `RingConfig`. A ring is locked once: a later command with a different
+    configuration is refused, so no work is ever described as done under a configuration
+    it did not run with.
     """
-    paths = resolve_paths(config, workdir)
+    settings = RingConfig.from_mapping(config)
+    paths = resolve_paths(settings, workdir)
     layout = RingLayout(paths["ring"])
     layout.root.mkdir(parents=True, exist_ok=True)
     layout.locks.mkdir(exist_ok=True)
     with FileLock(str(layout.locks / "ring.lock")):
         if layout.ring_json.exists():
             ring = Ring.from_record(read_json(layout.ring_json), source=layout.ring_json)
-            check_config_matches(ring, config)
+            check_config_matches(ring, settings)
             return ring
-        return _create(config, paths, layout, time.time() if now is None else now)
+        return _create(settings, paths, layout, time.time() if now is None else now)
 
 
-def timeline_problem(config: dict) -> str | None:
+def timeline_problem(config: RingConfig) -> str | None:
     """Why the ring's timeline leaves no time to search, or None.
 
     Checked on the ring's whole configuration (a chain ring's inherited keys included) at
     its lock: a cutoff at or before the start would cut every execution at once."""
-    timeline = config["timeline"]
-    duration, reserve = timeline["duration_min"], timeline["final_reserve_min"]
+    timeline = config.timeline
+    duration, reserve = timeline.duration_min, timeline.final_reserve_min
     if reserve >= duration:
         return (
             f"timeline.final_reserve_min ({reserve:g}) is not shorter than "
@@ -209,8 +214,8 @@ def timeline_problem(config: dict) -> str | None:
             "reserve) would come before the ring starts and every execution would be cut at "
             "once; lengthen duration_min or shorten final_reserve_min"
         )
-    tail = timeline["node_tail_min"]
-    if config["engineer"]["command"] and tail >= duration - reserve:
+    tail = timeline.node_tail_min
+    if config.engineer.command and tail >= duration - reserve:
         return (
             f"timeline.node_tail_min ({tail:g}) is not shorter than the search's "
             f"{duration - reserve:g} min (duration_min - final_reserve_min): engineer "
@@ -220,42 +225,45 @@ def timeline_problem(config: dict) -> str | None:
     return None
 
 
-def gpu_problem(config: dict, layout: RingLayout) -> str | None:
+def gpu_problem(config: RingConfig, layout: RingLayout) -> str | None:
     """Why a ring run with a GPU profile cannot have the GPUs it asks for, or None.
 
     slots.json is written as the workflow starts, before the lock: it says whether the
     profile declared GPUs and how many NVML found here. Running on the CPU instead would
     record `gpus` it never had and train weights keyed for no GPU."""
-    if not layout.slots.is_file() or not config.get("gpus_per_execution"):
+    if not layout.slots.is_file() or not config.gpus_per_execution:
         return None
     slots = read_json(layout.slots)
     if not slots.get("gpu_profile") or slots.get("gpus"):
         return None
     why = gpu_facts().get("reason") or "NVML sees no GPU on this machine"
     return (
-        f"the profile asks for GPUs (gpus_per_execution: {config['gpus_per_execution']}) and "
+        f"the profile asks for GPUs (gpus_per_execution: {config.gpus_per_execution}) and "
         f"this machine has none ({why}). Run on the CPU with `--config gpus_per_execution=0`, "
         "or with the local profile (`--profile profiles/local`)"
     )
 
 
-def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> Ring:
+def _create(config: RingConfig, paths: dict, layout: RingLayout, now: float) -> Ring:
     if problem := timeline_problem(config):
-        raise InputError(f"ring {config['ring_id']}: {problem}")
+        raise InputError(f"ring {config.ring_id}: {problem}")
     if problem := gpu_problem(config, layout):
-        raise InputError(f"ring {config['ring_id']} cannot start: {problem}")
-    for problem in guard_problems(config):
-        raise InputError(f"ring {config['ring_id']}: {problem}")
+        raise InputError(f"ring {config.ring_id} cannot start: {problem}")
+    for problem in guard_problems(config.to_mapping()):
+        raise InputError(f"ring {config.ring_id}: {problem}")
     task = load_task(paths["task"])
     sandbox_info, program = lock_sandbox(config, layout, program_python(config))
     alias_salt = secrets.token_hex(16)
     search_views, guard_views, final_view = split_views(
-        task, list(config["views"]["search"]), config["views"]["final"], config["views"]["guard"]
+        task,
+        list(config.views.search),
+        config.views.final,
+        None if config.views.guard is None else list(config.views.guard),
     )
     store = paths["store"]
     store.mkdir(parents=True, exist_ok=True, mode=0o700)
     memo = HashMemo(store / "cache" / "hashmemo.json")
-    limits = dict(config["limits"])
+    limits = config.limits.to_mapping()
     per_view = views_limits(config, (*search_views, *guard_views, final_view))
     views = {}
     world_readable = sandbox_info["mode"] == "root"
@@ -308,23 +316,23 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> Ring:
     }
     check_ancestors(paths["previous"])
     guard_views, guard_history = chain.fresh_guard_views(
-        paths["previous"], guard_views, views, configured=config["views"]["guard"] is not None
+        paths["previous"], guard_views, views, configured=config.views.guard is not None
     )
     seed_plan = seeds.SeedRegistry(store).allocate(
-        layout.root, config["ring_id"], paths["previous"], config["guard"]["seeds"]
+        layout.root, config.ring_id, paths["previous"], config.guard.seeds
     )
-    duration_s = config["timeline"]["duration_min"] * 60
+    duration_s = config.timeline.duration_min * 60
     stop_at = now + duration_s
-    cutoff = stop_at - config["timeline"]["final_reserve_min"] * 60
+    cutoff = stop_at - config.timeline.final_reserve_min * 60
     previous = paths["previous"]
     record = {
-        "ring_id": config["ring_id"],
+        "ring_id": config.ring_id,
         "ring_dir": str(layout.root),
         "created_at": now,
         "start": now,
         "stop_at": stop_at,
         "initial_cutoff": cutoff,
-        "config": config,
+        "config": config.to_mapping(),
         "config_sha256": sha256_json(_frozen(config)),
         "task": task.to_dict(),
         "candidates_dir": str(paths["candidates"]),
@@ -346,7 +354,7 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> Ring:
         "env_key": sha256_json(environment),
         "program_python": program["path"],
         # Solution files left out of tree hashes and working copies (documentation).
-        "tree_ignore": list(config.get("tree_ignore") or []),
+        "tree_ignore": list(config.tree_ignore),
         "guard_seeds": seed_plan["guard_seeds"],
         "chain_exposed_seeds": seed_plan["chain_exposed_seeds"],
         "continue_from": None if previous is None else os.path.relpath(previous, layout.root),
@@ -358,7 +366,7 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> Ring:
         # Names the programs see for views (selection.disguise.alias); never in their reach.
         "alias_salt": alias_salt,
     }
-    CutoffFile(layout.cutoff).ensure(cutoff, reserve_min=config["timeline"]["final_reserve_min"])
+    CutoffFile(layout.cutoff).ensure(cutoff, reserve_min=config.timeline.final_reserve_min)
     atomic_write_json(layout.ring_json, record, mode=0o444)
     ring = Ring.from_record(record, source=layout.ring_json)
     Ledger(layout.ledger).append(
@@ -375,7 +383,7 @@ def _create(config: dict, paths: dict, layout: RingLayout, now: float) -> Ring:
     return ring
 
 
-def check_config_matches(ring: Ring, config: dict) -> None:
+def check_config_matches(ring: Ring, config: RingConfig) -> None:
     frozen = _frozen(ring.config)
     given = _frozen(config)
     if sha256_json(frozen) == sha256_json(given):
@@ -387,10 +395,10 @@ def check_config_matches(ring: Ring, config: dict) -> None:
     )
 
 
-def check_existing_lock(config: dict, workdir: Path | None = None) -> None:
+def check_existing_lock(config: RingConfig, workdir: Path | None = None) -> None:
     """At workflow start: refuse to continue a ring under a changed configuration."""
     workdir = Path(workdir or os.getcwd())
-    lock = _resolve(config["runs_dir"], workdir) / config["ring_id"] / "RING.json"
+    lock = _resolve(config.runs_dir, workdir) / config.ring_id / "RING.json"
     if lock.is_file():
         check_config_matches(Ring.from_record(read_json(lock), source=lock), config)
 

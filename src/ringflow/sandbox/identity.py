@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ringflow.core.errors import SandboxError
+from ringflow.core.settings import HostUids
 from ringflow.sandbox import seccomp
 
 HOST_UIDS = {"first": 1879048192, "count": 65536}
@@ -64,7 +65,9 @@ class RunIdentity:
                 setattr(self, name, None)
 
 
-def claim_identity(info: dict, uid: int, gid: int, host_uids: dict | None = None) -> RunIdentity:
+def claim_identity(
+    info: dict, uid: int, gid: int, host_uids: HostUids | None = None
+) -> RunIdentity:
     """The identity of one run under `info` (what `require_sandbox` returned).
 
     In user-namespace mode the program is this user, in a namespace bubblewrap makes. As
@@ -82,7 +85,7 @@ def claim_identity(info: dict, uid: int, gid: int, host_uids: dict | None = None
             return RunIdentity(uid, gid, uid, gid, SECCOMP, seccomp_fd=seccomp.filter_fd(),
                                why=why)  # fmt: skip
         return RunIdentity(uid, gid, uid, gid, isolation=state, why=why)
-    first, count = _range(host_uids or HOST_UIDS, uid, gid)
+    first, count = _range(host_uids, uid, gid)
     host, lock_fd = _claim_host_uid(first, count)
     try:
         fd = new_user_namespace(uid, gid, host)
@@ -92,12 +95,15 @@ def claim_identity(info: dict, uid: int, gid: int, host_uids: dict | None = None
     return RunIdentity(uid, gid, host, host, USER_NAMESPACE, userns_fd=fd, _lock_fd=lock_fd)
 
 
-def _range(host_uids: dict, uid: int, gid: int) -> tuple[int, int]:
-    first, count = int(host_uids["first"]), int(host_uids["count"])
+def _range(host_uids: HostUids | None, uid: int, gid: int) -> tuple[int, int]:
+    if host_uids is None:
+        first, count = HOST_UIDS["first"], HOST_UIDS["count"]
+    else:
+        first, count = int(host_uids.first), int(host_uids.count)
     if count < 1 or first <= max(uid, gid) or first + count >= ID_LIMIT:
         raise SandboxError(
-            f"sandbox.host_uids {host_uids} must be a range of at least one id above "
-            f"sandbox.uid/gid ({uid}/{gid}) and below {ID_LIMIT}"
+            f"sandbox.host_uids {{'first': {first}, 'count': {count}}} must be a range of "
+            f"at least one id above sandbox.uid/gid ({uid}/{gid}) and below {ID_LIMIT}"
         )
     return first, count
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ringflow.core.errors import SandboxError
+from ringflow.core.settings import HostUids
 
 NOBODY = 65534
 
@@ -34,7 +35,7 @@ class SandboxRequest:
     gpu_devices: tuple[tuple[str, str], ...] = ()  # (host, inside) device nodes of its GPUs
     uid: int = NOBODY  # as root: the unprivileged uid the program runs as (inside)
     gid: int = NOBODY
-    host_uids: dict | None = None  # as root: {first, count} of the run's host uid
+    host_uids: HostUids | None = None  # as root: the range of the run's host uid
     tmp_mb: int = 1024  # size of the fresh /tmp and of /dev/shm
     max_processes: int | None = None  # RLIMIT_NPROC inside the sandbox
     max_file_bytes: int | None = None  # RLIMIT_FSIZE inside the sandbox

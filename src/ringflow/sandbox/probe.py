@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ringflow.core.errors import SandboxError
 from ringflow.core.jsonio import atomic_write_bytes
+from ringflow.core.settings import Sandbox
 from ringflow.sandbox import seccomp
 from ringflow.sandbox.commands import drop_privileges_argv, namespace_argv, system_argv
 from ringflow.sandbox.identity import (
@@ -228,7 +229,7 @@ def userns_advice() -> str:
     )
 
 
-def require_sandbox(settings: dict, cache_dir: Path | None = None) -> dict:
+def require_sandbox(settings: Sandbox, cache_dir: Path | None = None) -> dict:
     """The sandbox a ring will use under its `sandbox` settings, or SandboxError.
 
     `mode: none` (trusted programs only) must be asked for by name; `auto` and `bwrap`
@@ -236,12 +237,12 @@ def require_sandbox(settings: dict, cache_dir: Path | None = None) -> dict:
     The jobs of a locked ring pass its probe folder (`cache_dir`); the lock itself and
     `ringflow check` always probe.
     """
-    wanted = settings["mode"]
+    wanted = settings.mode
     if wanted not in MODES:
         raise SandboxError(f"sandbox.mode {wanted!r} is not one of {', '.join(MODES)}")
     if wanted == "none":
         return {"mode": "none", "reason": "sandbox.mode: none (trusted programs only)"}
-    info = probe(settings["uid"], settings["gid"], cache_dir)
+    info = probe(settings.uid, settings.gid, cache_dir)
     if info["mode"] is None:
         raise SandboxError(
             f"no sandbox can be had on this machine: {info['reason']}. Programs are never "

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 from ringflow.core.errors import SandboxError
+from ringflow.core.settings import Sandbox
 from ringflow.sandbox.box import plan_box
 from ringflow.sandbox.layout import resolve_layout
 from ringflow.sandbox.model import SandboxRequest
@@ -20,7 +21,7 @@ from ringflow.sandbox.model import SandboxRequest
 SELFTEST_TIMEOUT_S = 60
 
 
-def selftest(info: dict, program: dict, settings: dict, scratch_parent: Path) -> None:
+def selftest(info: dict, program: dict, settings: Sandbox, scratch_parent: Path) -> None:
     """Run `python -c 'import encodings'` as a program would; SandboxError if it fails."""
     if info["mode"] == "none":
         return
@@ -36,10 +37,10 @@ def selftest(info: dict, program: dict, settings: dict, scratch_parent: Path) ->
             output_dir=scratch / "output",
             progress_file=scratch / "solution" / "progress.json",
             environment_dirs=tuple(Path(d) for d in program["dirs"]),
-            mounts=tuple(Path(m) for m in settings.get("mounts", [])),
-            uid=settings["uid"],
-            gid=settings["gid"],
-            host_uids=settings.get("host_uids"),
+            mounts=tuple(Path(m) for m in settings.mounts),
+            uid=settings.uid,
+            gid=settings.gid,
+            host_uids=settings.host_uids,
         )
         argv = [program["executable"], "-c", "import encodings, sys; sys.exit(0)"]
         layout = resolve_layout(request, argv, None)

@@ -48,7 +48,6 @@ from ..scoring import evaluate_predictions
 from ..selection.timekeeper import slots_for
 from ..workcopy import make_readonly_tree
 
-DEFAULT_INTERVAL_MIN = 5.0
 NICE = 19
 # A background evaluation keeps no checkpoint: its stop needs no more grace than this.
 GRACE_S = 1.0
@@ -73,7 +72,7 @@ def decide(current_hash: str | None, last_hash: str | None, free_slots: int) -> 
 
 def interval_s(ring: Ring) -> float:
     """`search.background_eval_min` in seconds; 0 turns background evaluations off."""
-    minutes = ring.config["search"].get("background_eval_min", DEFAULT_INTERVAL_MIN)
+    minutes = ring.config.search.background_eval_min
     return float(minutes) * 60.0
 
 
@@ -177,7 +176,7 @@ def lower_priority() -> None:
 def workspace_hash(ring: Ring, workspace: Path) -> str | None:
     """The tree hash the workspace would be submitted with, or None when it holds no
     runnable program (or is being rewritten under our feet)."""
-    max_bytes = int(ring.config["max_weights_gb"] * 1024**3)
+    max_bytes = int(ring.config.max_weights_gb * 1024**3)
     try:
         solution, _ = runnable_problem(workspace, max_bytes)
         if solution is None:
@@ -285,7 +284,7 @@ class BackgroundEvaluator:
         return row
 
     def _evaluate_in_box(self, box: Path, folder: Path) -> dict:
-        max_bytes = int(self.ring.config["max_weights_gb"] * 1024**3)
+        max_bytes = int(self.ring.config.max_weights_gb * 1024**3)
         solution, problem = runnable_problem(self.workspace, max_bytes, workspace_limits(self.ring))
         if solution is None:
             return {"status": "not_runnable", "reason": problem}
@@ -301,9 +300,9 @@ class BackgroundEvaluator:
                 "weights": "fresh" if solution.has_weights else "none",
                 "train_seed": solution.training_seed(seed)}  # fmt: skip
         node = {**self.node, "solution": solution.to_dict(), "tree_hash": tree}
-        health = self.ring.config["exec_health"]
-        health = {**health, "term_grace_s": min(health["term_grace_s"], GRACE_S)}
-        ring = replace(self.ring, config={**self.ring.config, "exec_health": health})
+        health = self.ring.config.exec_health
+        health = replace(health, term_grace_s=min(health.term_grace_s, GRACE_S))
+        ring = replace(self.ring, config=replace(self.ring.config, exec_health=health))
         ex = Execution(ring, self.layout, node, self.view, "s0", spec, folder, self.deadline,
                        box=box)  # fmt: skip
         row = {"tree_hash": tree, "view": self.view, "seed": seed}
@@ -336,7 +335,7 @@ class BackgroundEvaluator:
     def _gpus_wanted(self) -> int:
         """GPUs as an execution gets them, where the ring's scheduler gives GPU slots."""
         info = read_json(self.layout.slots) if self.layout.slots.exists() else {}
-        return int(self.ring.config.get("gpus_per_execution") or 0) if info.get("gpus") else 0
+        return int(self.ring.config.gpus_per_execution or 0) if info.get("gpus") else 0
 
 
 # ---- the ring's best-so-far curve (report and summary) -----------------------------------

@@ -68,7 +68,7 @@ def context(ring: Ring, layout: RingLayout, node: dict, deadline: float) -> dict
     resume node's parent lies in the ring where its work began (carryover/engineer.py)."""
     index = read_json(layout.nodes_index)
     parent = node.get("parent")
-    search = ring.config["search"]
+    search = ring.config.search
     parents = carried.parent_layout(layout, node)
     if not parents.node_json(parent or "-").is_file():
         parent_scores = None
@@ -87,9 +87,9 @@ def context(ring: Ring, layout: RingLayout, node: dict, deadline: float) -> dict
         "parent_dir": carried.parent_submission(layout, node) is not None,
         "resume": carried.resume_context(layout, node),
         "refuted": refuted_directions(ring, layout, index),
-        "feedback": search["feedback"],
+        "feedback": search.feedback,
         "queries_left": carried.queries_left(ring, node),
-        "queries_per_node": search["queries_per_node"],
+        "queries_per_node": search.queries_per_node,
         "queries_earlier": carried.earlier_queries(node) if carried.is_resume(node) else 0,
         "validator": bool(ring.task.get("validator")),
         "validator_withheld": public_validator.refusal(ring.task),

@@ -34,7 +34,7 @@ DRAFT, IMPROVE = "draft", "improve"
 
 def handover_at(ring: Ring) -> float:
     """The engineer's hand-over point: cutoff - node_tail_min, from the live cutoff."""
-    return current_cutoff(ring) - ring.config["timeline"]["node_tail_min"] * 60
+    return current_cutoff(ring) - ring.config.timeline.node_tail_min * 60
 
 
 def parent_scores(ring: Ring, layout: RingLayout, index: dict) -> dict[str, float]:
@@ -57,13 +57,13 @@ def own_nodes(index: dict) -> int:
 
 
 def _why_last(ring: Ring, index: dict, now: float) -> str | None:
-    search = ring.config["search"]
+    search = ring.config.search
     if operator(ring) is None:
         return "no engineer configured (engineer.command is null)"
     if now >= handover_at(ring):
         return "the hand-over point (cutoff - node_tail_min) has passed"
-    if own_nodes(index) >= search["max_nodes"]:
-        return f"the ring holds search.max_nodes = {search['max_nodes']} nodes"
+    if own_nodes(index) >= search.max_nodes:
+        return f"the ring holds search.max_nodes = {search.max_nodes} nodes"
     return None
 
 
@@ -93,8 +93,8 @@ def plan_generation(ring_dir: str | Path, generation: int) -> dict:
         plan.update(last=True, reason=why)
         atomic_write_json(path, plan)
         return plan
-    search = ring.config["search"]
-    slots = min(search["max_concurrent_nodes"], search["max_nodes"] - own_nodes(index))
+    search = ring.config.search
+    slots = min(search.max_concurrent_nodes, search.max_nodes - own_nodes(index))
     scores = parent_scores(ring, layout, index)
     order = ranked(scores, ring.task["direction"])
     plan["lottery"] = [
@@ -102,7 +102,7 @@ def plan_generation(ring_dir: str | Path, generation: int) -> dict:
         for node, t in zip(order, tickets(len(order)), strict=True)
     ]
     rng = generation_rng(ring.ring_id, generation)
-    kinds = [DRAFT if not scores or rng.random() < search["draft_fraction"] else IMPROVE
+    kinds = [DRAFT if not scores or rng.random() < search.draft_fraction else IMPROVE
              for _ in range(slots)]  # fmt: skip
     parents = iter(draw_parents(scores, ring.task["direction"], kinds.count(IMPROVE), rng))
     names = {n["id"]: n["name"] for n in index["nodes"]}

@@ -50,8 +50,8 @@ class QueryServer:
         and its folder are made beside `work` (the session's box)."""
         self.ring = ring
         # A resume node's quota is what its earlier segments left (carryover/engineer.py).
-        self.quota = ring.config["search"]["queries_per_node"] if quota is None else quota
-        self.native = ring.config["search"]["feedback"] == "native"
+        self.quota = ring.config.search.queries_per_node if quota is None else quota
+        self.native = ring.config.search.feedback == "native"
         self.record = layout.node_dir(node_id) / "queries.jsonl"
         self.view = ring.search_views[0]
         self.work = work

@@ -93,7 +93,7 @@ def run_session(ring_dir: str | Path, node_id: str) -> dict:
 
 
 def _run_in_box(ring: Ring, layout: RingLayout, node: dict, box: Path) -> dict:
-    engineer = ring.config["engineer"]
+    engineer = ring.config.engineer
     workspace = box / "workspace"
     _make_workspace(ring, layout, node, workspace)
     trajectory = layout.trajectory(node["id"])
@@ -107,13 +107,13 @@ def _run_in_box(ring: Ring, layout: RingLayout, node: dict, box: Path) -> dict:
     (trajectory / "INSTRUCTIONS.md").write_text(text)
     started = time.time()
     record = {"node": node["id"], "operator": node["operator"], "started_at": started,
-              "deadline": deadline_at, "network": engineer["network"]}  # fmt: skip
+              "deadline": deadline_at, "network": engineer.network}  # fmt: skip
     if started >= deadline_at:
         record.update(status="not_started", budget_cut=True, exit_code=None,
                       reason="not started: the hand-over point had passed")  # fmt: skip
     else:
         record.update(_run_engineer(ring, layout, node, box, trajectory))
-    _redact(trajectory, engineer["env_pass"])
+    _redact(trajectory, engineer.env_pass)
     if is_resume(node):
         carried.write_transcript(ring, node, trajectory)
     record["ended_at"] = time.time()
@@ -142,7 +142,7 @@ def _make_workspace(ring: Ring, layout: RingLayout, node: dict, workspace: Path)
 
 def _command_argv(ring: Ring) -> tuple[list[str], list[Path]]:
     """The session's argv and the extra host folders it needs bound."""
-    command = ring.config["engineer"]["command"].strip()
+    command = ring.config.engineer.command.strip()
     if command == "builtin":
         python = ring.program["executable"]
         return [python, str(ENGINE / BUILTIN_SCRIPT.name)], []
@@ -150,7 +150,7 @@ def _command_argv(ring: Ring) -> tuple[list[str], list[Path]]:
 
 
 def _session_env(ring: Ring, node: dict, paths: dict, deadline: float) -> dict[str, str]:
-    engineer = ring.config["engineer"]
+    engineer = ring.config.engineer
     python = ring.program["executable"]
     env = {
         "PATH": f"{Path(python).parent}:/usr/local/bin:/usr/bin:/bin",
@@ -165,8 +165,8 @@ def _session_env(ring: Ring, node: dict, paths: dict, deadline: float) -> dict[s
         "RINGFLOW_INPUTS": paths["inputs"],
         "RINGFLOW_DEADLINE": f"{deadline:.0f}",
         "RINGFLOW_PYTHON": python,
-        "RINGFLOW_FEEDBACK": ring.config["search"]["feedback"],
-        "RINGFLOW_ENGINEER_DELAY_S": str(engineer["builtin_delay_s"]),
+        "RINGFLOW_FEEDBACK": ring.config.search.feedback,
+        "RINGFLOW_ENGINEER_DELAY_S": str(engineer.builtin_delay_s),
         "RINGFLOW_ENGINEER_SEED": node["id"],
         "RINGFLOW_QUERY_CLIENT": paths["query_client"],
     }
@@ -181,7 +181,7 @@ def _session_env(ring: Ring, node: dict, paths: dict, deadline: float) -> dict[s
         env["RINGFLOW_RESUME_DIR"] = paths["resume"]
     if paths.get("library"):
         env["RINGFLOW_ENGINEER_LIBRARY"] = paths["library"]
-    for name in engineer["env_pass"]:
+    for name in engineer.env_pass:
         if name in os.environ:
             env[name] = os.environ[name]
     return env
@@ -206,7 +206,7 @@ def draft_library(ring: Ring) -> Path | None:
     """Where the built-in engineer's drafts start from: the ring's own candidates folder
     (the demo's candidates for the demo task). None when the ring has none, and for any
     other engineer: the folder may hold more than candidates (a task, its labels)."""
-    if ring.config["engineer"]["command"].strip() != "builtin":
+    if ring.config.engineer.command.strip() != "builtin":
         return None
     folder = ring.candidates_dir
     return Path(folder) if folder and Path(folder).is_dir() else None
@@ -217,7 +217,7 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
     """bubblewrap around the session (or nothing with sandbox.mode none), as `identity`."""
     sock = server and server.path
     config = ring.config
-    engineer, box_config = config["engineer"], config["sandbox"]
+    engineer, box_config = config.engineer, config.sandbox
     workspace = box / "workspace"
     parent = carried.parent_submission(layout, node)
     snapshot = carried.resume_snapshot(layout, node)
@@ -243,9 +243,9 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
     info = sandbox.require_sandbox(box_config)
     root = info["mode"] == "root"
     hidden = (layout.root.parent, Path(ring.task["dir"]), Path(ring.store))
-    bound = [*(Path(d) for d in ring.program["dirs"]), *(Path(m) for m in engineer["mounts"])]
-    tmp = private_tmp_mb(config, config["limits"])
-    args = sandbox_head(info, network=engineer["network"], tmp_mb=tmp, bound=bound,
+    bound = [*(Path(d) for d in ring.program["dirs"]), *(Path(m) for m in engineer.mounts)]
+    tmp = private_tmp_mb(config.sandbox, config.limits.to_mapping())
+    args = sandbox_head(info, network=engineer.network, tmp_mb=tmp, bound=bound,
                         hidden=hidden, identity=identity)  # fmt: skip
     args += ["--bind", str(workspace), str(WORKSPACE)]
     args += ["--ro-bind", str(box / "INSTRUCTIONS.md"), str(INSTRUCTIONS)]
@@ -267,8 +267,8 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
     if validate is not None:
         args += ["--ro-bind", str(box / "validator"), str(VALIDATOR)]
     tail, read_status, write_status = sandbox_tail(
-        info, WORKSPACE, uid=box_config["uid"], gid=box_config["gid"],
-        max_processes=config["limits"]["max_processes"],
+        info, WORKSPACE, uid=box_config.uid, gid=box_config.gid,
+        max_processes=config.limits.max_processes,
         max_file_bytes=workspace_limits(ring).max_file_bytes,
     )  # fmt: skip
     args += tail
@@ -284,7 +284,7 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
              "token": server and server.token,
              "query_client": str(ENGINE / "query_client.py"), "validate": validate}  # fmt: skip
     return confined_plan(info, args + argv, _session_env(ring, node, paths, deadline), identity,
-                         network_isolated=not engineer["network"],
+                         network_isolated=not engineer.network,
                          status=(read_status, write_status), cleanups=cleanups)  # fmt: skip
 
 
@@ -293,16 +293,16 @@ def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
     argv, _ = _command_argv(ring)
     deadline = handover_at(ring)
     # The session's own ids (as root: a host uid and user namespace of its own).
-    box_config = config["sandbox"]
+    box_config = config.sandbox
     info = {"mode": "none"} if ring.sandbox["mode"] == "none" else sandbox.require_sandbox(
         box_config)  # fmt: skip
-    identity = claim_identity(info, box_config["uid"], box_config["gid"],
-                              box_config.get("host_uids"))  # fmt: skip
+    identity = claim_identity(info, box_config.uid, box_config.gid,
+                              box_config.host_uids)  # fmt: skip
     # Native feedback: the session is handed a socket to the scorer side, nothing else;
     # the socket is its uid's alone, and its token is handed to it alone.
     server = None
     try:
-        if config["search"]["feedback"] == "native":
+        if config.search.feedback == "native":
             server = QueryServer(ring, layout, node["id"], box / "queries",
                                  quota=carried.queries_left(ring, node),
                                  peer=(identity.host_uid, identity.host_gid))  # fmt: skip
@@ -313,7 +313,9 @@ def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
         identity.close()
         raise
     # A session with no activity of its own for engineer.stall_min is stopped (`stalled`).
-    health = {**config["exec_health"], "enforce": True, "hang_min": config["engineer"]["stall_min"]}
+    health = dataclasses.replace(
+        config.exec_health, enforce=True, hang_min=config.engineer.stall_min
+    )
     # Best so far (item 7): the workspace's runnable program, scored for the report only.
     background = best_so_far.BackgroundEvaluator(
         ring, layout, node, box / "workspace", lambda: handover_at(ring)
@@ -374,8 +376,8 @@ def _session_limits(ring: Ring) -> ResourceLimits:
     the workspace's files and bytes as it counts a program's output."""
     config, workspace = ring.config, workspace_limits(ring)
     gb = None if workspace.max_bytes is None else workspace.max_bytes / 1024**3
-    limits = ResourceLimits.from_config(
-        {**config["limits"], "output_gb": gb, "output_files": workspace.max_files}
+    limits = ResourceLimits.from_mapping(
+        {**config.limits.to_mapping(), "output_gb": gb, "output_files": workspace.max_files}
     )
     names = ("engineer.limits.workspace_gb", "engineer.limits.workspace_files")
     return dataclasses.replace(limits, output_names=names)
@@ -388,7 +390,7 @@ def _redact(trajectory: Path, names: list[str]) -> None:
 
 def _settle(ring, layout, node: dict, workspace: Path, record: dict) -> dict:
     """Submit a runnable workspace, carry over a cut one without, reject the rest."""
-    max_bytes = int(ring.config["max_weights_gb"] * 1024**3)
+    max_bytes = int(ring.config.max_weights_gb * 1024**3)
     try:
         # A workspace no one can copy or record is refused whole, cut or not: it is
         # neither submitted nor kept for a seal (docs/limits.md).

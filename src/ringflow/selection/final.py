@@ -47,7 +47,7 @@ def _ctx(ring_dir):
 
 
 def guard_refused(ring: Ring, index: dict) -> bool:
-    return ring.config["guard"]["enabled"] and usable_baseline(index) is None
+    return ring.config.guard.enabled and usable_baseline(index) is None
 
 
 def write_final(layout: RingLayout, node: str, record: dict) -> None:
@@ -162,7 +162,9 @@ REAL_FRESH = "real-s0"
 
 
 def view_blind_settings(ring: Ring) -> dict:
-    return {"extra_runs": 8, "max_extra_train_min": 60.0, **ring.config.get("view_blind", {})}
+    settings = ring.config.view_blind
+    return {"extra_runs": 8, "max_extra_train_min": 60.0,
+            **(settings.to_mapping() if settings is not None else {})}  # fmt: skip
 
 
 def extra_blind_variants(ring: Ring) -> list[str]:
@@ -328,10 +330,10 @@ def _output_until(proc: subprocess.Popen, deadline) -> str | None:
 def _review_command(ring, layout, node_id: str) -> dict:
     """Run the review command; it stops at the review stage's live deadline
     (docs/operations.md#the-clock)."""
-    command = ring.config["review"]
+    command = ring.config.review
     argv = [*shlex.split(command), str(layout.node_dir(node_id))]
     started = time.time()
-    limit = started + ring.config["scorer_timeout_min"] * 60
+    limit = started + ring.config.scorer_timeout_min * 60
     try:
         proc = subprocess.Popen(
             argv,
@@ -370,7 +372,7 @@ def review(ring_dir, node_id: str) -> dict:
     ring, layout, _ = _ctx(ring_dir)
     node = load_node(ring, node_id)
     checks = [_view_blind_check(ring, layout, node)]
-    if ring.config["review"] and checks[0]["outcome"] != NOT_REVIEWED:
+    if ring.config.review and checks[0]["outcome"] != NOT_REVIEWED:
         checks.append(_review_command(ring, layout, node_id))
     outcomes = {c["outcome"] for c in checks}
     # A failed check fails the review; a check cut by time leaves it not reviewed: never
@@ -516,13 +518,13 @@ def verdict(ring_dir, rank: int) -> dict:
             "not guarded again"))  # fmt: skip
         atomic_write_json(layout.verdict(rank), record)
         return record
-    guard = ring.config["guard"]
+    guard = ring.config.guard
     seated = read_json(layout.seated)
     base = reference_node(seated)  # the incumbent, or the baseline
     side = seated.get("guard_against") or "baseline"
     seeds = ring.guard_seeds
-    a_prime = guardstats.alpha_prime(guard["alpha"], eligible_at_ranking(ring, ranking))
-    info = _guard_record(ring, seeds, guard_views(ring), a_prime, guard["margin"])
+    a_prime = guardstats.alpha_prime(guard.alpha, eligible_at_ranking(ring, ranking))
+    info = _guard_record(ring, seeds, guard_views(ring), a_prime, guard.margin)
     cand_runs, base_runs = guard_runs(ring, layout, node), guard_runs(ring, layout, base)
     cand_side, base_side = per_seed_means(ring, cand_runs), per_seed_means(ring, base_runs)
     info.update(candidate=cand_side, baseline=base_side, against=base, against_role=side)
@@ -557,7 +559,7 @@ def verdict(ring_dir, rank: int) -> dict:
                 "interval", "detectable", "reason")  # fmt: skip
         info.update(lcb=stats["lcb"], mean=stats["mean"], bootstrap={k: stats[k] for k in kept})
         replace, reason = guardstats.guard_verdict(
-            stats, margin=guard["margin"], complete=True, against=side
+            stats, margin=guard.margin, complete=True, against=side
         )
         record["outcome"] = "replaces" if replace else "not_better"
     record.update(eligible=True, replace=replace, reason=reason, guard=info)
@@ -701,7 +703,7 @@ RESAMPLED_BY = {"resample": "the scorer (--seed)", "rows": "ringflow", "fixed": 
 def guard_covered(ring: Ring) -> dict:
     """What the guard's bound judged (docs/guard.md#what-the-guard-judges)."""
     mode = scorer_mode(ring.task)
-    retrain = bool(ring.config["guard"].get("retrain"))
+    retrain = bool(ring.config.guard.retrain)
     return {
         "program_noise": True,
         "rows": mode != "fixed",
@@ -804,7 +806,7 @@ def decide(ring_dir) -> dict:
         record = {"decision": "refused", "reason": seated["reason"], "final_written": False}
         write_record(layout.root, layout.decision, record)
         return record
-    verdicts = verdicts_in_order(ring, layout) if ring.config["guard"]["enabled"] else []
+    verdicts = verdicts_in_order(ring, layout) if ring.config.guard.enabled else []
     ranking = read_json(layout.ranking)
     base = seated["baseline"]
     ref = reference_node(seated)  # the incumbent, or the baseline
@@ -821,9 +823,7 @@ def decide(ring_dir) -> dict:
     rows, baseline = finalists_story(ring, layout, ranking, verdicts, ref)
     configured_baseline = baseline if ref == base else baseline_alone(ring, layout, base)
     guarded = [v for v in verdicts if v.get("guard")]
-    a_prime = guardstats.alpha_prime(
-        ring.config["guard"]["alpha"], eligible_at_ranking(ring, ranking)
-    )
+    a_prime = guardstats.alpha_prime(ring.config.guard.alpha, eligible_at_ranking(ring, ranking))
     guard = (
         chosen_verdict["guard"]
         if chosen_verdict
@@ -835,7 +835,7 @@ def decide(ring_dir) -> dict:
                 ring.guard_seeds,
                 guard_views(ring),
                 a_prime,
-                ring.config["guard"]["margin"],
+                ring.config.guard.margin,
             ),
             "ran": False,
         }
@@ -860,7 +860,7 @@ def decide(ring_dir) -> dict:
         "incumbent": seated.get("incumbent"),
         "reason": reason,
         "guard": guard,
-        "guard_ran": bool(guarded) and ring.config["guard"]["enabled"],
+        "guard_ran": bool(guarded) and ring.config.guard.enabled,
         "complete": bool(guard.get("complete")),
         "verdicts": verdicts,
         "reviews": [v["review"] for v in verdicts],
@@ -880,9 +880,9 @@ def decide(ring_dir) -> dict:
         },
         # Biased upward when candidates are equal (the best of several noisy scores).
         "selection_gap": story_gap(ring, chosen, rows, baseline),
-        "improvement": improvement(ring, layout, chosen, base, ring.config["guard"]["alpha"]),
+        "improvement": improvement(ring, layout, chosen, base, ring.config.guard.alpha),
         "improvement_over_reference": improvement(
-            ring, layout, chosen, ref, ring.config["guard"]["alpha"]
+            ring, layout, chosen, ref, ring.config.guard.alpha
         ),
         "winners_curse": winners_curse(chosen, rows, baseline, verdicts),
         "guard_judged": guard_covered(ring),
@@ -898,7 +898,7 @@ def decide(ring_dir) -> dict:
         "warnings": warnings,
         "note": ("Promotion scores are conditional on the frozen weights and the current "
         "data; guard scores " + ("include each guard seed's own training (guard.retrain)"
-        if ring.config["guard"].get("retrain") else "are conditional on them too") +
+        if ring.config.guard.retrain else "are conditional on them too") +
         ". The guard's bound is a paired bootstrap over the guard rows and the "
         "guard seeds' runs; promotion means are on the search views, guard means on the "
         "guard views. Other guarded finalists run on the final view after the decision, "

@@ -30,7 +30,7 @@ INCUMBENT, BASELINE = "incumbent", "baseline"
 
 def against(ring: Ring) -> str:
     """What the configuration says finalists are guarded against."""
-    return ring.config["guard"].get("against") or INCUMBENT
+    return ring.config.guard.against or INCUMBENT
 
 
 def parent_dir(ring: Ring) -> Path | None:

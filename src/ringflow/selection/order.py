@@ -39,7 +39,7 @@ def choose(ring: Ring, seated: dict, ranking: dict, verdicts: list[dict]):
     top = ranking["finalists"][0] if ranking["finalists"] else None
     if base is None:
         return top, "no baseline and guard disabled: the top finalist by 3-seed mean", None
-    if not ring.config["guard"]["enabled"]:
+    if not ring.config.guard.enabled:
         if top is None:
             return base, f"guard disabled and no finalist: {side} kept", None
         return top, "guard disabled: the top finalist by 3-seed mean (no protection)", None

@@ -48,7 +48,7 @@ def _estimate(ring: Ring, runs: dict[str, list[list[float]]]) -> dict:
     from ..core.clock import final_top_k
     from ..guardstats import alpha_prime
 
-    a_prime = alpha_prime(ring.config["guard"]["alpha"], final_top_k(ring))
+    a_prime = alpha_prime(ring.config.guard.alpha, final_top_k(ring))
     return detectable_advantage(runs, guard_seeds=len(ring.guard_seeds), alpha_prime=a_prime)
 
 

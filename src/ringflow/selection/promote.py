@@ -33,7 +33,7 @@ def promote(ring_dir: str | Path) -> dict:
         else:
             scored.append({"node": node, "score": s0["mean"], "per_view": s0["per_view"]})
     scored.sort(key=rank_key(direction))
-    k = ring.config["promote_top_k"]
+    k = ring.config.promote_top_k
     promotion = {
         "direction": direction,
         "ranked_by_seed0": scored,

@@ -213,7 +213,7 @@ class Measurements:
     def review_command_price(self) -> Price:
         if self.review_command:
             return Price(fmean(self.review_command), MEASURED, "measured review commands")
-        configured = self.ring.config.get("reserve", {}).get("review_command_min", 5)
+        configured = self.ring.config.reserve.review_command_min
         return Price(configured * 60.0, ASSUMED, "reserve.review_command_min")
 
 
@@ -309,7 +309,7 @@ class Planner:
     def promoted(self) -> list[str]:
         if self.layout.promotion.exists():
             return read_json(self.layout.promotion)["promoted"]
-        return self.by_seed0()[: self.ring.config["promote_top_k"]]
+        return self.by_seed0()[: self.ring.config.promote_top_k]
 
     def finalists(self, k: int) -> list[str]:
         if self.layout.ranking.exists():
@@ -317,7 +317,7 @@ class Planner:
         return self.promoted()[:k]
 
     def guard_on(self) -> bool:
-        return bool(self.ring.config["guard"]["enabled"])
+        return bool(self.ring.config.guard.enabled)
 
     def guard_started(self) -> bool:
         for node in (self.against, *candidate_ids(self.index)):
@@ -374,7 +374,7 @@ class Planner:
             else:
                 # The view-blind screen's runs, and the further runs it asked for once known.
                 variants = ["s0", "blind-s0", "blind2-s0", *screened_variants(self.layout, node)]
-                after = self.measured.review_command_price() if self.ring.config["review"] else None
+                after = self.measured.review_command_price() if self.ring.config.review else None
                 runs = [(node, first, v) for v in variants]
                 out.append(self.batch("review", runs, f"review of {node}", after=after))
             runs = [(node, v, f"g{s}") for v in self.guard_views for s in self.ring.guard_seeds]
@@ -407,7 +407,7 @@ def _terms_for(planner: Planner, finalists: list[str]) -> list[reserve.Term]:
 def plan_final_k(ring: Ring, layout: RingLayout, planner: Planner, ordered: list[str]) -> dict:
     """How many finalists the ring tries: final_top_k, or fewer when the capped reserve
     cannot cover them; settled (final_k.json) before the first guard run, never after."""
-    configured = ring.config["final_top_k"]
+    configured = ring.config.final_top_k
     if layout.final_k.exists():
         return {**read_json(layout.final_k), "settled": True}
     plan = {"k": configured, "configured": configured, "settled": False}
@@ -415,12 +415,12 @@ def plan_final_k(ring: Ring, layout: RingLayout, planner: Planner, ordered: list
         return {**plan, "reason": "no guard: final_top_k as configured"}
     if planner.guard_started():
         return {**plan, "reason": "a guard run has started: k is never lowered after it"}
-    timeline = ring.config["timeline"]
+    timeline = ring.config.timeline
     cap_min = (ring.stop_at - ring.start) / 60 / 2
     k, table = reserve.fit_final_k(
         lambda k: reserve.total_seconds(_terms_for(planner, ordered[:k])),
         configured,
-        timeline["reserve_pad_min"],
+        timeline.reserve_pad_min,
         cap_min,
     )
     why = (
@@ -466,7 +466,7 @@ def settle_final_k(ring_dir: str | Path, ordered: list[str]) -> int:
         return int(read_json(layout.final_k)["k"])
     planner = Planner(ring, layout)
     plan = plan_final_k(ring, layout, planner, ordered)
-    alpha = ring.config["guard"]["alpha"]
+    alpha = ring.config.guard.alpha
     record = {
         "k": plan["k"],
         "configured": plan["configured"],
@@ -557,7 +557,7 @@ def stage_timing(ring: Ring, layout: RingLayout) -> dict:
             "ended_at": ended,
             "actual_s": None if started is None or ended is None else max(0.0, ended - started),
             "reserved_s": None if reserved is None else reserved["estimate_s"],
-            "pad_min": ring.config.get("timeline", {}).get("reserve_pad_min"),
+            "pad_min": ring.config.timeline.reserve_pad_min,
             "complete": decided is not None,
         },
     }
@@ -597,10 +597,10 @@ def stage_pad_s(ring: Ring, cutoff: float, estimates: dict[str, float]) -> float
     time between the cutoff and stop_at - stop_margin_s leaves beyond the estimates. A full
     pad in a short ring (the reserve is capped at half the wall clock) would plan the first
     stages' deadlines before the cutoff and cut their executions before they start."""
-    timeline = ring.config["timeline"]
-    window = ring.stop_at - timeline["stop_margin_s"] - cutoff
+    timeline = ring.config.timeline
+    window = ring.stop_at - timeline.stop_margin_s - cutoff
     slack = window - sum(estimates.get(stage, 0.0) for stage in FINAL_STAGES)
-    return min(timeline["reserve_pad_min"] * 60, max(0.0, slack))
+    return min(timeline.reserve_pad_min * 60, max(0.0, slack))
 
 
 def tick(ring_dir: str | Path, now: float | None = None) -> dict:
@@ -614,12 +614,12 @@ def tick(ring_dir: str | Path, now: float | None = None) -> dict:
     if not layout.nodes_index.exists():
         return {"moved": False, "reason": "no nodes yet"}
     now = time.time() if now is None else now
-    timeline = ring.config["timeline"]
+    timeline = ring.config.timeline
     plan = estimate_ring(ring_dir)
     estimate_s = plan["estimate_s"]
     wall_min = (ring.stop_at - ring.start) / 60
     reserve_min = reserve.reserve_minutes(
-        timeline["final_reserve_min"], estimate_s, timeline["reserve_pad_min"], wall_min
+        timeline.final_reserve_min, estimate_s, timeline.reserve_pad_min, wall_min
     )
     cutoffs = reserve.CutoffFile(layout.cutoff)
     current = cutoffs.cutoff()
@@ -633,7 +633,7 @@ def tick(ring_dir: str | Path, now: float | None = None) -> dict:
     )
     stages = None
     if measured:
-        stop_margin_s = timeline["stop_margin_s"]
+        stop_margin_s = timeline.stop_margin_s
         cutoff = min(current, proposed) if moved else current
         pad_s = stage_pad_s(ring, cutoff, plan["stages"])
         stages = reserve.stage_deadlines(ring.stop_at, stop_margin_s, plan["stages"], pad_s)

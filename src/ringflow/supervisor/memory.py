@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..core.settings import Sandbox
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 PRIVATE_TMPFS = ("tmp", "dev/shm")
@@ -58,10 +61,10 @@ def private_tmpfs_bytes(pids: Iterable[int]) -> int:
     return total
 
 
-def private_tmp_mb(config: dict, limits: dict) -> int:
+def private_tmp_mb(settings: Sandbox, limits: Mapping[str, Any]) -> int:
     """Size of the sandbox's /tmp and of its /dev/shm: sandbox.tmp_mb, but never more than
     the memory limit, whose share they are (docs/limits.md#memory)."""
-    size = int(config["sandbox"]["tmp_mb"])
+    size = int(settings.tmp_mb)
     if limits.get("memory_gb") is not None:
         size = min(size, max(int(limits["memory_gb"] * 1024), 16))
     return size

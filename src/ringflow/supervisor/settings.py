@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import InputError
+from ..core.settings import ExecHealth, Limits
 
 
 def _number(section: str, key: str, value: Any, *, allow_none: bool, allow_zero: bool) -> Any:
@@ -50,8 +51,13 @@ class HealthSettings:
     min_io_kbps: float = 64
 
     @classmethod
-    def from_config(cls, d: dict) -> HealthSettings:
-        """Build from the `exec_health` mapping; missing keys keep their defaults."""
+    def from_config(cls, section: ExecHealth) -> HealthSettings:
+        """Build from the configuration's `exec_health` section."""
+        return cls.from_mapping(section.to_mapping())
+
+    @classmethod
+    def from_mapping(cls, d: dict) -> HealthSettings:
+        """Build from an `exec_health` mapping; missing keys keep their defaults."""
         d = _check_keys("exec_health", cls, d)
         values: dict[str, Any] = {}
         for key, value in d.items():
@@ -86,8 +92,14 @@ class ResourceLimits:
     )
 
     @classmethod
-    def from_config(cls, d: dict) -> ResourceLimits:
-        """Build from the `limits` mapping; null means "no limit"."""
+    def from_config(cls, section: Limits) -> ResourceLimits:
+        """Build from the configuration's `limits` section."""
+        return cls.from_mapping(section.to_mapping())
+
+    @classmethod
+    def from_mapping(cls, d: dict) -> ResourceLimits:
+        """Build from a `limits` mapping (a view's limits as locked); null means "no
+        limit"."""
         d = _check_keys("limits", cls, d)
         values: dict[str, Any] = {}
         for key, value in d.items():

@@ -15,6 +15,7 @@ from typing import Any
 from ..core.errors import InputError, RingflowError
 from ..core.hashing import sha256_file
 from ..core.jsonio import canonical_json, sha256_json
+from ..core.settings import Program, RingConfig
 from ..core.state import Ring
 
 SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
@@ -32,13 +33,13 @@ COMPONENT_MEANINGS = {
 PYTHON_COMMANDS = ("python", "python3")
 
 
-def program_python(config: dict, repo: Path | None = None) -> Path:
+def program_python(program: Program, repo: Path | None = None) -> Path:
     """The candidates' interpreter: `program.python`, or the repository's .venv-program.
 
     A relative path is taken from the repository root, like the default.
     """
     repo = REPO if repo is None else repo
-    named = (config.get("program") or {}).get("python")
+    named = program.python
     if not named:
         return repo / ".venv-program" / "bin" / "python"
     path = Path(named).expanduser()
@@ -49,17 +50,17 @@ def ring_program_python(ring: Ring) -> Path:
     """The interpreter a locked ring's programs run with (resolved at lock time)."""
     if ring.program_python:
         return Path(ring.program_python)
-    return program_python(ring.config)
+    return program_python(ring.config.program)
 
 
-def environment_for(config: dict, memo=None) -> tuple[dict[str, Any], dict[str, Any]]:
+def environment_for(config: RingConfig, memo=None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(components, stamp) of the candidates' environment under a ring's configuration."""
     from .environment import describe
 
     return describe(
-        program_python(config),
-        config["limits"]["threads"],
-        list(config["sandbox"].get("mounts") or []),
+        program_python(config.program),
+        config.limits.threads,
+        list(config.sandbox.mounts),
         memo,
     )
 
@@ -96,7 +97,7 @@ def check_environment(ring: Ring, memo=None) -> None:
     if stamp is not None and stamp_matches(stamp, ring_program_python(ring)):
         current = rehash_sources(frozen, stamp, memo)
         current["variables"] = keyed_variables()
-        current["threads"] = ring.config["limits"]["threads"]
+        current["threads"] = ring.config.limits.threads
     else:
         current, _ = environment_for(ring.config, memo)
     if environment_key(current) != ring.env_key:

@@ -25,8 +25,9 @@ ring folder, as the tests do (docs/architecture.md#the-workflow-glue).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from snakemake.io import ancient
 
@@ -36,6 +37,7 @@ from ..core import statuses
 from ..core.clock import view_limits
 from ..core.jsonio import read_json_cached as read_json
 from ..core.layout import RingLayout, is_guard_variant, is_review_variant
+from ..core.settings import RingConfig
 from ..core.state import Ring
 from ..selection.final import (
     after_decision_final_runs,
@@ -64,14 +66,15 @@ class RingDag:
     def __init__(
         self,
         layout: RingLayout,
-        config: dict,
+        config: Mapping[str, Any],
         checkpoints: Checkpoints,
         chain_parent: str | None = None,
         gpu_slots: int = 0,
         refuse: Callable[[], bool] | None = None,
     ) -> None:
         self.ring = layout
-        self.config = config
+        # Snakemake's validated configuration of the ring, read once.
+        self.config = RingConfig.from_mapping(config)
         self.checkpoints = checkpoints
         self.chain_parent = chain_parent
         self.gpu_slots = gpu_slots
@@ -204,7 +207,7 @@ class RingDag:
         return usable_baseline(self.imported())
 
     def guard_on(self) -> bool:
-        return bool(self.lock().config["guard"]["enabled"]) and self.baseline() is not None
+        return bool(self.lock().config.guard.enabled) and self.baseline() is not None
 
     def score_files(self, nodes, variants, views=None) -> list[str]:
         views = views or self.lock().search_views
@@ -292,7 +295,7 @@ class RingDag:
 
     def execution_gpus(self, wildcards) -> int:
         """GPUs per execution where the profile declares GPU slots (profiles/gpu)."""
-        return self.config["gpus_per_execution"] if self.gpu_slots else 0
+        return self.config.gpus_per_execution if self.gpu_slots else 0
 
     def execution_mem_mb(self, wildcards) -> int:
         """What the execution may use, plus room for the supervisor."""
@@ -303,8 +306,8 @@ class RingDag:
         config = self.lock().config
         minutes = (
             self.execution_limits(wildcards)["time_limit_min"]
-            + config["exec_health"]["term_grace_s"] / 60
-            + config["scorer_timeout_min"]
+            + config.exec_health.term_grace_s / 60
+            + config.scorer_timeout_min
         )
         return int(minutes) + 1
 

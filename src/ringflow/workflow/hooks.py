@@ -19,6 +19,7 @@ from ..config import check_config, coerce_config, config_defaults, config_proble
 from ..core.errors import InputError
 from ..core.interrupts import install_relay
 from ..core.layout import RingLayout
+from ..core.settings import RingConfig
 from ..core.stop import keep_stop_reserve
 from ..reporting import notify
 from ..reporting.progress import ring_end, ring_start
@@ -79,10 +80,11 @@ def refuse_locked(root: Path, config: dict, defaults_path: str) -> bool:
         # configuration at its own lock: compare with that.
         inherit_config(config, config_defaults(defaults_path))
     try:
-        check_existing_lock(config)
-        refuse_edits(root, config["ring_id"])
+        settings = RingConfig.from_mapping(config)
+        check_existing_lock(settings)
+        refuse_edits(root, settings.ring_id)
         if _parent_locked(config):
-            refuse_task_switch(config)
+            refuse_task_switch(settings)
     except InputError as exc:
         # Snakemake shows a refusal inside the traceback of an input function: say it first.
         print(f"ringflow: error: {exc}", file=sys.stderr, flush=True)
@@ -98,45 +100,46 @@ def start_rings(rings: list[NamedRing], configs: dict[str, dict], workflow) -> N
     rings = [ring for ring in rings if not RingLayout(ring.root).stop_manifest.exists()]
     if not rings:
         return
+    settings = {ring.name: RingConfig.from_mapping(configs[ring.name]) for ring in rings}
     for note in hold_leases([ring.root for ring in rings], " ".join(sys.argv)):
         print(note, file=sys.stderr)
     for ring in rings:
-        remove_debris(ring.root, configs[ring.name])
+        remove_debris(ring.root, settings[ring.name])
         keep_stop_reserve(ring.root)
-    _JANITOR[:] = [_start_janitor(rings, configs)]
+    _JANITOR[:] = [_start_janitor(rings, settings)]
     # Jobs on a cluster's nodes bring their own GPUs (checked against the partition there);
     # on this machine a profile that declares GPUs gets as many slots as NVML sees, 0 too.
     local = not getattr(workflow, "non_local_exec", False)
     declared = local and gpu_declared(workflow.global_resources)
     slots = gpu_slots(workflow.global_resources)
     for ring in rings:
-        config = configs[ring.name]
-        per_execution = config["gpus_per_execution"] or 1
+        config = settings[ring.name]
+        per_execution = config.gpus_per_execution or 1
         timekeeper.record_slots(ring.root, workflow, slots if declared else (slots or None),
                                 per_execution, gpu_profile=declared)  # fmt: skip
         timekeeper.start_in_background(ring.root)
         install_relay(ring.root)
-        ring_start(ring.root, config["terminal"])
-        notify.ring_start(ring.root, config.get("notify"))
+        ring_start(ring.root, config.terminal)
+        notify.ring_start(ring.root, None if config.notify is None else config.notify.to_mapping())
 
 
 _JANITOR: list = []  # the janitor's Popen, kept for the driver's life
 
 
-def _store_of(config: dict) -> Path:
-    return Path(config["store"]).expanduser().resolve()
+def _store_of(config: RingConfig) -> Path:
+    return Path(config.store).expanduser().resolve()
 
 
-def _start_janitor(rings: list[NamedRing], configs: dict[str, dict]):
+def _start_janitor(rings: list[NamedRing], configs: dict[str, RingConfig]):
     """What a kill of the whole workflow leaves is removed once the driver is gone, after
     the supervisors' grace for stopping their programs."""
-    graces = [(configs[r.name].get("exec_health") or {}).get("term_grace_s", 60) for r in rings]
+    graces = [configs[r.name].exec_health.term_grace_s for r in rings]
     grace = max(graces, default=60)
     pairs = [(Path(ring.root), _store_of(configs[ring.name])) for ring in rings]
     return start_janitor(pairs, settle_s=float(grace) + 30)
 
 
-def remove_debris(ring_root: Path, config: dict) -> None:
+def remove_debris(ring_root: Path, config: RingConfig) -> None:
     """What killed runs of a ring left: their boxes (a replay's hard links into the store
     among them) and their registrations' temporary files in the store, each removed once
     its holder is gone (its flock is free); a live run's are left alone."""

@@ -43,7 +43,7 @@ def test_fields_are_typed(locked):
         isinstance(ring.search_views, tuple) and list(ring.search_views) == record["search_views"]
     )
     assert isinstance(ring.guard_seeds, tuple) and list(ring.guard_seeds) == record["guard_seeds"]
-    assert ring.config == record["config"]
+    assert ring.config.to_mapping() == record["config"]
     assert ring.views == record["views"]
     assert ring.layout == RingLayout(ring.root)
     assert ring.extra == {}
@@ -53,7 +53,7 @@ def test_a_partial_record_gets_defaults():
     ring = Ring.from_record({"ring_id": "r", "ring_dir": "/runs/r", "search_views": ["a"]})
     assert ring.search_views == ("a",)
     assert ring.guard_views == () and ring.guard_seeds == () and ring.tree_ignore == ()
-    assert ring.config == {} and ring.views == {} and ring.task == {}
+    assert ring.config is None and ring.views == {} and ring.task == {}
     assert ring.final_view is None and ring.continue_from is None and ring.store is None
     assert ring.guard_views_reused is False
     # Only the keys it held are written back.

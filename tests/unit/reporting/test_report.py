@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ringflow.reporting.report import render_report, write_report
-from ringtools import finished_demo_ring
+from ringtools import finished_demo_ring, full_config
 
 START = 1_800_000_000.0
 
@@ -60,11 +60,11 @@ def hand_ring(
             "final_view": "fin",
             "guard_seeds": [3, 4],
             "task": {"name": "toy", "direction": "maximize"},
-            "config": {
-                "guard": {"enabled": True, "alpha": 0.05, "margin": 0.0, "seeds": 2},
-                "final_top_k": 1,
-                "promote_top_k": 2,
-            },
+            "config": full_config(
+                guard={"enabled": True, "alpha": 0.05, "margin": 0.0, "seeds": 2},
+                final_top_k=1,
+                promote_top_k=2,
+            ),
         },
     )
     if cutoff is not None:

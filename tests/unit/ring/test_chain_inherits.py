@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from ringflow.core.errors import InputError
+from ringflow.core.settings import RingConfig
 from ringflow.nodes import import_static
 from ringflow.ring.chain import command_line_keys, inherit_config, refuse_task_switch
 from ringflow.ring.lock import lock_ring
@@ -66,26 +67,26 @@ def test_another_task_or_direction_is_refused_with_the_reason(parent, tmp_path):
     config = _continuation(task=str(other))
     with pytest.raises(InputError, match=r"it ran task 'scripted' \(maximize\).*'scripted' "
                        r"\(minimize\).*leave task empty"):  # fmt: skip
-        refuse_task_switch(config, work)
+        refuse_task_switch(RingConfig.from_mapping(config), work)
     with pytest.raises(InputError, match="refusing to continue"):
         lock_ring(config, work)
     assert not (work / "runs" / "r2" / "RING.json").exists()
     (other / "task.yaml").write_text(yaml.safe_dump({**spec, "name": "another"}))
     with pytest.raises(InputError, match="names task 'another'"):
-        refuse_task_switch(config, work)
+        refuse_task_switch(RingConfig.from_mapping(config), work)
 
 
 def test_the_same_task_named_again_is_allowed(parent):
     work, r1 = parent
     config = _continuation(task=r1.task["dir"])
-    refuse_task_switch(config, work)
+    refuse_task_switch(RingConfig.from_mapping(config), work)
     assert lock_ring(config, work).task["name"] == "scripted"
 
 
 def test_a_first_ring_inherits_nothing(tmp_path):
     config = full_config(ring_id="solo")
     assert inherit_config(config, full_config(), tmp_path) == []
-    refuse_task_switch(config, tmp_path)
+    refuse_task_switch(RingConfig.from_mapping(config), tmp_path)
 
 
 def test_a_key_given_on_the_command_line_wins_even_null_or_the_default(parent, tmp_path):
@@ -106,7 +107,8 @@ def test_a_key_given_on_the_command_line_wins_even_null_or_the_default(parent, t
     assert config["promote_top_k"] == 3  # the default's own value, given: kept
     from ringflow.ring.chain import describe, parent_lock
 
-    changed = describe(parent_lock(config, work), config, {
+    parent = parent_lock(config["continue_from"], work)
+    changed = describe(parent, RingConfig.from_mapping(config), {
         "task": r1["task"]["dir"], "candidates": r1["candidates_dir"],
         "baseline": r1["baseline_dir"]})["changed"]  # fmt: skip
     assert changed["engineer.command"] == {"parent": "builtin", "this": None}

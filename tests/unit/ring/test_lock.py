@@ -13,6 +13,7 @@ import pytest
 
 from ringflow.core.errors import InputError, MachineryError, RingflowError
 from ringflow.core.jsonio import sha256_json
+from ringflow.core.settings import RingConfig
 from ringflow.execute import check_environment
 from ringflow.ring.inputs import check_inputs
 from ringflow.ring.lock import check_existing_lock, lock_ring
@@ -61,7 +62,7 @@ def test_another_configuration_is_refused_naming_what_differs(tmp_path, config):
     changed = copy.deepcopy(config)
     changed["promote_top_k"] = 9
     with pytest.raises(InputError, match="differs in: promote_top_k"):
-        check_existing_lock(changed, tmp_path)
+        check_existing_lock(RingConfig.from_mapping(changed), tmp_path)
     with pytest.raises(InputError, match="locked with another configuration"):
         lock_ring(changed, tmp_path)
 

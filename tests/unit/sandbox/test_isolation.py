@@ -25,11 +25,12 @@ from ringflow.sandbox import SandboxRequest
 from ringflow.sandbox.identity import HOST_UIDS
 from ringflow.sandbox.interpreter import describe_interpreter
 from ringflow.sandbox.probe import require_sandbox
+from ringtools import sandbox_settings
 
 pytestmark = pytest.mark.sandbox
 
 ROOT = os.geteuid() == 0
-SETTINGS = {"mode": "auto", "uid": 65534, "gid": 65534}
+SETTINGS = sandbox_settings(mode="auto", uid=65534, gid=65534)
 # (add_key, keyctl) by machine.
 SYSCALLS = {"x86_64": (248, 250), "aarch64": (217, 219)}
 

@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 
 from ringflow.sandbox.probe import require_sandbox
+from ringtools import sandbox_settings
 
 # The module, not the function the package re-exports under its name.
 probe_module = importlib.import_module("ringflow.sandbox.probe")
 
 pytestmark = pytest.mark.sandbox
 
-SETTINGS = {"mode": "auto", "uid": 65534, "gid": 65534}
+SETTINGS = sandbox_settings(mode="auto", uid=65534, gid=65534)
 
 
 @pytest.fixture

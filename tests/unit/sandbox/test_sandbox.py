@@ -23,13 +23,14 @@ from ringflow.core.errors import SandboxError
 from ringflow.sandbox import SandboxRequest
 from ringflow.sandbox.interpreter import describe_interpreter
 from ringflow.sandbox.probe import require_sandbox
+from ringtools import sandbox_settings
 
 pytestmark = pytest.mark.sandbox
 
 ROOT = os.geteuid() == 0
 NOBODY = 65534
 RING_OWNER = 1234  # a non-root owner, so a restored owner cannot be mistaken for "untouched"
-SETTINGS = {"mode": "auto", "uid": NOBODY, "gid": NOBODY}
+SETTINGS = sandbox_settings(mode="auto", uid=NOBODY, gid=NOBODY)
 
 AGENT = r"""
 import json, os, socket, sys
@@ -441,7 +442,7 @@ def test_a_set_up_failure_is_reported_as_the_sandbox_s(ring, info):
 
 def test_no_sandbox_refuses_with_what_to_do(broken_bwrap):
     with pytest.raises(SandboxError) as refused:
-        require_sandbox({"mode": "auto", "uid": 4242, "gid": 4242})
+        require_sandbox(sandbox_settings(mode="auto", uid=4242, gid=4242))
     message = str(refused.value)
     assert "No permissions to create new namespace" in message
     assert "sandbox.mode: none" in message
@@ -452,11 +453,11 @@ def test_no_sandbox_refuses_with_what_to_do(broken_bwrap):
 def test_missing_bubblewrap_names_the_package(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(SandboxError, match="apt-get install bubblewrap"):
-        require_sandbox({"mode": "bwrap", "uid": 4343, "gid": 4343})
+        require_sandbox(sandbox_settings(mode="bwrap", uid=4343, gid=4343))
 
 
 def test_mode_none_must_be_named_and_runs_unconfined(ring):
-    info = require_sandbox({"mode": "none", "uid": NOBODY, "gid": NOBODY})
+    info = require_sandbox(sandbox_settings(mode="none", uid=NOBODY, gid=NOBODY))
     plan = start(ring, info)
     assert plan.mode == "none" and plan.argv[1] == "run.py"
     assert any("unconfined" in note for note in plan.notes)
@@ -464,4 +465,4 @@ def test_mode_none_must_be_named_and_runs_unconfined(ring):
 
 def test_unknown_sandbox_mode_is_refused():
     with pytest.raises(SandboxError, match="'docker' is not one of"):
-        require_sandbox({"mode": "docker", "uid": NOBODY, "gid": NOBODY})
+        require_sandbox(sandbox_settings(mode="docker", uid=NOBODY, gid=NOBODY))

@@ -13,6 +13,7 @@ from ringflow.core.clock import load_ring
 from ringflow.core.jsonio import atomic_write_json, read_json
 from ringflow.core.layout import RingLayout
 from ringflow.core.reserve import CutoffFile
+from ringflow.core.settings import RingConfig
 from ringflow.search import instructions
 from ringflow.search.lottery import draw_parents, ranked, tickets
 from ringflow.search.plan import plan_generation
@@ -110,9 +111,9 @@ def test_native_and_blind_instructions_differ_only_in_the_feedback_section(tmp_p
     node = {"id": "n003-a-g0", "origin": {"kind": "improve"}, "parent": "n001-a"}
     texts = {}
     for mode in ("native", "blind"):
-        config = copy.deepcopy(dict(ring.config))
+        config = copy.deepcopy(ring.config.to_mapping())
         config["search"]["feedback"] = mode
-        variant = dataclasses.replace(ring, config=config)
+        variant = dataclasses.replace(ring, config=RingConfig.from_mapping(config))
         texts[mode] = instructions.render(instructions.context(variant, layout, node, 1e9))
     native_head, native_feedback = texts["native"].split("## Feedback")
     blind_head, blind_feedback = texts["blind"].split("## Feedback")

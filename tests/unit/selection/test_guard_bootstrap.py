@@ -10,6 +10,7 @@ from ringflow import guardstats
 from ringflow.core.state import Ring
 from ringflow.selection.final import choose, ends_selection
 from ringflow.selection.promote import rank_key
+from ringtools import full_config
 
 ALPHA = 0.05
 
@@ -83,7 +84,7 @@ def test_bad_tables_are_clear_errors():
 
 # ---- the whole selection, simulated ------------------------------------------------------
 
-CONFIG = {"guard": {"enabled": True}, "final_top_k": 3}
+CONFIG = full_config(guard={"enabled": True}, final_top_k=3)
 
 
 def bootstrap_accuracy(correct: np.ndarray, resamples: np.ndarray) -> np.ndarray:

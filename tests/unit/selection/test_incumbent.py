@@ -11,6 +11,7 @@ import pytest
 
 from ringflow.core.state import Ring
 from ringflow.selection.incumbent import history, history_line, incumbent_node, reference
+from ringtools import full_config, ring_config
 
 BASE, GOOD = "n000-base", "n001-good"
 
@@ -24,7 +25,7 @@ def a_ring(root: Path, ring_id: str, previous: str | None, nodes: dict[str, str]
     """A ring folder with a lock and node.json files ({id: tree hash})."""
     lock = {"ring_id": ring_id, "ring_dir": str(root), "guard_seeds": [3],
             "chain_exposed_seeds": [], "continue_from": previous,
-            "config": {"guard": {"against": "incumbent"}}}  # fmt: skip
+            "config": full_config(guard={"against": "incumbent"})}  # fmt: skip
     write(root / "RING.json", lock)
     for node, tree in nodes.items():
         write(root / "nodes" / node / "node.json", {"id": node, "tree_hash": tree})
@@ -84,7 +85,7 @@ def test_a_parent_that_kept_the_baseline_leaves_the_baseline(chain, tmp_path):
 def test_guard_against_baseline_leaves_the_baseline_and_warns(chain, tmp_path):
     _, child, nodes = chain
     decided(tmp_path / "r1", "candidate", GOOD)
-    child = dataclasses.replace(child, config={"guard": {"against": "baseline"}})
+    child = dataclasses.replace(child, config=ring_config(guard={"against": "baseline"}))
     ref = reference(child, index(nodes))
     assert ref["node"] == BASE and ref["role"] == "baseline"
     assert "does not keep the chain's incumbent" in ref["warning"]

@@ -127,7 +127,7 @@ def test_guard_views_train_once_then_replay_priced_by_size(tmp_path):
     record(ring, "n001-a", "proxy", "s1", 1.0, "replay")
     # A ring with a guard view "holdout" three times the proxy's inputs.
     size = lock.views["proxy"]["input_bytes"]
-    limits = lock.config["limits"]
+    limits = lock.config.limits.to_mapping()
     holdout = {"name": "holdout", "input_bytes": 3 * size, "limits": limits}
     lock = dataclasses.replace(
         lock, views={**lock.views, "holdout": holdout}, guard_views=("holdout",)
@@ -233,7 +233,7 @@ def test_a_tick_plans_stage_deadlines_backwards_and_jobs_follow_them(tmp_path):
     lock = load_ring(ring)
     out = tick(ring)
     stages = out["stages"]
-    hard_end = lock.stop_at - lock.config["timeline"]["stop_margin_s"]
+    hard_end = lock.stop_at - lock.config.timeline.stop_margin_s
     assert stages["final"]["deadline"] == pytest.approx(hard_end)
     assert stages["guard"]["deadline"] == pytest.approx(hard_end - stages["final"]["share_s"])
     assert stages["review"]["deadline"] < stages["guard"]["deadline"] < hard_end
@@ -260,7 +260,7 @@ def test_a_short_ring_plans_no_stage_deadline_before_its_cutoff(tmp_path):
     lock = load_ring(ring)
     out = tick(ring)
     cutoff = CutoffFile(ring / "cutoff.json").cutoff()
-    hard_end = lock.stop_at - lock.config["timeline"]["stop_margin_s"]
+    hard_end = lock.stop_at - lock.config.timeline.stop_margin_s
     deadlines = [out["stages"][stage]["deadline"] for stage in FINAL_STAGES]
     assert deadlines == sorted(deadlines) and deadlines[-1] == pytest.approx(hard_end)
     assert out["stages"]["promotion"]["deadline"] - out["stages"]["promotion"]["share_s"] >= (
@@ -301,7 +301,7 @@ def test_final_selection_executions_and_the_review_command_follow_their_stage_de
     # A plan never extends a stage past stop_at - stop_margin_s.
     late = {"final": {"deadline": lock.stop_at + 600}}
     CutoffFile(ring / "cutoff.json").note_estimate(reserve_min=1, estimate_s=1, stages=late)
-    hard_end = lock.stop_at - lock.config["timeline"]["stop_margin_s"]
+    hard_end = lock.stop_at - lock.config.timeline.stop_margin_s
     assert deadline_for(lock, "final", "s0")() == pytest.approx(hard_end)
 
 

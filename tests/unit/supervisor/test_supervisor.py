@@ -520,21 +520,21 @@ def test_memory_limit_enforced_where_a_memory_cgroup_exists(tmp_path):
 
 
 def test_settings_from_config():
-    assert HealthSettings.from_config({}) == HealthSettings()
-    s = HealthSettings.from_config({"enforce": True, "collect_s": 0.2, "hang_min": 0.05})
+    assert HealthSettings.from_mapping({}) == HealthSettings()
+    s = HealthSettings.from_mapping({"enforce": True, "collect_s": 0.2, "hang_min": 0.05})
     assert (s.enforce, s.collect_s, s.hang_min, s.interval_s) == (True, 0.2, 0.05, 300)
     with pytest.raises(InputError, match="unknown key"):
-        HealthSettings.from_config({"colect_s": 1})
+        HealthSettings.from_mapping({"colect_s": 1})
     with pytest.raises(InputError, match="enforce"):
-        HealthSettings.from_config({"enforce": "yes"})
+        HealthSettings.from_mapping({"enforce": "yes"})
     with pytest.raises(InputError, match="collect_s"):
-        HealthSettings.from_config({"collect_s": 0})
-    limits = ResourceLimits.from_config({"memory_gb": None, "threads": 2})
+        HealthSettings.from_mapping({"collect_s": 0})
+    limits = ResourceLimits.from_mapping({"memory_gb": None, "threads": 2})
     assert (limits.memory_gb, limits.threads, limits.time_limit_min) == (None, 2, 360)
     with pytest.raises(InputError, match="threads"):
-        ResourceLimits.from_config({"threads": 1.5})
+        ResourceLimits.from_mapping({"threads": 1.5})
     with pytest.raises(InputError, match="memory_gb"):
-        ResourceLimits.from_config({"memory_gb": -1})
+        ResourceLimits.from_mapping({"memory_gb": -1})
 
 
 def test_wait_for_follows_a_moving_deadline():

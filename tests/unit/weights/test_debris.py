@@ -17,7 +17,7 @@ import pytest
 from ringflow.ring.boxes import close_box, open_box, remove_abandoned_boxes
 from ringflow.weights.store import WeightsStore
 from ringflow.workflow.hooks import remove_debris
-from ringtools import PROGRAM, locked_ring, make_candidate
+from ringtools import PROGRAM, locked_ring, make_candidate, ring_config
 
 # A registration whose copy takes long (as a large one does): it stays inside the store's
 # own registration, its `.incoming-*` file made and held, until the test kills it.
@@ -144,7 +144,7 @@ def test_a_replay_killed_mid_run_leaves_no_link_into_the_store_after_the_next_st
         os.killpg(replay.pid, signal.SIGKILL)  # the supervisor and everything of its job
         replay.wait()
     assert _links_into(ring, store), "a kill leaves the box, links and all"
-    remove_debris(ring, {"store": str(store)})  # what the ring's next start does
+    remove_debris(ring, ring_config(store=str(store)))  # what the ring's next start does
     assert _links_into(ring, store) == []
     assert not any((ring.parent / ".boxes").iterdir())
 

@@ -16,6 +16,7 @@ from ringflow.core.state import Ring
 from ringflow.weights import store as store_module
 from ringflow.weights.heal import check_store, check_store_index, repair_store
 from ringflow.weights.store import WeightsStore
+from ringtools import full_config
 
 
 @pytest.fixture
@@ -184,7 +185,7 @@ def settle(tmp_path: Path, store: WeightsStore, variant: str) -> tuple[str, str]
         {
             "ring_id": "ring",
             "ring_dir": str(tmp_path / "ring"),
-            "config": {"replay_verify": "stat", "max_train_attempts": 2},
+            "config": full_config(replay_verify="stat", max_train_attempts=2),
         }
     )
     ex = Execution(ring, RingLayout(tmp_path / "ring"), {"id": "n1", "tree_hash": TREE},

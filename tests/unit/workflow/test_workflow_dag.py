@@ -13,6 +13,7 @@ from ringflow.core.jsonio import atomic_write_json
 from ringflow.core.layout import RingLayout
 from ringflow.workflow.checkpoints import CHECKPOINT_OUTPUTS, CheckpointPending, FolderCheckpoints
 from ringflow.workflow.dag import RingDag
+from ringtools import full_config
 
 VIEWS = {"search": ["proxy", "x3"], "guard": ["guard"], "final": "final"}
 STATIC = ["n000-baseline", "n001-a", "n002-b", "n003-c"]
@@ -43,12 +44,12 @@ def make_ring(root: Path, guard: bool = True) -> RingLayout:
             "guard_seeds": [3, 4],
             "search_hash": "h",
             "views": {},
-            "config": {
-                "guard": {"enabled": guard},
-                "limits": {"threads": 1, "memory_gb": 1, "time_limit_min": 5},
-                "exec_health": {"term_grace_s": 6},
-                "scorer_timeout_min": 2,
-            },
+            "config": full_config(
+                guard={"enabled": guard},
+                limits={"threads": 1, "memory_gb": 1, "time_limit_min": 5},
+                exec_health={"term_grace_s": 6},
+                scorer_timeout_min=2,
+            ),
         },
     )
     nodes = [_node(n, "baseline" if n.endswith("baseline") else "candidate") for n in STATIC]
@@ -69,7 +70,7 @@ def make_ring(root: Path, guard: bool = True) -> RingLayout:
 
 def dag_over(layout: RingLayout, config: dict | None = None) -> tuple[RingDag, FolderCheckpoints]:
     checkpoints = FolderCheckpoints(layout)
-    return RingDag(layout, config or {"gpus_per_execution": 1}, checkpoints), checkpoints
+    return RingDag(layout, config or full_config(gpus_per_execution=1), checkpoints), checkpoints
 
 
 def w(**values) -> SimpleNamespace:
