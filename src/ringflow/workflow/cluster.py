@@ -100,12 +100,15 @@ def slurm_target(workflow, prefix: str = "") -> SlurmTarget:
 
 
 def start_on_slurm(workflow, rings) -> None:
-    """onstart: under the SLURM executor, record each ring's target (cluster.json, which
-    the lock checks against the partition) and name the jobs after the last ring."""
+    """onstart: under the SLURM executor, record each unfinished ring's target
+    (cluster.json, which the lock checks against the partition) and name the jobs after the
+    last ring."""
     if executor_name(workflow) != "slurm" or not rings:
         return
     for ring in rings:
-        write_target(ring.root, slurm_target(workflow, ring.prefix))
+        # A finished ring is immutable: nothing of it runs again, nothing is written to it.
+        if not (Path(ring.root) / "stop_manifest.json").exists():
+            write_target(ring.root, slurm_target(workflow, ring.prefix))
     name_slurm_jobs(workflow, rings[-1].root.name, rings[-1].root)
 
 

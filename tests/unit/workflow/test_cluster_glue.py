@@ -81,3 +81,21 @@ def test_a_profile_says_where_executions_go(tmp_path):
     assert profile_target(tmp_path) == SlurmTarget("gpu", "a100", True)
     (tmp_path / "config.yaml").write_text("cores: all\n")
     assert profile_target(tmp_path) is None
+
+
+def test_the_driver_records_the_target_of_unfinished_rings_only(tmp_path):
+    from ringflow.workflow.cluster import start_on_slurm
+
+    def ring(name: str):
+        return SimpleNamespace(root=tmp_path / name, prefix="" if name == "one" else f"{name}_")
+
+    (tmp_path / "done").mkdir()
+    (tmp_path / "done" / "stop_manifest.json").write_text("{}")
+    defaults = {"slurm_partition": SimpleNamespace(raw="debug")}
+    workflow = fake_workflow("slurm", defaults=defaults)
+    start_on_slurm(workflow, [ring("done"), ring("one")])
+    assert not (tmp_path / "done" / "cluster.json").exists()
+    assert read_target(tmp_path / "one") == SlurmTarget("debug", None, False)
+    # Under another executor nothing is written.
+    start_on_slurm(fake_workflow("local"), [ring("two")])
+    assert not (tmp_path / "two").exists()
