@@ -10,6 +10,7 @@ from ringflow.ring.named import (
     ring_targets,
     workflow_rings,
 )
+from ringflow.workflow.cluster import driver_rules, start_on_slurm
 from ringflow.workflow.hooks import (
     end_rings,
     prepare_config,
@@ -41,6 +42,7 @@ INVOCATION = []
 
 for RING in RINGS:
     RING_NAME, RING_PREFIX = RING.name, RING.prefix
+    BEFORE = {rule.name for rule in workflow.rules}
 
     module:
         name: RING_NAME
@@ -51,12 +53,20 @@ for RING in RINGS:
 
     use rule * from RING_NAME as RING_PREFIX*
 
+    # On a cluster only the executions and the engineer sessions are jobs of their own;
+    # every bookkeeping step runs on the driver (docs/slurm.md#what-runs-where). The
+    # `localrules:` directive would not see the module's prefixed names.
+    workflow.localrules(
+        *driver_rules({rule.name for rule in workflow.rules} - BEFORE, RING_PREFIX)
+    )
+
 
 onstart:
     INVOCATION[:] = invocation_rings(
         RINGS, CONFIGURED, workflow.dag_settings.targets
     )
     start_rings(INVOCATION, RING_CONFIGS, workflow)
+    start_on_slurm(workflow, INVOCATION)
 
 
 onsuccess:

@@ -21,7 +21,12 @@ rule execute:
     resources:
         mem_mb=DAG.execution_mem_mb,
         runtime=DAG.execution_runtime,
-        gpu=DAG.execution_gpus,
+        # On SLURM (docs/slurm.md#per-rule-resources): GPUs where the profile declares
+        # them, and the job's priority as a nice value.
+        gpu=lambda wc: execution_gpus(
+            workflow, config["gpus_per_execution"], DAG.execution_gpus(wc)
+        ),
+        slurm_extra=lambda wc: slurm_nice(DAG.execution_priority(wc)),
     params:
         step=STEP,
         ring=RING.root,

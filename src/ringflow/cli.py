@@ -408,7 +408,14 @@ def cmd_package(args) -> int:
 def cmd_check(args) -> int:
     from .precheck import check
 
-    report = check(args.task, args.candidates, run=not args.no_run, baseline=args.baseline)
+    report = check(
+        args.task,
+        args.candidates,
+        run=not args.no_run,
+        baseline=args.baseline,
+        profile=args.profile,
+        configfile=args.configfile,
+    )
     print(report.text(), end="")
     return 1 if report.failed else 0
 
@@ -481,6 +488,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--baseline",
         help="the baseline's folder: it runs once (its output probes the scorer), then on the "
         "guard view under probe seeds, to say the smallest advantage the guard could detect",
+    )
+    check.add_argument(
+        "--profile",
+        help="a Snakemake profile, e.g. profiles/slurm: with the SLURM executor, check that a "
+        "node of its partition can run the executions (docs/slurm.md)",
+    )
+    check.add_argument(
+        "--configfile",
+        help="the ring's configuration file (e.g. config/quick.yaml): its limits are checked "
+        "with --profile",
     )
     check.set_defaults(func=cmd_check)
     add("status", cmd_status, "live table of nodes, in-flight executions, cutoff and reserve")

@@ -197,15 +197,58 @@ def _views_line(ring: Ring) -> str:
     )
 
 
+def _overlay(base: dict, over: dict) -> dict:
+    """A configuration file laid over the defaults, nested mappings key by key."""
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _overlay(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _check_slurm(report: Report, profile: str | Path, configfile: str | Path | None) -> None:
+    """What the lock refuses under the SLURM executor: executions no node can run."""
+    import yaml
+
+    from .cluster.target import profile_target, slurm_problem
+
+    try:
+        target = profile_target(Path(profile))
+    except InputError as exc:
+        report.head(f"profile {profile}:")
+        report.fail(str(exc))
+        return
+    if target is None:
+        return
+    config = default_config()
+    if configfile is not None:
+        config = _overlay(config, yaml.safe_load(Path(configfile).read_text()) or {})
+    report.head(f"SLURM partition {target.partition or '(the default)'}:")
+    try:
+        problem = slurm_problem(config, target)
+    except InputError as exc:
+        report.fail(str(exc))
+        return
+    if problem:
+        report.fail(problem)
+    else:
+        report.ok("a node can run every execution the ring asks for")
+
+
 def check(
     task: str | Path,
     candidates: list[str | Path],
     run: bool = True,
     baseline: str | Path | None = None,
+    profile: str | Path | None = None,
+    configfile: str | Path | None = None,
 ) -> Report:
     """Check a task and candidates as a ring would; nothing outside a temporary folder is
     written. The probe run is the baseline's when one is given, else the first
-    candidate's."""
+    candidate's. With a SLURM `profile`, the executions' requests (the default limits, with
+    `configfile` laid over them) are checked against the profile's partition first."""
     from .core.jsonio import read_json
     from .core.layout import RingLayout
     from .nodes import import_static
@@ -223,6 +266,8 @@ def check(
         return report
     report.head(f"task {task_dir}:")
     report.ok(f"{spec.name} ({spec.direction})")
+    if profile is not None:
+        _check_slurm(report, profile, configfile)
     _check_commands(report, spec)
     baseline_dir = None if baseline is None else Path(baseline).resolve()
     if baseline_dir is not None and not baseline_dir.is_dir():

@@ -12,6 +12,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from .. import sandbox
+from ..cluster.target import read_target, slurm_problem
 from ..config import guard_problems
 from ..core import seeds
 from ..core.disguise import salted_alias
@@ -248,6 +249,9 @@ def _create(config: RingConfig, paths: dict, layout: RingLayout, now: float) -> 
     if problem := timeline_problem(config):
         raise InputError(f"ring {config.ring_id}: {problem}")
     if problem := gpu_problem(config, layout):
+        raise InputError(f"ring {config.ring_id} cannot start: {problem}")
+    # Under the SLURM executor: requests no node of the partition can meet would pend forever.
+    if problem := slurm_problem(config.to_mapping(), read_target(layout.root)):
         raise InputError(f"ring {config.ring_id} cannot start: {problem}")
     for problem in guard_problems(config.to_mapping()):
         raise InputError(f"ring {config.ring_id}: {problem}")

@@ -33,6 +33,7 @@ from snakemake.io import ancient
 
 from ..carryover.rescoring import rescore_rank
 from ..carryover.scores import imported_score
+from ..cluster.slurm import Request, execution_request
 from ..core import statuses
 from ..core.clock import view_limits
 from ..core.jsonio import read_json_cached as read_json
@@ -297,19 +298,18 @@ class RingDag:
         """GPUs per execution where the profile declares GPU slots (profiles/gpu)."""
         return self.config.gpus_per_execution if self.gpu_slots else 0
 
+    def execution_request(self, wildcards) -> Request:
+        """What one execution asks of a scheduler, the same figures the lock checks against
+        a SLURM partition (cluster/slurm.py)."""
+        return execution_request(self.execution_limits(wildcards), self.lock().config.to_mapping())
+
     def execution_mem_mb(self, wildcards) -> int:
         """What the execution may use, plus room for the supervisor."""
-        return int(self.execution_limits(wildcards)["memory_gb"] * 1024) + 512
+        return self.execution_request(wildcards).memory_mb
 
     def execution_runtime(self, wildcards) -> int:
         """Minutes a scheduler must allow: the view's time limit, the grace, and scoring."""
-        config = self.lock().config
-        minutes = (
-            self.execution_limits(wildcards)["time_limit_min"]
-            + config.exec_health.term_grace_s / 60
-            + config.scorer_timeout_min
-        )
-        return int(minutes) + 1
+        return self.execution_request(wildcards).runtime_min
 
     # ---- search -----------------------------------------------------------------------
 

@@ -20,6 +20,8 @@ PRIVATE_RECORDS: list[tuple[str, str, str]] = [
     (".locks/*", "every step", "file locks"),
     (".probes/*", "execute", "a sandbox probe that worked, per host and boot"),
     ("slots.json", "the driver", "the concurrency this invocation gives"),
+    ("cluster.json", "the driver", "the SLURM partition this invocation's executions go to"),
+    ("logs/slurm/*", "the SLURM executor plugin", "each SLURM job's own log"),
     ("cutoff.json", "lock, timekeeper", "the live cutoff, only ever moved earlier"),
     ("cutoff.json.lock", "lock, timekeeper", "its lock"),
     ("final_timing.json", "timekeeper", "reserved against used time per stage"),

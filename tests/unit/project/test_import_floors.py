@@ -105,6 +105,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "ringflow.guardstats",
             "ringflow.config",
             "ringflow.demo",
+            "ringflow.cluster",
         ),
     ),
     (

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# A one-node SLURM 22.05 cluster with accounting on this machine, for the tests marked `slurm`
+# and for trying profiles/slurm (docs/slurm.md): munge, MariaDB, slurmdbd, slurmctld and
+# slurmd on loopback, partition `debug`, account `research`. Debian or Ubuntu, as root, no
+# systemd needed. Idempotent: installs the packages only when missing (apt-get update
+# first), writes the configuration, and starts only the daemons not already running; each
+# daemon writes its PID file under /run, and scripts/slurm-down.sh stops them by PID.
+# Where NVIDIA device nodes exist (/dev/nvidia0, …) the node offers them as `gpu` gres.
+set -euo pipefail
+if [ "$(id -u)" -ne 0 ]; then
+  echo "slurm-up: run as root (it installs packages and starts system daemons)" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+start=$(date +%s)
+
+packages=()
+command -v slurmctld >/dev/null 2>&1 || packages+=(slurm-wlm)
+command -v slurmdbd >/dev/null 2>&1 || packages+=(slurmdbd)
+command -v munged >/dev/null 2>&1 || packages+=(munge)
+command -v mariadbd >/dev/null 2>&1 || packages+=(mariadb-server)
+if [ ${#packages[@]} -gt 0 ]; then
+  apt-get update -qq
+  apt-get install -y -qq "${packages[@]}" >/dev/null # munge's postinst creates its key
+fi
+
+# A daemon runs when its PID file names a live process.
+running() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+wait_for() { # seconds, command…
+  local tries=$(($1 * 4))
+  shift
+  for _ in $(seq "$tries"); do "$@" >/dev/null 2>&1 && return 0; sleep 0.25; done
+  echo "slurm-up: gave up waiting for: $*" >&2
+  return 1
+}
+
+HOST=$(hostname -s)
+MEM=$(($(free -m | awk '/^Mem:/{print $2}') - 1024))
+mkdir -p /run/munge /run/slurm /run/mysqld /var/lib/slurm/slurmctld /var/lib/slurm/slurmd /var/log/slurm
+chown munge:munge /run/munge
+chown mysql:mysql /run/mysqld
+if [ ! -s /etc/munge/munge.key ]; then
+  mungekey --create --force
+  chown munge:munge /etc/munge/munge.key
+  chmod 400 /etc/munge/munge.key
+fi
+
+running /run/munge/munged.pid || runuser -u munge -- /usr/sbin/munged
+
+if ! running /run/mysqld/mysqld.pid; then
+  nohup /usr/sbin/mariadbd --user=mysql --datadir=/var/lib/mysql \
+    --socket=/run/mysqld/mysqld.sock --pid-file=/run/mysqld/mysqld.pid \
+    >/var/log/mariadbd.out 2>&1 &
+fi
+wait_for 30 mariadb -e 'select 1'
+mariadb -e "CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+  CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'slurmpw';
+  GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost'; FLUSH PRIVILEGES;"
+
+cat >/etc/slurm/slurmdbd.conf <<EOC
+AuthType=auth/munge
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=6819
+SlurmUser=root
+LogFile=/var/log/slurm/slurmdbd.log
+PidFile=/run/slurm/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StoragePort=3306
+StorageUser=slurm
+StoragePass=slurmpw
+StorageLoc=slurm_acct_db
+EOC
+chmod 600 /etc/slurm/slurmdbd.conf
+
+# GPUs, when this machine has NVIDIA device nodes: one gres line per device.
+shopt -s nullglob
+gpus=()
+for dev in /dev/nvidia[0-9]*; do gpus+=("$dev"); done
+shopt -u nullglob
+GRES_TYPES="" NODE_GRES=""
+: >/etc/slurm/gres.conf
+if [ ${#gpus[@]} -gt 0 ]; then
+  GRES_TYPES="GresTypes=gpu"
+  NODE_GRES="Gres=gpu:${#gpus[@]}"
+  for dev in "${gpus[@]}"; do echo "NodeName=${HOST} Name=gpu File=${dev}" >>/etc/slurm/gres.conf; done
+fi
+
+# MinJobAge keeps a finished job in squeue for a while (the plugin can poll either);
+# KillWait is SLURM's grace between SIGTERM and SIGKILL; job comments are kept in sacct.
+cat >/etc/slurm/slurm.conf <<EOC
+ClusterName=local
+SlurmctldHost=${HOST}(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+MpiDefault=none
+StateSaveLocation=/var/lib/slurm/slurmctld
+SlurmdSpoolDir=/var/lib/slurm/slurmd
+SlurmctldPidFile=/run/slurm/slurmctld.pid
+SlurmdPidFile=/run/slurm/slurmd.pid
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+ProctrackType=proctrack/cgroup
+TaskPlugin=task/cgroup,task/affinity
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+SchedulerType=sched/backfill
+PriorityType=priority/basic
+ReturnToService=2
+MinJobAge=300
+KillWait=5
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort=6819
+AccountingStoreFlags=job_comment
+JobAcctGatherType=jobacct_gather/linux
+JobCompType=jobcomp/none
+${GRES_TYPES}
+NodeName=${HOST} NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=${MEM} ${NODE_GRES} State=UNKNOWN
+PartitionName=debug Nodes=${HOST} Default=YES MaxTime=INFINITE State=UP
+EOC
+cat >/etc/slurm/cgroup.conf <<EOC
+CgroupPlugin=cgroup/v1
+CgroupAutomount=no
+ConstrainCores=yes
+ConstrainRAMSpace=yes
+ConstrainSwapSpace=no
+ConstrainDevices=no
+EOC
+
+running /run/slurm/slurmdbd.pid || /usr/sbin/slurmdbd
+wait_for 30 sacctmgr -n list cluster
+if running /run/slurm/slurmctld.pid; then
+  scontrol reconfigure
+else
+  /usr/sbin/slurmctld # registers the cluster `local` in slurmdbd by itself
+fi
+running /run/slurm/slurmd.pid || /usr/sbin/slurmd
+node_ready() { sinfo -h -N -o %t | grep -Eq '^(idle|mix|alloc)'; }
+wait_for 60 node_ready
+sacctmgr -i add account research Description=none Organization=none >/dev/null 2>&1 || true
+sacctmgr -i add user root Account=research DefaultAccount=research >/dev/null 2>&1 || true
+wait_for 30 sh -c "sacctmgr -n -P list assoc user=root format=account | grep -qx research"
+sinfo -N -o '%N %P %c %m %G %t'
+echo "slurm-up: SLURM is up in $(($(date +%s) - start)) s (stop it with scripts/slurm-down.sh)"

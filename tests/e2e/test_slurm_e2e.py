@@ -1,0 +1,125 @@
+"""Rings through profiles/slurm against a real SLURM controller (docs/slurm.md): the
+one-node cluster of scripts/slurm-up.sh, as `make test-slurm` brings it up. Root only; each
+test skips, saying why, where no controller answers or the SLURM plugin is not installed
+(the plugin lives in .venv-slurm/, never in the default environment)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from ringtools import REPO, SNAKEMAKE, make_candidate, make_task, results
+
+pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
+
+
+def _why_not() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (the one-node SLURM runs jobs as root)"
+    if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
+        return "the SLURM executor plugin is not installed here: run `make test-slurm`"
+    if shutil.which("sinfo") is None:
+        return "no SLURM client tools: run scripts/slurm-up.sh (or `make test-slurm`)"
+    done = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True,
+                          timeout=30, check=False)  # fmt: skip
+    if done.returncode != 0 or not done.stdout.strip():
+        return f"no SLURM controller answers: {(done.stderr or done.stdout).strip()[-200:]}"
+    return None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def controller():
+    why = _why_not()
+    if why:
+        pytest.skip(why)
+
+
+def slurm_ring(tmp_path: Path, ring_id: str, *extra: str, configfile: Path | None = None,
+               timeout: float = 900) -> tuple[subprocess.CompletedProcess, float]:  # fmt: skip
+    """A ring through profiles/slurm from the repository root, its folders under tmp_path."""
+    argv = [str(SNAKEMAKE), "--profile", "profiles/slurm",
+            "--configfile", str(configfile or REPO / "config" / "quick.yaml"),
+            "--config", f"ring_id={ring_id}", f"runs_dir={tmp_path}/runs",
+            f"store={tmp_path}/store", f"resources_dir={tmp_path}/resources", *extra]  # fmt: skip
+    start = time.monotonic()
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    return done, time.monotonic() - start
+
+
+def sacct_jobs(prefix: str) -> list[dict]:
+    """Every job of this cluster's accounting whose name starts with `prefix`."""
+    done = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-S", "now-1days", "-o", "JobID,JobName%100,State,Comment%300"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    jobs = []
+    for line in done.stdout.splitlines():
+        job_id, name, state, comment = [*line.split("|"), "", "", ""][:4]
+        if name.startswith(prefix):
+            jobs.append({"id": job_id, "name": name, "state": state, "comment": comment})
+    return jobs
+
+
+def test_the_quick_ring_reaches_final_with_every_execution_a_named_slurm_job(tmp_path):
+    ring_id = f"sq-{os.getpid()}"
+    done, seconds = slurm_ring(tmp_path, ring_id)
+    print(f"quick ring on SLURM: {seconds:.0f} s")
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-6000:])
+    ring = tmp_path / "runs" / ring_id
+    final = json.loads((ring / "final" / "FINAL.json").read_text())
+    assert final["decision"] and final["chosen"]
+    executions = results(ring)
+    assert executions
+    # Every execution is one job named after the ring, COMPLETED, with its rule and
+    # wildcards in the comment; no bookkeeping step left the driver.
+    jobs = [j for j in sacct_jobs(f"ringflow-{ring_id}_") if j["comment"]]
+    comments = sorted(j["comment"] for j in jobs)
+    assert all(c.startswith("rule_execute_wildcards_") for c in comments), comments
+    assert {j["state"] for j in jobs} == {"COMPLETED"}, jobs
+    assert len(jobs) == len(executions)
+    for node, view, variant in executions:
+        assert any(node in c and view in c and variant in c for c in comments), (node, view)
+    # Their SLURM logs stay in the ring's folder, also after success.
+    logs = list((ring / "logs" / "slurm").rglob("*.log"))
+    assert len(logs) == len(jobs)
+    assert (ring / "cluster.json").is_file()
+
+
+def test_a_ring_no_node_can_run_is_refused_at_the_lock(tmp_path):
+    config = tmp_path / "big.yaml"
+    quick = (REPO / "config" / "quick.yaml").read_text()
+    config.write_text(quick.replace("threads: 1", "threads: 512"))
+    ring_id = f"sq-big-{os.getpid()}"
+    done, _seconds = slurm_ring(tmp_path, ring_id, configfile=config, timeout=300)
+    said = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert "no node of SLURM partition debug can run the ring's executions" in said, said[-3000:]
+    assert "set limits.threads to at most" in said
+    assert "its largest node" in said
+    assert not (tmp_path / "runs" / ring_id / "RING.json").exists()
+    assert sacct_jobs(f"ringflow-{ring_id}_") == []
+
+
+def test_check_with_the_profile_refuses_the_default_limits(tmp_path):
+    task = make_task(tmp_path)
+    make_candidate(tmp_path / "cands" / "a", mean=0.6)
+    done = subprocess.run(
+        [str(SNAKEMAKE.parent / "ringflow"), "check", str(task), str(tmp_path / "cands"),
+         "--no-run", "--profile", "profiles/slurm"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "no node of SLURM partition debug can run" in done.stdout
+    quick = subprocess.run(
+        [str(SNAKEMAKE.parent / "ringflow"), "check", str(task), str(tmp_path / "cands"),
+         "--no-run", "--profile", "profiles/slurm", "--configfile", "config/quick.yaml"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert "a node can run every execution the ring asks for" in quick.stdout, quick.stdout
