@@ -17,9 +17,7 @@ test-slurm`'s environment) and a controller; without them it says so and exits 0
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -27,23 +25,12 @@ from datetime import datetime
 from pathlib import Path
 
 import _ring
+from ringflow.cluster.slurm import controller_problem
 
 NAME = "bench_slurm"
 STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$")
 SUBMITTED = re.compile(r"Job (\d+) has been submitted with SLURM jobid (\d+)")
 FINISHED = re.compile(r"Finished jobid: (\d+) ")
-
-
-def why_not() -> str | None:
-    if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
-        return "the SLURM plugin is not installed for this Python (make setup-slurm)"
-    if shutil.which("sinfo") is None:
-        return "no SLURM client tools here (make slurm-up)"
-    done = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True,
-                          timeout=30, check=False)  # fmt: skip
-    if done.returncode != 0:
-        return "no SLURM controller answers (make slurm-up)"
-    return None
 
 
 def ring(work: Path, profile: str, ring_id: str) -> _ring.Timed:
@@ -101,7 +88,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", action="store_true", help="keep the scratch folders")
     args = parser.parse_args()
-    if why := why_not():
+    if why := controller_problem():
         print(f"{NAME}: skipped: {why}")
         return 0
     with _ring.scratch_folder("ringflow-bench-slurm-", args.keep, parent=str(_ring.REPO)) as work:

@@ -5,16 +5,15 @@ test skips, saying why, where no controller answers or the SLURM plugin is not i
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from ringflow.cluster.slurm import controller_problem
 from ringtools import REPO, SNAKEMAKE, make_candidate, make_task, results
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
@@ -23,15 +22,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
 def _why_not() -> str | None:
     if os.geteuid() != 0:
         return "needs root (the one-node SLURM runs jobs as root)"
-    if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
-        return "the SLURM executor plugin is not installed here: run `make test-slurm`"
-    if shutil.which("sinfo") is None:
-        return "no SLURM client tools: run scripts/slurm-up.sh (or `make test-slurm`)"
-    done = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True,
-                          timeout=30, check=False)  # fmt: skip
-    if done.returncode != 0 or not done.stdout.strip():
-        return f"no SLURM controller answers: {(done.stderr or done.stdout).strip()[-200:]}"
-    return None
+    return controller_problem()
 
 
 @pytest.fixture(scope="module", autouse=True)

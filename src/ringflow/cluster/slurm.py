@@ -88,6 +88,23 @@ def execution_request(
     )
 
 
+def controller_problem() -> str | None:
+    """Why SLURM cannot run a ring from here (no plugin for this Python, no client tools,
+    no controller answering), or None."""
+    import importlib.util
+
+    if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
+        return "the SLURM executor plugin is not installed for this Python (make setup-slurm)"
+    if shutil.which("sinfo") is None:
+        return "no SLURM client tools here (make slurm-up)"
+    done = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True,
+                          timeout=30, check=False)  # fmt: skip
+    if done.returncode != 0 or not done.stdout.strip():
+        said = (done.stderr or done.stdout).strip()[-200:]
+        return f"no SLURM controller answers (make slurm-up): {said}"
+    return None
+
+
 # ---- parsing ------------------------------------------------------------------------------
 
 
