@@ -10,7 +10,7 @@ from ringflow.ring.named import (
     ring_targets,
     workflow_rings,
 )
-from ringflow.workflow.cluster import driver_rules, start_on_slurm
+from ringflow.workflow.cluster import driver_rules, end_on_slurm, start_on_slurm
 from ringflow.workflow.hooks import (
     end_rings,
     prepare_config,
@@ -74,6 +74,7 @@ onsuccess:
 
 
 onerror:
+    end_on_slurm(workflow, INVOCATION)
     end_rings(INVOCATION, log, completed=False)
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from . import sandbox
 from .candidate import train_seed_args, weights_dirs
 from .carryover.checkpoint import keep_grace_checkpoint
+from .cluster.jobs import current_job_id, record_job
 from .core import diskspace, statuses
 from .core.clock import deadline_for, load_node, load_ring, view_limits
 from .core.disguise import BLIND_COPIES, alias
@@ -186,6 +187,8 @@ def _new_result(ex: Execution) -> dict:
         "reap_left": [],
         "reason": "",
         "started_at": time.time(),
+        # Under SLURM, the job it ran in (docs/slurm.md#job-ids-signals-and-kills).
+        **({"slurm_job_id": job} if (job := current_job_id()) else {}),
     }
 
 
@@ -193,6 +196,7 @@ def run_execution(
     ring_dir: str | Path, node_id: str, view: str, variant: str, gpus: int = 0
 ) -> dict:
     ex = _load(ring_dir, node_id, view, variant, gpus)
+    record_job(ex.layout.root, node_id, view, variant)
     result = _new_result(ex)
     if ex.should_stop():
         result.update(budget_cut=True, reason="not started: the deadline had passed")

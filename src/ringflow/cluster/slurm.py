@@ -74,11 +74,7 @@ def execution_request(
     """An execution's request from its view's limits, as the execute rule asks: the threads,
     the memory plus 512 MB for the supervisor, and the time limit plus the supervisor's
     grace and the scorer's time (ringflow.workflow.dag)."""
-    minutes = (
-        limits["time_limit_min"]
-        + config["exec_health"]["term_grace_s"] / 60
-        + config["scorer_timeout_min"]
-    )
+    minutes = limits["time_limit_min"] + _after_program_min(config)
     return Request(
         threads=int(limits["threads"]),
         memory_mb=int(limits["memory_gb"] * 1024) + 512,
@@ -86,6 +82,28 @@ def execution_request(
         runtime_min=int(minutes) + 1,
         view=view,
     )
+
+
+def _after_program_min(config: dict) -> float:
+    """Minutes an execution's job runs after its program is stopped: the supervisor's
+    grace, then scoring."""
+    return config["exec_health"]["term_grace_s"] / 60 + config["scorer_timeout_min"]
+
+
+def job_time_limit_min(limits: dict, config: dict, now: float, deadline: float | None = None,
+                       stop_at: float | None = None) -> int:  # fmt: skip
+    """An execution job's SLURM time limit as it is submitted at `now`: ringflow's own
+    deadline for the execution (its time limit, or the moment the ring's clock stops it,
+    `deadline`, whichever comes first) plus the grace and scoring, and a minute; never
+    past the ring's `stop_at`, and at least a minute (SLURM's smallest limit). SLURM
+    counts it from the job's start, so a job that pends stays within it too."""
+    program = float(limits["time_limit_min"])
+    if deadline is not None:
+        program = min(program, max(0.0, (deadline - now) / 60))
+    minutes = int(program + _after_program_min(config)) + 1
+    if stop_at is not None:
+        minutes = min(minutes, int((stop_at - now) // 60))
+    return max(1, minutes)
 
 
 def controller_problem() -> str | None:

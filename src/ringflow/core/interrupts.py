@@ -106,4 +106,6 @@ def stopped_by_signal(result: dict) -> bool:
     """Interrupted by a signal or a lost parent, not by the ring's clock: run it again."""
     if result.get("status") != statuses.INTERRUPTED or result.get("budget_cut"):
         return False
+    if result.get("slurm_state"):
+        return False  # SLURM ended its job: recorded as such, the ring went on (docs/slurm.md)
     return any(e.get("event") in ("signal", "orphaned") for e in result.get("events") or [])

@@ -208,6 +208,12 @@ class RingLayout:
         return self.root / "final_timing.json"
 
     @property
+    def cluster_jobs(self) -> Path:
+        """The SLURM job of every execution that started in one, a line each, appended by
+        the execution as it starts (docs/slurm.md#job-ids-signals-and-kills)."""
+        return self.root / "cluster" / "jobs.jsonl"
+
+    @property
     def locks(self) -> Path:
         return self.root / ".locks"
 

@@ -8,6 +8,7 @@ everything here is a function evaluated as jobs are made or as the workflow star
 from __future__ import annotations
 
 import re
+import signal
 from pathlib import Path
 
 from ..cluster.target import SlurmTarget, write_target
@@ -110,6 +111,152 @@ def start_on_slurm(workflow, rings) -> None:
         if not (Path(ring.root) / "stop_manifest.json").exists():
             write_target(ring.root, slurm_target(workflow, ring.prefix))
     name_slurm_jobs(workflow, rings[-1].root.name, rings[-1].root)
+    executor = getattr(getattr(workflow, "scheduler", None), "_executor", None)
+    if executor is not None and hasattr(executor, "report_job_error"):
+        watch_slurm_jobs(executor, rings)
+        cancel_on_signals(executor, rings)
+
+
+# ---- jobs SLURM ended, and the driver's stop (docs/slurm.md#job-ids-signals-and-kills) ---
+
+
+class _Driver:
+    """What the driver's signal handler has done: once it cancels the ring's jobs, the
+    CANCELLED jobs it then hears of are its own doing, not SLURM's kills."""
+
+    cancelled_by: str | None = None
+
+
+DRIVER = _Driver()
+
+
+def _ring_of(job, rings):
+    """(ring, node, view, variant) of an execute job of one of `rings`, else None."""
+    rule = getattr(getattr(job, "rule", None), "name", None)
+    wildcards = getattr(job, "wildcards", None)
+    if rule is None or wildcards is None:
+        return None
+    for ring in rings:
+        if rule == f"{ring.prefix}execute":
+            try:
+                return ring, wildcards["node"], wildcards["view"], wildcards["variant"]
+            except (KeyError, TypeError, AttributeError):
+                return None
+    return None
+
+
+def settle_killed_job(job_info, msg, rings) -> dict | None:
+    """An execute job the plugin reports failed: where SLURM ended it from outside
+    (TIMEOUT, OUT_OF_MEMORY, CANCELLED, NODE_FAIL, PREEMPTED), write its execution's record
+    (cluster/jobs.py) and return it; None for any other failure (the job's own exit), which
+    stays the machinery's failure."""
+    from ..cluster import jobs
+
+    if DRIVER.cancelled_by is not None:
+        return None
+    found = _ring_of(job_info.job, rings)
+    job = getattr(job_info, "external_jobid", None)
+    if found is None or not job:
+        return None
+    end = jobs.query_ends([str(job)]).get(str(job))
+    if end is None and (state := jobs.state_in_message(msg)):
+        end = jobs.JobEnd(state)  # no accounting: the state squeue gave the plugin
+    if end is None or jobs.kill_status(end.state) is None:
+        return None
+    ring, node, view, variant = found
+    result = jobs.record_kill(ring.root, node, view, variant, str(job), end)
+    print(f"ringflow: {node} {view}/{variant}: {result['reason']}; recorded "
+          f"{result['status']}, the ring goes on", flush=True)  # fmt: skip
+    return result
+
+
+def watch_slurm_jobs(executor, rings) -> None:
+    """An execute job SLURM ended is recorded and reported done, so the ring goes on; the
+    executor plugin would report it failed and stop the ring. Every other failure is
+    reported as the plugin says."""
+    report_error = executor.report_job_error
+
+    def report_job_error(job_info, msg=None, **kwargs):
+        try:
+            settled = settle_killed_job(job_info, msg, rings)
+        except Exception as exc:  # the plugin's own report still follows
+            print(f"ringflow: could not record SLURM's end of job "
+                  f"{getattr(job_info, 'external_jobid', '?')}: {exc}", flush=True)  # fmt: skip
+            settled = None
+        if settled is not None:
+            executor.report_job_success(job_info)
+            return None
+        return report_error(job_info, msg=msg, **kwargs)
+
+    executor.report_job_error = report_job_error
+
+
+def ring_job_ids(executor, rings) -> set[str]:
+    """This run's jobs of the rings, by id: the ones the plugin tracks, the ones SLURM
+    still holds under this run's job name (the plugin may be between two polls), and the
+    ones the rings' executions listed as they started, without a record yet."""
+    from ..cluster import jobs
+
+    name = getattr(executor, "run_uuid", None)
+    ids = {str(info.external_jobid) for info in list(getattr(executor, "active_jobs", []))
+           if getattr(info, "external_jobid", None)}  # fmt: skip
+    if name:
+        ids.update(jobs.queued_ids(name))
+        for ring in rings:
+            ids.update(str(item["job"]) for item in jobs.unfinished_jobs(ring.root, name))
+    return ids
+
+
+def cancel_ring_jobs(executor, rings, why: str) -> list[str]:
+    """`scancel` this run's jobs of the rings by id, pending ones included; never by name
+    or user. Says so in each ring's events."""
+    from ..cluster import jobs
+    from ..core.ledger import emit_event
+
+    ids, problem = jobs.cancel(ring_job_ids(executor, rings))
+    if ids:
+        print(f"ringflow: {why}: cancelled {len(ids)} SLURM job(s) of the ring: "
+              f"{' '.join(ids)}" + (f" ({problem})" if problem else ""), flush=True)  # fmt: skip
+        for ring in rings:
+            if not (Path(ring.root) / "stop_manifest.json").exists():
+                emit_event(ring.root, "slurm_jobs_cancelled", signal=why, jobs=ids,
+                           problem=problem)  # fmt: skip
+    return ids
+
+
+def cancel_on_signals(executor, rings) -> None:
+    """SIGTERM and SIGINT to the driver cancel the ring's SLURM jobs by id at once, then
+    stop Snakemake as Ctrl-C does (it cancels what it still tracks and ends). Without this,
+    SIGTERM makes Snakemake wait for its running jobs while SLURM starts the pending ones."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(signum)
+
+        def handler(sig, frame, previous=previous):
+            first = DRIVER.cancelled_by is None
+            name = signal.Signals(sig).name
+            if first:
+                DRIVER.cancelled_by = name
+            cancel_ring_jobs(executor, rings, name)
+            if not first:
+                return
+            if callable(previous):
+                previous(sig, frame)  # the relay (core/interrupts.py), Snakemake's own
+            raise KeyboardInterrupt
+
+        try:
+            signal.signal(signum, handler)
+        except ValueError:  # not the main thread
+            return
+
+
+def end_on_slurm(workflow, rings) -> None:
+    """onerror: after a signal, cancel the jobs of the ring submitted while the driver was
+    stopping (by id, as the signal did)."""
+    if executor_name(workflow) != "slurm" or DRIVER.cancelled_by is None or not rings:
+        return
+    executor = getattr(getattr(workflow, "scheduler", None), "_executor", None)
+    if executor is not None:
+        cancel_ring_jobs(executor, rings, f"{DRIVER.cancelled_by}, as the driver ends")
 
 
 def name_slurm_jobs(workflow, ring_name: str, ring_root: Path) -> dict | None:

@@ -25,6 +25,7 @@ ring folder, as the tests do (docs/architecture.md#the-workflow-glue).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -33,9 +34,10 @@ from snakemake.io import ancient
 
 from ..carryover.rescoring import rescore_rank
 from ..carryover.scores import imported_score
-from ..cluster.slurm import Request, execution_request
+from ..cluster.slurm import Request, execution_request, job_time_limit_min
 from ..core import statuses
-from ..core.clock import view_limits
+from ..core.clock import deadline_for, view_limits
+from ..core.errors import InputError
 from ..core.jsonio import read_json_cached as read_json
 from ..core.layout import RingLayout, is_guard_variant, is_review_variant
 from ..core.settings import RingConfig
@@ -308,8 +310,16 @@ class RingDag:
         return self.execution_request(wildcards).memory_mb
 
     def execution_runtime(self, wildcards) -> int:
-        """Minutes a scheduler must allow: the view's time limit, the grace, and scoring."""
-        return self.execution_request(wildcards).runtime_min
+        """Minutes a scheduler allows the job (SLURM's `--time`, evaluated as the job is
+        submitted): ringflow's own deadline for the execution, the grace and scoring, never
+        past the ring's stop_at (cluster/slurm.py)."""
+        ring = self.lock()
+        try:
+            deadline = deadline_for(ring, wildcards.view, wildcards.variant)()
+        except (InputError, OSError, ValueError):
+            deadline = None
+        return job_time_limit_min(self.execution_limits(wildcards), ring.config.to_mapping(),
+                                  time.time(), deadline, ring.stop_at)  # fmt: skip
 
     # ---- search -----------------------------------------------------------------------
 

@@ -1,0 +1,289 @@
+"""A ring's SLURM jobs (docs/slurm.md#job-ids-signals-and-kills): each execution's job id on
+record, the ring's own jobs found by id when the driver is stopped, and the record of an
+execution SLURM ended before its supervisor could write one.
+
+An execution that starts inside a SLURM job appends its job id to the ring's list
+(`RingLayout.cluster_jobs`) and keeps it in its result.json (`slurm_job_id`). SLURM can end
+a job from outside (its time limit, its memory limit, `scancel`, a failed node,
+preemption), and sends SIGKILL `KillWait` seconds after SIGTERM: the supervisor inside may
+die before it writes anything. The driver then writes the record from SLURM's own account
+of the job (`sacct`), as the supervisor would have, and the ring goes on. Parsing is
+separate from querying, so the mapping is tested on recorded `sacct` output."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core import statuses
+from ..core.interrupts import stopped_by_signal
+from ..core.jsonio import append_jsonl
+from ..core.layout import RingLayout
+
+JOB_ENV = "SLURM_JOB_ID"
+QUERY_TIMEOUT_S = 20
+
+# SLURM's end states of a job it ended from outside, and how the execution is recorded:
+# interrupted (no fault of the program's), or a crash where the job met SLURM's memory
+# limit (the program's own use).
+KILL_STATUSES = {
+    "TIMEOUT": statuses.INTERRUPTED,
+    "CANCELLED": statuses.INTERRUPTED,
+    "NODE_FAIL": statuses.INTERRUPTED,
+    "PREEMPTED": statuses.INTERRUPTED,
+    "OUT_OF_MEMORY": statuses.CRASH,
+}
+
+_WHY = {
+    "TIMEOUT": "its SLURM time limit (the execute rule's runtime) ran out",
+    "CANCELLED": "it was cancelled (scancel or an administrator)",
+    "NODE_FAIL": "its node failed",
+    "PREEMPTED": "a job of higher priority preempted it",
+}
+
+_STATUS_IN_MESSAGE = re.compile(r"SLURM status is: '([A-Z_]+)'")
+
+
+@dataclass(frozen=True)
+class JobEnd:
+    """How SLURM says a job ended (`sacct -o State,ExitCode,Reason`)."""
+
+    state: str  # "CANCELLED by 0" is CANCELLED
+    exit_code: str = ""
+    reason: str = ""
+
+
+def current_job_id(env=None) -> str | None:
+    """The SLURM job this process runs in, None outside SLURM."""
+    job = (os.environ if env is None else env).get(JOB_ENV, "").strip()
+    return job or None
+
+
+def record_job(ring_root, node: str, view: str, variant: str, env=None) -> str | None:
+    """Append this execution's SLURM job to the ring's list (one whole line, appended at
+    once); returns the job id, None (and nothing written) outside SLURM."""
+    env = os.environ if env is None else env
+    job = current_job_id(env)
+    if job is None:
+        return None
+    line = {
+        "job": job,
+        "name": env.get("SLURM_JOB_NAME"),
+        "node": node,
+        "view": view,
+        "variant": variant,
+        "host": os.uname().nodename,
+        "at": time.time(),
+    }
+    append_jsonl(RingLayout(Path(ring_root)).cluster_jobs, line)
+    return job
+
+
+def ring_jobs(ring_root) -> list[dict]:
+    """Every line of the ring's job list (a torn last line is skipped)."""
+    path = RingLayout(Path(ring_root)).cluster_jobs
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    jobs = []
+    for line in text.splitlines():
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(item, dict) and item.get("job"):
+            jobs.append(item)
+    return jobs
+
+
+def unfinished_jobs(ring_root, name: str | None = None) -> list[dict]:
+    """The listed jobs (of the job name `name`, where given) whose execution has no
+    result.json: running, or ended without a record."""
+    layout = RingLayout(Path(ring_root))
+    return [
+        item
+        for item in ring_jobs(ring_root)
+        if (name is None or item.get("name") == name)
+        and not layout.result(item["node"], item["view"], item["variant"]).exists()
+    ]
+
+
+# ---- parsing ------------------------------------------------------------------------------
+
+
+def parse_state(text: str) -> str:
+    """`CANCELLED by 0` → `CANCELLED`, `RUNNING` → `RUNNING`."""
+    return (text.strip().split() or [""])[0].rstrip("+").upper()
+
+
+def parse_sacct(text: str) -> dict[str, JobEnd]:
+    """`sacct -X -n -P -j IDS -o JobID,State,ExitCode,Reason`: {job id: its end}. Job steps
+    (`123.batch`, `123.0`) are left out; an array task keeps its `123_4` id."""
+    ends: dict[str, JobEnd] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        fields = [*line.split("|"), "", "", ""][:4]
+        job, state, exit_code, reason = (f.strip() for f in fields)
+        if not job or "." in job or not state:
+            continue
+        ends[job] = JobEnd(parse_state(state), exit_code, "" if reason == "None" else reason)
+    return ends
+
+
+def state_in_message(msg: str | None) -> str | None:
+    """The SLURM state in the executor plugin's failure message, where it names one."""
+    match = _STATUS_IN_MESSAGE.search(msg or "")
+    return match.group(1) if match else None
+
+
+def kill_status(state: str) -> str | None:
+    """The execution status of a job SLURM ended from outside, None for any other state
+    (COMPLETED, FAILED: the job's own exit)."""
+    return KILL_STATUSES.get(parse_state(state))
+
+
+def kill_reason(job: str, end: JobEnd) -> str:
+    """Why the execution ended, in SLURM's words (its state first)."""
+    state = parse_state(end.state)
+    if state == "OUT_OF_MEMORY":
+        why = (f"memory limit (SLURM's, the job's --mem, fired before ringflow's own "
+               f"limits.memory_gb): SLURM ended job {job} with OUT_OF_MEMORY")  # fmt: skip
+    else:
+        why = f"SLURM ended job {job} with {state}: {_WHY.get(state, 'ended by SLURM')}"
+    details = [f"exit code {end.exit_code}" if end.exit_code else "",
+               f"reason {end.reason}" if end.reason else ""]  # fmt: skip
+    details = [d for d in details if d]
+    return why + (f" ({', '.join(details)})" if details else "")
+
+
+def killed_result(spec: dict, node: str, view: str, variant: str, job: str, end: JobEnd,
+                  previous: dict | None = None, now: float | None = None) -> dict:  # fmt: skip
+    """The result.json of an execution SLURM ended, with the keys of the supervisor's own
+    interrupted record (ringflow.execute); what a record written before the kill (a
+    signal's) already says of the run is kept."""
+    now = time.time() if now is None else now
+    state = parse_state(end.state)
+    result = {
+        "node": node,
+        "view": view,
+        "variant": variant,
+        "seed": spec.get("seed"),
+        "ablate": spec.get("ablate"),
+        "status": statuses.INTERRUPTED,
+        "budget_cut": False,
+        "exit_code": None,
+        "signal": None,
+        "wall_s": 0.0,
+        "cpu_s": 0.0,
+        "weights_mode": statuses.NONE,
+        "weights_key": spec.get("key"),
+        "reap_left": [],
+        "reason": "",
+        "started_at": None,
+    }
+    if previous:
+        result.update(previous)
+    event = {"event": "slurm_killed", "job": job, "state": state, "at": now,
+             "exit_code": end.exit_code or None, "reason": end.reason or None}  # fmt: skip
+    result.update(
+        status=KILL_STATUSES.get(state, statuses.INTERRUPTED),
+        budget_cut=False,
+        reason=kill_reason(job, end),
+        slurm_job_id=job,
+        slurm_state=state,
+        events=[*(result.get("events") or []), event],
+    )
+    return result
+
+
+# ---- querying -----------------------------------------------------------------------------
+
+
+def query_ends(jobs: list[str]) -> dict[str, JobEnd]:
+    """SLURM's account of each job (sacct); {} where sacct is missing or fails."""
+    if not jobs or shutil.which("sacct") is None:
+        return {}
+    argv = ["sacct", "-X", "-n", "-P", "-j", ",".join(jobs), "-o", "JobID,State,ExitCode,Reason"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S,
+                              check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return parse_sacct(done.stdout) if done.returncode == 0 else {}
+
+
+def queued_ids(job_name: str) -> list[str]:
+    """The ids of this user's jobs named `job_name` that SLURM still holds (pending,
+    running or completing): a way to list a run's jobs, never to cancel by name."""
+    if not job_name or shutil.which("squeue") is None:
+        return []
+    argv = ["squeue", "--me", "-h", "--name", job_name, "-o", "%i"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S,
+                              check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in done.stdout.splitlines() if line.strip()]
+
+
+def cancel(jobs) -> tuple[list[str], str | None]:
+    """`scancel` the jobs by id: (the ids, scancel's complaint or None)."""
+    ids = sorted({str(j) for j in jobs if j}, key=lambda j: (len(j), j))
+    if not ids:
+        return [], None
+    try:
+        done = subprocess.run(["scancel", *ids], capture_output=True, text=True,
+                              timeout=QUERY_TIMEOUT_S, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return ids, str(exc)
+    return ids, (done.stderr.strip() or None) if done.returncode else None
+
+
+# ---- the record ---------------------------------------------------------------------------
+
+
+def record_kill(ring_root, node: str, view: str, variant: str, job: str, end: JobEnd) -> dict:
+    """Write the record of an execution SLURM ended (result.json, then its score, as the
+    execute rule would have), remove the boxes its run left, and say so in the events.
+    A record the supervisor finished before the kill stands; one a signal cut short (SLURM's
+    SIGTERM) is replaced by SLURM's account."""
+    from ..core.clock import load_node, load_ring
+    from ..core.jsonio import read_json
+    from ..core.ledger import emit_event, ledger_anchor
+    from ..core.records import write_record
+    from ..ring.boxes import remove_abandoned_boxes
+    from ..scoring import score_execution
+
+    layout = RingLayout(Path(ring_root))
+    path = layout.result(node, view, variant)
+    previous = None
+    if path.exists():
+        try:
+            previous = read_json(path)
+        except (OSError, ValueError):
+            previous = None  # torn: the job died writing it
+    if previous is not None and not stopped_by_signal(previous):
+        result = previous
+    else:
+        spec = load_node(load_ring(ring_root), node)["executions"][view][variant]
+        result = killed_result(spec, node, view, variant, job, end, previous)
+        result["ended_at"] = time.time()
+        result["ledger_head"] = ledger_anchor(layout.ledger)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_record(layout.root, path, result)
+        layout.score(node, view, variant).unlink(missing_ok=True)
+    if not layout.score(node, view, variant).exists():
+        score_execution(layout.root, node, view, variant)
+    remove_abandoned_boxes(layout.root)
+    emit_event(layout.root, "slurm_job_killed", node=node, view=view, variant=variant, job=job,
+               state=parse_state(end.state), status=result["status"],
+               reason=result["reason"])  # fmt: skip
+    return result
