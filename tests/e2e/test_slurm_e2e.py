@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
+from ringflow.cluster.jobs import ring_jobs
 from ringflow.cluster.slurm import controller_problem
-from ringtools import REPO, SNAKEMAKE, make_candidate, make_task, results
+from ringtools import REPO, SNAKEMAKE, make_candidate, make_task, results, write_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
 
@@ -32,13 +35,20 @@ def controller():
         pytest.skip(why)
 
 
+def slurm_argv(tmp_path: Path, ring_id: str, *extra: str,
+               configfile: Path | None = None) -> list[str]:  # fmt: skip
+    """A ring's command through profiles/slurm from the repository root, its folders under
+    tmp_path; `extra` comes before --configfile (which takes every word that follows it)."""
+    return [str(SNAKEMAKE), "--profile", "profiles/slurm", *extra,
+            "--configfile", str(configfile or REPO / "config" / "quick.yaml"),
+            "--config", f"ring_id={ring_id}", f"runs_dir={tmp_path}/runs",
+            f"store={tmp_path}/store", f"resources_dir={tmp_path}/resources"]  # fmt: skip
+
+
 def slurm_ring(tmp_path: Path, ring_id: str, *extra: str, configfile: Path | None = None,
                timeout: float = 900) -> tuple[subprocess.CompletedProcess, float]:  # fmt: skip
     """A ring through profiles/slurm from the repository root, its folders under tmp_path."""
-    argv = [str(SNAKEMAKE), "--profile", "profiles/slurm",
-            "--configfile", str(configfile or REPO / "config" / "quick.yaml"),
-            "--config", f"ring_id={ring_id}", f"runs_dir={tmp_path}/runs",
-            f"store={tmp_path}/store", f"resources_dir={tmp_path}/resources", *extra]  # fmt: skip
+    argv = slurm_argv(tmp_path, ring_id, *extra, configfile=configfile)
     start = time.monotonic()
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout)
     return done, time.monotonic() - start
@@ -114,3 +124,123 @@ def test_check_with_the_profile_refuses_the_default_limits(tmp_path):
         cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert "a node can run every execution the ring asks for" in quick.stdout, quick.stdout
+
+
+# ---- job ids, the driver's stop and SLURM's kills (docs/slurm.md#job-ids-signals-and-kills)
+
+
+def slow_ring(tmp_path: Path, ring_id: str, sleep_s: float) -> Path:
+    """The configuration of a ring over the scripted task whose candidate `slow` sleeps
+    `sleep_s` in each seed-0 run, beside a quick `fast`; no baseline, no guard."""
+    make_task(tmp_path)
+    make_candidate(tmp_path / "cands" / "slow", mean=0.7, seed_sleep={"0": sleep_s})
+    make_candidate(tmp_path / "cands" / "fast", mean=0.6)
+    guard = {"enabled": False, "seeds": 5, "alpha": 0.05, "margin": 0.0}
+    return write_config(tmp_path, ring_id=ring_id, task=str(tmp_path / "task"),
+                        candidates=str(tmp_path / "cands"), baseline=None, promote_top_k=1,
+                        guard=guard)  # fmt: skip
+
+
+def queued(prefix: str) -> list[str]:
+    """SLURM's jobs (any state it still holds but ended) whose name starts with `prefix`."""
+    done = subprocess.run(["squeue", "-h", "-o", "%i|%j|%T"], capture_output=True, text=True,
+                          timeout=60, check=True)  # fmt: skip
+    return [
+        line for line in done.stdout.splitlines()
+        if line.split("|")[1].startswith(prefix)
+        and line.split("|")[2] not in ("CANCELLED", "COMPLETED", "TIMEOUT", "FAILED")
+    ]  # fmt: skip
+
+
+def wait_for(what, timeout: float, step: float = 1.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        found = what()
+        if found:
+            return found
+        time.sleep(step)
+    return None
+
+
+def ring_processes(tmp_path: Path) -> list[str]:
+    """Processes of the ring's run: anything naming its folders, or a candidate's program."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        line = " ".join(proc.info["cmdline"] or [])
+        if str(tmp_path) in line or ("run.py" in line and "--seed" in line):
+            found.append(f"{proc.info['pid']}: {line[:200]}")
+    return found
+
+
+def listed(ring: Path, part: str, variant: str = "s0") -> list[dict]:
+    return [j for j in ring_jobs(ring) if part in j["node"] and j["variant"] == variant]
+
+
+def test_sigterm_cancels_the_rings_jobs_by_id_and_a_job_cancelled_from_outside_is_recorded(
+    tmp_path,
+):
+    ring_id = f"sq-term-{os.getpid()}"
+    ring = tmp_path / "runs" / ring_id
+    config = slow_ring(tmp_path, ring_id, sleep_s=300)
+    log = (tmp_path / "driver.log").open("w")
+    driver = subprocess.Popen(slurm_argv(tmp_path, ring_id, configfile=config), cwd=REPO,
+                              stdout=log, stderr=subprocess.STDOUT,
+                              start_new_session=True)  # fmt: skip
+    said = lambda: (tmp_path / "driver.log").read_text()[-4000:]  # noqa: E731
+    try:
+        # The slow candidate's seed 0 runs, its job on record as it started.
+        slow = wait_for(lambda: listed(ring, "slow"), 180)
+        assert slow, said()
+        job = slow[0]["job"]
+        # SLURM ends it from outside (scancel by id, as an administrator would): the
+        # driver records it and the ring goes on.
+        subprocess.run(["scancel", job], check=True, timeout=60)
+        result_path = ring / "nodes" / slow[0]["node"] / "exec" / "proxy" / "s0" / "result.json"
+        assert wait_for(result_path.exists, 90), said()
+        result = json.loads(result_path.read_text())
+        assert result["slurm_job_id"] == job
+        assert result["status"] == "interrupted" and result["slurm_state"] == "CANCELLED"
+        assert f"SLURM ended job {job} with CANCELLED" in result["reason"]
+        assert driver.poll() is None, said()
+        # Jobs are in flight (the ablation of `slow` sleeps too; others pend behind it).
+        assert wait_for(lambda: len(queued(f"ringflow-{ring_id}_")) >= 2, 90), said()
+        before = queued(f"ringflow-{ring_id}_")
+        driver.send_signal(signal.SIGTERM)
+        start = time.monotonic()
+        driver.wait(timeout=30)
+        left = 30 - (time.monotonic() - start)
+        gone = wait_for(lambda: not queued(f"ringflow-{ring_id}_")
+                        and not ring_processes(tmp_path), left, 0.5)  # fmt: skip
+        seconds = time.monotonic() - start
+        print(f"SIGTERM: driver, jobs and processes gone in {seconds:.1f} s ({before})")
+        assert gone, (queued(f"ringflow-{ring_id}_"), ring_processes(tmp_path), said())
+        events = [json.loads(x) for x in (ring / "events.jsonl").read_text().splitlines()]
+        cancelled = [e for e in events if e["kind"] == "slurm_jobs_cancelled"]
+        assert cancelled and cancelled[0]["signal"] == "SIGTERM", said()
+        ids = {line.split("|")[0] for line in before}
+        assert ids <= set(cancelled[0]["jobs"]), (ids, cancelled)
+        assert any(e["kind"] == "slurm_job_killed" and e["job"] == job for e in events)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        log.close()
+
+
+def test_quick_ring_with_a_job_slurm_kills_for_time_records_it_and_goes_on(tmp_path):
+    ring_id = f"sq-time-{os.getpid()}"
+    ring = tmp_path / "runs" / ring_id
+    config = slow_ring(tmp_path, ring_id, sleep_s=200)
+    # SLURM's limit below ringflow's own, so that SLURM's fires first.
+    start = time.monotonic()
+    done, seconds = slurm_ring(tmp_path, ring_id, "--set-resources", "execute:runtime=1",
+                               configfile=config, timeout=900)  # fmt: skip
+    print(f"ring with a job SLURM ended for time: {seconds:.0f} s")
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-6000:])
+    assert (ring / "final" / "FINAL.json").is_file()
+    slow = {k: r for k, r in results(ring).items() if "slow" in k[0] and k[2] == "s0"}
+    assert slow, results(ring)
+    (record,) = slow.values()
+    assert record["status"] == "interrupted" and record["slurm_state"] == "TIMEOUT", record
+    assert "TIMEOUT" in record["reason"] and record["slurm_job_id"]
+    assert time.monotonic() - start < 900
+    assert not list((tmp_path / "runs" / ".boxes").glob("*"))

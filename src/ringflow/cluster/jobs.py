@@ -74,7 +74,6 @@ def record_job(ring_root, node: str, view: str, variant: str, env=None) -> str |
         return None
     line = {
         "job": job,
-        "name": env.get("SLURM_JOB_NAME"),
         "node": node,
         "view": view,
         "variant": variant,
@@ -103,14 +102,14 @@ def ring_jobs(ring_root) -> list[dict]:
     return jobs
 
 
-def unfinished_jobs(ring_root, name: str | None = None) -> list[dict]:
-    """The listed jobs (of the job name `name`, where given) whose execution has no
-    result.json: running, or ended without a record."""
+def unfinished_jobs(ring_root, since: float | None = None) -> list[dict]:
+    """The listed jobs (started at `since` or later, where given: one driver's) whose
+    execution has no result.json: running, or ended without a record."""
     layout = RingLayout(Path(ring_root))
     return [
         item
         for item in ring_jobs(ring_root)
-        if (name is None or item.get("name") == name)
+        if (since is None or float(item.get("at") or 0) >= since)
         and not layout.result(item["node"], item["view"], item["variant"]).exists()
     ]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import signal
+import time
 from pathlib import Path
 
 from ..cluster.target import SlurmTarget, write_target
@@ -113,6 +114,7 @@ def start_on_slurm(workflow, rings) -> None:
     name_slurm_jobs(workflow, rings[-1].root.name, rings[-1].root)
     executor = getattr(getattr(workflow, "scheduler", None), "_executor", None)
     if executor is not None and hasattr(executor, "report_job_error"):
+        DRIVER.started_at = time.time()
         watch_slurm_jobs(executor, rings)
         cancel_on_signals(executor, rings)
 
@@ -125,6 +127,7 @@ class _Driver:
     CANCELLED jobs it then hears of are its own doing, not SLURM's kills."""
 
     cancelled_by: str | None = None
+    started_at: float | None = None  # onstart: the jobs listed since are this run's
 
 
 DRIVER = _Driver()
@@ -194,7 +197,7 @@ def watch_slurm_jobs(executor, rings) -> None:
 def ring_job_ids(executor, rings) -> set[str]:
     """This run's jobs of the rings, by id: the ones the plugin tracks, the ones SLURM
     still holds under this run's job name (the plugin may be between two polls), and the
-    ones the rings' executions listed as they started, without a record yet."""
+    ones the rings' executions listed since this run started, without a record yet."""
     from ..cluster import jobs
 
     name = getattr(executor, "run_uuid", None)
@@ -202,8 +205,10 @@ def ring_job_ids(executor, rings) -> set[str]:
            if getattr(info, "external_jobid", None)}  # fmt: skip
     if name:
         ids.update(jobs.queued_ids(name))
+    if DRIVER.started_at is not None:
         for ring in rings:
-            ids.update(str(item["job"]) for item in jobs.unfinished_jobs(ring.root, name))
+            listed = jobs.unfinished_jobs(ring.root, DRIVER.started_at)
+            ids.update(str(item["job"]) for item in listed)
     return ids
 
 

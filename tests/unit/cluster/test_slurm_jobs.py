@@ -9,6 +9,7 @@ import fcntl
 import json
 import os
 import signal
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -86,21 +87,21 @@ def test_an_execution_lists_its_job_only_under_slurm(tmp_path):
     ring = tmp_path / "runs" / "r"
     assert jobs.record_job(ring, "n001-a", "proxy", "s0", env={}) is None
     assert not RingLayout(ring).cluster_jobs.exists()
-    env = {"SLURM_JOB_ID": "41", "SLURM_JOB_NAME": "ringflow-r_abc"}
-    assert jobs.record_job(ring, "n001-a", "proxy", "s0", env=env) == "41"
-    assert jobs.record_job(ring, "n001-a", "proxy", "s1", env={**env, "SLURM_JOB_ID": "42"})
+    assert jobs.record_job(ring, "n001-a", "proxy", "s0", env={"SLURM_JOB_ID": "41"}) == "41"
+    assert jobs.record_job(ring, "n001-a", "proxy", "s1", env={"SLURM_JOB_ID": "42"})
     with RingLayout(ring).cluster_jobs.open("a") as handle:
         handle.write('{"job": "43", "no')  # a torn last line
     listed = jobs.ring_jobs(ring)
-    assert [(j["job"], j["variant"], j["name"]) for j in listed] == [
-        ("41", "s0", "ringflow-r_abc"),
-        ("42", "s1", "ringflow-r_abc"),
+    assert [(j["job"], j["variant"], j["host"]) for j in listed] == [
+        ("41", "s0", os.uname().nodename),
+        ("42", "s1", os.uname().nodename),
     ]
     result = RingLayout(ring).result("n001-a", "proxy", "s0")
     result.parent.mkdir(parents=True)
     result.write_text("{}")
-    assert [j["job"] for j in jobs.unfinished_jobs(ring, "ringflow-r_abc")] == ["42"]
-    assert jobs.unfinished_jobs(ring, "ringflow-other_x") == []
+    assert [j["job"] for j in jobs.unfinished_jobs(ring)] == ["42"]
+    assert [j["job"] for j in jobs.unfinished_jobs(ring, listed[1]["at"])] == ["42"]
+    assert jobs.unfinished_jobs(ring, time.time() + 1) == []
 
 
 def test_the_result_of_a_killed_job_has_the_keys_of_the_supervisors_own():
@@ -241,10 +242,9 @@ def test_jobs_the_driver_cancelled_itself_are_not_recorded(ring, monkeypatch):
 
 def test_the_driver_cancels_exactly_its_runs_jobs_by_id(tmp_path, monkeypatch):
     ring = tmp_path / "r1"
-    env = {"SLURM_JOB_ID": "61", "SLURM_JOB_NAME": "ringflow-r1_abc"}
-    jobs.record_job(ring, "n001-a", "proxy", "s0", env=env)
-    old = {"SLURM_JOB_ID": "62", "SLURM_JOB_NAME": "ringflow-r1_old"}
-    jobs.record_job(ring, "n001-a", "proxy", "s1", env=old)
+    jobs.record_job(ring, "n001-a", "proxy", "s1", env={"SLURM_JOB_ID": "62"})  # an old run's
+    monkeypatch.setattr(cluster.DRIVER, "started_at", time.time())
+    jobs.record_job(ring, "n001-a", "proxy", "s0", env={"SLURM_JOB_ID": "61"})
     monkeypatch.setattr(
         jobs, "queued_ids", lambda name: ["63", "64"] if name == "ringflow-r1_abc" else ["99"]
     )
