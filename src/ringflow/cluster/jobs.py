@@ -1,6 +1,7 @@
 """A ring's SLURM jobs (docs/slurm.md#job-ids-signals-and-kills): each execution's job id on
 record, the ring's own jobs found by id when the driver is stopped, and the record of an
-execution SLURM ended before its supervisor could write one.
+execution SLURM ended before its supervisor could write one (written by the driver,
+ringflow.workflow.cluster).
 
 An execution that starts inside a SLURM job appends its job id to the ring's list
 (`RingLayout.cluster_jobs`) and keeps it in its result.json (`slurm_job_id`). SLURM can end
@@ -22,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import statuses
-from ..core.interrupts import stopped_by_signal
 from ..core.jsonio import append_jsonl
 from ..core.layout import RingLayout
 
@@ -244,45 +244,3 @@ def cancel(jobs) -> tuple[list[str], str | None]:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return ids, str(exc)
     return ids, (done.stderr.strip() or None) if done.returncode else None
-
-
-# ---- the record ---------------------------------------------------------------------------
-
-
-def record_kill(ring_root, node: str, view: str, variant: str, job: str, end: JobEnd) -> dict:
-    """Write the record of an execution SLURM ended (result.json, then its score, as the
-    execute rule would have), remove the boxes its run left, and say so in the events.
-    A record the supervisor finished before the kill stands; one a signal cut short (SLURM's
-    SIGTERM) is replaced by SLURM's account."""
-    from ..core.clock import load_node, load_ring
-    from ..core.jsonio import read_json
-    from ..core.ledger import emit_event, ledger_anchor
-    from ..core.records import write_record
-    from ..ring.boxes import remove_abandoned_boxes
-    from ..scoring import score_execution
-
-    layout = RingLayout(Path(ring_root))
-    path = layout.result(node, view, variant)
-    previous = None
-    if path.exists():
-        try:
-            previous = read_json(path)
-        except (OSError, ValueError):
-            previous = None  # torn: the job died writing it
-    if previous is not None and not stopped_by_signal(previous):
-        result = previous
-    else:
-        spec = load_node(load_ring(ring_root), node)["executions"][view][variant]
-        result = killed_result(spec, node, view, variant, job, end, previous)
-        result["ended_at"] = time.time()
-        result["ledger_head"] = ledger_anchor(layout.ledger)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_record(layout.root, path, result)
-        layout.score(node, view, variant).unlink(missing_ok=True)
-    if not layout.score(node, view, variant).exists():
-        score_execution(layout.root, node, view, variant)
-    remove_abandoned_boxes(layout.root)
-    emit_event(layout.root, "slurm_job_killed", node=node, view=view, variant=variant, job=job,
-               state=parse_state(end.state), status=result["status"],
-               reason=result["reason"])  # fmt: skip
-    return result

@@ -149,7 +149,7 @@ def _box(ring: Path) -> Path:
 def test_a_job_slurm_ended_without_a_record_gets_one(ring):
     node = _node(ring)
     box = _box(ring)
-    result = jobs.record_kill(ring, node, "proxy", "s0", "41", JobEnd("TIMEOUT", "0:0"))
+    result = cluster.record_kill(ring, node, "proxy", "s0", "41", JobEnd("TIMEOUT", "0:0"))
     layout = RingLayout(ring)
     written = json.loads(layout.result(node, "proxy", "s0").read_text())
     assert written == result
@@ -171,7 +171,7 @@ def test_a_record_a_signal_cut_short_gives_way_to_slurms_account(ring):
     cut = {"status": "interrupted", "budget_cut": False, "wall_s": 61.5, "reason": "signal",
            "events": [{"event": "signal", "signal": "SIGTERM"}]}  # fmt: skip
     path.write_text(json.dumps(cut))
-    result = jobs.record_kill(ring, node, "proxy", "s1", "43", JobEnd("OUT_OF_MEMORY"))
+    result = cluster.record_kill(ring, node, "proxy", "s1", "43", JobEnd("OUT_OF_MEMORY"))
     assert result["status"] == "crash" and "memory" in result["reason"]
     assert result["wall_s"] == 61.5
     assert [e["event"] for e in result["events"]] == ["signal", "slurm_killed"]
@@ -184,7 +184,7 @@ def test_a_record_the_supervisor_finished_stands(ring):
     path.parent.mkdir(parents=True, exist_ok=True)
     own = {"status": "crash", "budget_cut": False, "reason": "exit code 1", "events": []}
     path.write_text(json.dumps(own))
-    result = jobs.record_kill(ring, node, "x3", "s0", "42", JobEnd("CANCELLED"))
+    result = cluster.record_kill(ring, node, "x3", "s0", "42", JobEnd("CANCELLED"))
     assert result == own
     assert json.loads(path.read_text()) == own
     assert layout.score(node, "x3", "s0").exists()
@@ -306,7 +306,7 @@ def test_a_box_held_by_a_live_run_is_left_alone(ring):
     fd = os.open(box, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        jobs.record_kill(ring, _node(ring), "proxy", "g4", "70", JobEnd("NODE_FAIL"))
+        cluster.record_kill(ring, _node(ring), "proxy", "g4", "70", JobEnd("NODE_FAIL"))
         assert box.exists()
     finally:
         os.close(fd)
