@@ -17,6 +17,7 @@ import pytest
 
 from ringflow.cluster.jobs import ring_jobs
 from ringflow.cluster.slurm import controller_problem
+from ringflow.core.layout import RingLayout
 from ringtools import REPO, SNAKEMAKE, make_candidate, make_task, results, write_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
@@ -129,10 +130,11 @@ def test_check_with_the_profile_refuses_the_default_limits(tmp_path):
 # ---- job ids, the driver's stop and SLURM's kills (docs/slurm.md#job-ids-signals-and-kills)
 
 
-def slow_ring(tmp_path: Path, ring_id: str, sleep_s: float) -> Path:
+def slow_ring(tmp_path: Path, ring_id: str, sleep_s: float, views=("proxy", "x3", "final")) -> Path:
     """The configuration of a ring over the scripted task whose candidate `slow` sleeps
-    `sleep_s` in each seed-0 run, beside a quick `fast`; no baseline, no guard."""
-    make_task(tmp_path)
+    `sleep_s` in each seed-0 run (its --ablate control too), beside a quick `fast`; no
+    baseline, no guard."""
+    make_task(tmp_path, views=views)
     make_candidate(tmp_path / "cands" / "slow", mean=0.7, seed_sleep={"0": sleep_s})
     make_candidate(tmp_path / "cands" / "fast", mean=0.6)
     guard = {"enabled": False, "seeds": 5, "alpha": 0.05, "margin": 0.0}
@@ -195,7 +197,7 @@ def test_sigterm_cancels_the_rings_jobs_by_id_and_a_job_cancelled_from_outside_i
         # SLURM ends it from outside (scancel by id, as an administrator would): the
         # driver records it and the ring goes on.
         subprocess.run(["scancel", job], check=True, timeout=60)
-        result_path = ring / "nodes" / slow[0]["node"] / "exec" / "proxy" / "s0" / "result.json"
+        result_path = RingLayout(ring).result(slow[0]["node"], slow[0]["view"], "s0")
         assert wait_for(result_path.exists, 90), said()
         result = json.loads(result_path.read_text())
         assert result["slurm_job_id"] == job
@@ -223,13 +225,17 @@ def test_sigterm_cancels_the_rings_jobs_by_id_and_a_job_cancelled_from_outside_i
     finally:
         if driver.poll() is None:
             driver.kill()
+        # Whatever failed, no job of this ring outlives the test (by id).
+        left = [line.split("|")[0] for line in queued(f"ringflow-{ring_id}_")]
+        if left:
+            subprocess.run(["scancel", *left], check=False, timeout=60)
         log.close()
 
 
 def test_quick_ring_with_a_job_slurm_kills_for_time_records_it_and_goes_on(tmp_path):
     ring_id = f"sq-time-{os.getpid()}"
     ring = tmp_path / "runs" / ring_id
-    config = slow_ring(tmp_path, ring_id, sleep_s=200)
+    config = slow_ring(tmp_path, ring_id, sleep_s=200, views=("proxy", "final"))
     # SLURM's limit below ringflow's own, so that SLURM's fires first.
     start = time.monotonic()
     done, seconds = slurm_ring(tmp_path, ring_id, "--set-resources", "execute:runtime=1",
@@ -237,10 +243,14 @@ def test_quick_ring_with_a_job_slurm_kills_for_time_records_it_and_goes_on(tmp_p
     print(f"ring with a job SLURM ended for time: {seconds:.0f} s")
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-6000:])
     assert (ring / "final" / "FINAL.json").is_file()
-    slow = {k: r for k, r in results(ring).items() if "slow" in k[0] and k[2] == "s0"}
-    assert slow, results(ring)
-    (record,) = slow.values()
-    assert record["status"] == "interrupted" and record["slurm_state"] == "TIMEOUT", record
-    assert "TIMEOUT" in record["reason"] and record["slurm_job_id"]
+    # Seed 0 of `slow` and its --ablate control outlived SLURM's limit.
+    slow = [r for k, r in results(ring).items() if "slow" in k[0]]
+    assert len(slow) == 2, results(ring)
+    for record in slow:
+        assert record["status"] == "interrupted" and record["slurm_state"] == "TIMEOUT", record
+        assert "TIMEOUT" in record["reason"] and record["slurm_job_id"]
+    # Every other execution ran in its job to the end, its job id on record.
+    others = [r for r in results(ring).values() if r not in slow]
+    assert others and all(r["slurm_job_id"] and "slurm_state" not in r for r in others)
     assert time.monotonic() - start < 900
     assert not list((tmp_path / "runs" / ".boxes").glob("*"))
