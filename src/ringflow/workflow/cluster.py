@@ -126,8 +126,10 @@ class _Driver:
     """What the driver's signal handler has done: once it cancels the ring's jobs, the
     CANCELLED jobs it then hears of are its own doing, not SLURM's kills."""
 
-    cancelled_by: str | None = None
-    started_at: float | None = None  # onstart: the jobs listed since are this run's
+    def __init__(self):
+        self.cancelled_by: str | None = None
+        self.cancelled: set[str] = set()  # the job ids it cancelled
+        self.started_at: float | None = None  # onstart: the jobs listed since are this run's
 
 
 DRIVER = _Driver()
@@ -261,7 +263,8 @@ def cancel_ring_jobs(executor, rings, why: str) -> list[str]:
     from ..cluster import jobs
     from ..core.ledger import emit_event
 
-    ids, problem = jobs.cancel(ring_job_ids(executor, rings))
+    ids, problem = jobs.cancel(ring_job_ids(executor, rings) - DRIVER.cancelled)
+    DRIVER.cancelled.update(ids)
     if ids:
         print(f"ringflow: {why}: cancelled {len(ids)} SLURM job(s) of the ring: "
               f"{' '.join(ids)}" + (f" ({problem})" if problem else ""), flush=True)  # fmt: skip

@@ -255,10 +255,15 @@ def test_the_driver_cancels_exactly_its_runs_jobs_by_id(tmp_path, monkeypatch):
     executor = FakeExecutor(
         [SimpleNamespace(external_jobid="60"), SimpleNamespace(external_jobid=None)]
     )
-    ids = cluster.cancel_ring_jobs(executor, [SimpleNamespace(root=ring, prefix="")], "SIGTERM")
+    monkeypatch.setattr(cluster.DRIVER, "cancelled", set())
+    rings = [SimpleNamespace(root=ring, prefix="")]
+    ids = cluster.cancel_ring_jobs(executor, rings, "SIGTERM")
     assert ids == cancelled == ["60", "61", "63", "64"]  # never the old run's 62, never 99
+    # As the driver ends: only what was submitted meanwhile.
+    executor.active_jobs.append(SimpleNamespace(external_jobid="65"))
+    assert cluster.cancel_ring_jobs(executor, rings, "SIGTERM, as the driver ends") == ["65"]
     events = [json.loads(x) for x in (ring / "events.jsonl").read_text().splitlines()]
-    assert events[-1]["kind"] == "slurm_jobs_cancelled" and events[-1]["signal"] == "SIGTERM"
+    assert events[0]["kind"] == "slurm_jobs_cancelled" and events[0]["signal"] == "SIGTERM"
 
 
 def test_sigterm_to_the_driver_cancels_then_stops_snakemake(tmp_path, monkeypatch):
