@@ -48,9 +48,10 @@ test-user: bytecode
 # .venv-slurm/ (it probes SLURM as Snakemake starts, which costs seconds wherever no
 # controller answers). `make slurm-up`/`slurm-down` start and stop a one-node SLURM with
 # accounting on this machine (root); `make test-slurm` brings it up, runs the tests marked
-# `slurm` through profiles/slurm, and stops it again, whatever the tests said (about 6.5
-# minutes on 2 cores, nearly all of it the quick ring; SLURM_TESTS='-k "not quick_ring"'
-# leaves that ring out: about half a minute).
+# `slurm` through profiles/slurm, and stops it again, whatever the tests said (about 9
+# minutes on 2 cores, nearly all of it the two rings named `quick_ring`: the quick ring and
+# the ring SLURM ends a job of for time; SLURM_TESTS='-k "not quick_ring"' leaves both out:
+# about half a minute).
 SLURM_VENV ?= .venv-slurm
 SLURM_TESTS ?=
 SLURM_STAMP := $(SLURM_VENV)/.installed
