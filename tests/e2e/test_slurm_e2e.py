@@ -81,6 +81,9 @@ def test_the_quick_ring_reaches_final_with_every_execution_a_named_slurm_job(tmp
     logs = list((ring / "logs" / "slurm").rglob("*.log"))
     assert len(logs) == len(jobs)
     assert (ring / "cluster.json").is_file()
+    # The reserve counts what the partition holds at once (2 CPUs, 1 thread each), not
+    # the profile's 50 jobs.
+    assert json.loads((ring / "slots.json").read_text())["cluster_slots"] == 2
 
 
 def test_a_ring_no_node_can_run_is_refused_at_the_lock(tmp_path):
@@ -96,6 +99,9 @@ def test_a_ring_no_node_can_run_is_refused_at_the_lock(tmp_path):
     assert "its largest node" in said
     assert not (tmp_path / "runs" / ring_id / "RING.json").exists()
     assert sacct_jobs(f"ringflow-{ring_id}_") == []
+    # No node holds one of its executions.
+    slots = json.loads((tmp_path / "runs" / ring_id / "slots.json").read_text())
+    assert slots["cluster_slots"] == 0
 
 
 def test_check_with_the_profile_refuses_the_default_limits(tmp_path):

@@ -251,6 +251,27 @@ def fits(node: Node, request: Request) -> bool:
     )
 
 
+def node_capacity(node: Node, request: Request, partition: Partition | None = None) -> int:
+    """Executions of `request` one node runs side by side, within the partition's per-node
+    caps; 0 where the node takes no jobs or cannot fit one."""
+    if not node.usable:
+        return 0
+    cpus, memory = node.cpus, node.memory_mb
+    if partition is not None:
+        cpus = min(cpus, partition.max_cpus_per_node or cpus)
+        memory = min(memory, partition.max_mem_per_node_mb or memory)
+    count = min(cpus // max(1, request.threads), memory // max(1, request.memory_mb))
+    if request.gpus:
+        count = min(count, node.gpus_of(request.gpu_model) // request.gpus)
+    return max(0, count)
+
+
+def capacity(partition: Partition, request: Request) -> int:
+    """Executions of `request` the whole partition runs at once, were it theirs alone: the
+    most a ring can have running there, whatever the profile's `jobs`."""
+    return sum(node_capacity(node, request, partition) for node in partition.nodes)
+
+
 def largest(nodes: tuple[Node, ...], model: str | None = None) -> Node:
     """The node with the most GPUs (of the model), then CPUs, then memory."""
     return max(nodes, key=lambda n: (n.gpus_of(model), n.cpus, n.memory_mb))

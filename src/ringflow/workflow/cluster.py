@@ -8,9 +8,11 @@ everything here is a function evaluated as jobs are made or as the workflow star
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
-from ..cluster.target import SlurmTarget, write_target
+from ..cluster.target import SlurmTarget, cluster_slots, write_target
+from ..core.errors import InputError
 
 # The only rules that become cluster jobs: a program's execution and an engineer session.
 # Every other step is bookkeeping that takes a second on the driver; as a SLURM job it
@@ -140,3 +142,16 @@ def name_slurm_jobs(workflow, ring_name: str, ring_root: Path) -> dict | None:
         print(f"ringflow: SLURM jobs are named {executor.run_uuid}; their logs go to "
               f"{executor.slurm_logdir}", flush=True)  # fmt: skip
     return done
+
+
+def slots_on_slurm(workflow, prefix: str, config: dict) -> int | None:
+    """onstart, on the driver under the SLURM executor: the ring's executions its target
+    partition holds at once, which the reserve counts beside the profile's `jobs`; None
+    elsewhere, or where SLURM does not answer (the profile's `jobs` count alone then)."""
+    if executor_name(workflow) != "slurm":
+        return None
+    try:
+        return cluster_slots(config, slurm_target(workflow, prefix))
+    except InputError as exc:
+        print(f"ringflow: the reserve counts the profile's jobs alone: {exc}", file=sys.stderr)
+        return None

@@ -33,6 +33,7 @@ from ..ring.named import NamedRing
 from ..sandbox.slots import gpu_declared, gpu_slots
 from ..selection import timekeeper
 from ..weights.store import WeightsStore
+from .cluster import slots_on_slurm
 
 
 def prepare_config(config: dict, schema_path: str) -> None:
@@ -116,7 +117,9 @@ def start_rings(rings: list[NamedRing], configs: dict[str, dict], workflow) -> N
         config = settings[ring.name]
         per_execution = config.gpus_per_execution or 1
         timekeeper.record_slots(ring.root, workflow, slots if declared else (slots or None),
-                                per_execution, gpu_profile=declared)  # fmt: skip
+                                per_execution, gpu_profile=declared,
+                                cluster_slots=slots_on_slurm(workflow, ring.prefix,
+                                                             configs[ring.name]))  # fmt: skip
         timekeeper.start_in_background(ring.root)
         install_relay(ring.root)
         ring_start(ring.root, config.terminal)
