@@ -120,3 +120,29 @@ def test_check_with_the_profile_refuses_the_default_limits(tmp_path):
         cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert "a node can run every execution the ring asks for" in quick.stdout, quick.stdout
+    # The probe job looked at the node: sandbox, interpreter, folders shared.
+    assert "compute node " in quick.stdout and "shared with this machine" in quick.stdout
+    assert quick.returncode == 0, quick.stdout
+
+
+def test_a_node_where_the_candidates_python_does_not_run_is_refused_at_the_lock(tmp_path):
+    # An interpreter that runs on the driver and fails inside a SLURM job: the lock's
+    # probe job finds it on the node, and no execution is submitted.
+    python = tmp_path / "python"
+    python.write_text(
+        "#!/bin/sh\n"
+        '[ -n "$SLURM_JOB_ID" ] && { echo "no such library here" >&2; exit 3; }\n'
+        f'exec {REPO / ".venv-program" / "bin" / "python"} "$@"\n'
+    )
+    python.chmod(0o755)
+    ring_id = f"sq-node-{os.getpid()}"
+    done, _seconds = slurm_ring(tmp_path, ring_id, f"program={{'python': '{python}'}}",
+                                timeout=300)  # fmt: skip
+    said = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert "a compute node cannot run the ring's executions" in said, said[-3000:]
+    assert "program.python on " in said and "no such library here" in said
+    assert not (tmp_path / "runs" / ring_id / "RING.json").exists()
+    assert [j["name"] for j in sacct_jobs(f"ringflow-{ring_id}_")] == [
+        f"ringflow-{ring_id}_node-probe"
+    ]

@@ -21,6 +21,12 @@ SINFO_FORMAT = "%N|%c|%m|%G|%t"
 QUERY_TIMEOUT_S = 30
 # Node states that never take a job until an administrator acts.
 UNUSABLE_STATES = ("down", "drain", "fail", "inval", "futr", "maint", "resv")
+_JOBNAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def job_prefix(ring_name: str) -> str:
+    """The SLURM job name prefix for a ring: what the plugin allows, at most 50 characters."""
+    return _JOBNAME.sub("-", f"ringflow-{ring_name}")[:50]
 
 
 @dataclass(frozen=True)

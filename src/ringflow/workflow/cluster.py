@@ -7,10 +7,10 @@ everything here is a function evaluated as jobs are made or as the workflow star
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
+from ..cluster.slurm import job_prefix
 from ..cluster.target import SlurmTarget, cluster_slots, write_target
 from ..core.errors import InputError
 
@@ -24,8 +24,6 @@ SLURM_EXECUTORS = ("slurm", "slurm-jobstep")
 # Snakemake's priorities run from 0 to 2000 (ringflow.workflow.dag); SLURM's nice value
 # lowers a job's priority, so the highest Snakemake priority gets the lowest nice value.
 NICE_BASE = 3000
-
-_JOBNAME = re.compile(r"[^A-Za-z0-9_-]")
 
 
 def driver_rules(names, prefix: str) -> list[str]:
@@ -65,11 +63,6 @@ def slurm_nice(priority: int) -> str:
     """The `slurm_extra` that hands a job's Snakemake priority to SLURM: a higher priority
     is a lower nice value, so SLURM starts the baseline's first run before an ablation."""
     return f"--nice={max(0, NICE_BASE - int(priority))}"
-
-
-def job_prefix(ring_name: str) -> str:
-    """The SLURM job name prefix for a ring: what the plugin allows, at most 50 characters."""
-    return _JOBNAME.sub("-", f"ringflow-{ring_name}")[:50]
 
 
 def _raw(resources, name: str) -> str | None:
