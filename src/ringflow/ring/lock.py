@@ -37,7 +37,7 @@ from .inputs import record_snapshot, snapshot_path, take_snapshot
 # continues it: they name where things are, or the other rings of its chain, not what the
 # ring computes.
 # Who hears about a ring (notify) changes nothing it computes: a locked ring may add it.
-UNFROZEN_KEYS = ("resources_dir", "rings", "notify")
+UNFROZEN_KEYS = ("resources_dir", "rings", "notify", "slurm")
 
 
 def _resolve(path: str, workdir: Path) -> Path:

@@ -13,6 +13,7 @@ from pathlib import Path
 from ..cluster.slurm import job_prefix
 from ..cluster.target import SlurmTarget, cluster_slots, write_target
 from ..core.errors import InputError
+from ..reporting.progress import watch_slurm_queue
 
 # The only rules that become cluster jobs: a program's execution and an engineer session.
 # Every other step is bookkeeping that takes a second on the driver; as a SLURM job it
@@ -105,6 +106,10 @@ def start_on_slurm(workflow, rings) -> None:
         if not (Path(ring.root) / "stop_manifest.json").exists():
             write_target(ring.root, slurm_target(workflow, ring.prefix))
     name_slurm_jobs(workflow, rings[-1].root.name, rings[-1].root)
+    executor = getattr(getattr(workflow, "scheduler", None), "_executor", None)
+    if (job_name := getattr(executor, "run_uuid", None)) is not None:
+        for ring in rings:
+            watch_slurm_queue(ring.root, job_name)
 
 
 def name_slurm_jobs(workflow, ring_name: str, ring_root: Path) -> dict | None:

@@ -122,7 +122,9 @@ def start_rings(rings: list[NamedRing], configs: dict[str, dict], workflow) -> N
                                                              configs[ring.name]))  # fmt: skip
         timekeeper.start_in_background(ring.root)
         install_relay(ring.root)
-        ring_start(ring.root, config.terminal)
+        ring_start(
+            ring.root, config.terminal, 0 if config.slurm is None else config.slurm.pending_warn_min
+        )
         notify.ring_start(ring.root, None if config.notify is None else config.notify.to_mapping())
 
 
