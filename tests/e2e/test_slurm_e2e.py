@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -146,3 +147,50 @@ def test_a_node_where_the_candidates_python_does_not_run_is_refused_at_the_lock(
     assert [j["name"] for j in sacct_jobs(f"ringflow-{ring_id}_")] == [
         f"ringflow-{ring_id}_node-probe"
     ]
+
+
+def test_two_slurm_jobs_racing_for_one_weights_key_train_once_and_replay(tmp_path):
+    # The store's key lock across SLURM jobs: both jobs run at once on the node (1 CPU
+    # each), start together, and exactly one trains while the other replays its weights.
+    from test_store import KEY, RACER, TREE
+
+    name, go = f"ringflow-race-{os.getpid()}", tmp_path / "go"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+
+    def submit(racer: str) -> subprocess.Popen:
+        argv = ["srun", "--ntasks=1", "--cpus-per-task=1", "--mem=512M", "--time=5",
+                f"--job-name={name}", sys.executable, "-c", RACER, str(tmp_path / "store"),
+                TREE, KEY, str(tmp_path / racer), str(go), racer]  # fmt: skip
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+
+    racers = [submit(racer) for racer in ("alpha", "bravo")]
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            running = subprocess.run(["squeue", "-h", "-t", "RUNNING", f"--name={name}"],
+                                     capture_output=True, text=True, timeout=30)  # fmt: skip
+            if len(running.stdout.splitlines()) == 2:
+                break
+            time.sleep(0.5)
+        time.sleep(1.0)  # both interpreters started and polling for the signal
+        go.touch()
+        outcomes = []
+        for racer in racers:
+            out, _ = racer.communicate(timeout=120)
+            assert racer.returncode == 0
+            outcomes.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for racer in racers:
+            if racer.poll() is None:
+                racer.terminate()
+    assert sorted(o["mode"] for o in outcomes) == ["replay", "train"]
+    replayer = next(o for o in outcomes if o["mode"] == "replay")
+    assert replayer["how"] == "hardlink"
+    # Accounting follows the jobs' end by a few seconds.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        states = [j["state"] for j in sacct_jobs(name)]
+        if states == ["COMPLETED", "COMPLETED"]:
+            break
+        time.sleep(1)
+    assert states == ["COMPLETED", "COMPLETED"]
