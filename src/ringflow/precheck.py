@@ -233,8 +233,44 @@ def _check_slurm(report: Report, profile: str | Path, configfile: str | Path | N
         return
     if problem:
         report.fail(problem)
-    else:
-        report.ok("a node can run every execution the ring asks for")
+        return
+    report.ok("a node can run every execution the ring asks for")
+    _check_node(report, config, target)
+
+
+def _check_node(report: Report, config: dict, target) -> None:
+    """The lock's probe job (docs/slurm.md#compute-nodes-are-probed), on the runs folder and
+    the store the configuration names, taken from the current folder as the workflow's."""
+    from .cluster.node_probe import probe_node
+    from .core.settings import Program
+    from .weights.keys import program_python
+
+    def existing(path: str) -> Path:
+        # A check writes nothing lasting: a folder the first ring would make is probed
+        # through the nearest one that exists.
+        folder = (Path.cwd() / Path(path).expanduser()).resolve()
+        return next(p for p in (folder, *folder.parents) if p.is_dir())
+
+    runs, store = existing(config["runs_dir"]), existing(config["store"])
+    try:
+        facts = probe_node(
+            "check",
+            {"runs folder": runs, "store": store},
+            program_python(Program.from_mapping(config["program"], "program")),
+            config["sandbox"],
+            target,
+            int(config.get("gpus_per_execution") or 0) if target.gpus else 0,
+        )
+    except (InputError, OSError) as exc:
+        report.fail(str(exc))
+        return
+    gpu = facts.get("gpu")
+    report.ok(
+        f"compute node {facts.get('host')}: sandbox {facts['sandbox'].get('mode')}, the "
+        f"candidates' Python {facts['program_python'].get('version')}, the runs folder and "
+        "the store shared with this machine"
+        + (f", GPUs {', '.join(gpu['gpus'])} (driver {gpu['driver']})" if gpu else "")
+    )
 
 
 def check(

@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -92,6 +93,9 @@ def test_the_quick_ring_reaches_final_with_every_execution_a_named_slurm_job(tmp
     logs = list((ring / "logs" / "slurm").rglob("*.log"))
     assert len(logs) == len(jobs)
     assert (ring / "cluster.json").is_file()
+    # The reserve counts what the partition holds at once (2 CPUs, 1 thread each), not
+    # the profile's 50 jobs.
+    assert json.loads((ring / "slots.json").read_text())["cluster_slots"] == 2
 
 
 def test_a_ring_no_node_can_run_is_refused_at_the_lock(tmp_path):
@@ -107,6 +111,9 @@ def test_a_ring_no_node_can_run_is_refused_at_the_lock(tmp_path):
     assert "its largest node" in said
     assert not (tmp_path / "runs" / ring_id / "RING.json").exists()
     assert sacct_jobs(f"ringflow-{ring_id}_") == []
+    # No node holds one of its executions.
+    slots = json.loads((tmp_path / "runs" / ring_id / "slots.json").read_text())
+    assert slots["cluster_slots"] == 0
 
 
 def test_check_with_the_profile_refuses_the_default_limits(tmp_path):
@@ -125,6 +132,79 @@ def test_check_with_the_profile_refuses_the_default_limits(tmp_path):
         cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert "a node can run every execution the ring asks for" in quick.stdout, quick.stdout
+    # The probe job looked at the node: sandbox, interpreter, folders shared.
+    assert "compute node " in quick.stdout and "shared with this machine" in quick.stdout
+    assert quick.returncode == 0, quick.stdout
+
+
+def test_a_node_where_the_candidates_python_does_not_run_is_refused_at_the_lock(tmp_path):
+    # An interpreter that runs on the driver and fails inside a SLURM job: the lock's
+    # probe job finds it on the node, and no execution is submitted.
+    python = tmp_path / "python"
+    python.write_text(
+        "#!/bin/sh\n"
+        '[ -n "$SLURM_JOB_ID" ] && { echo "no such library here" >&2; exit 3; }\n'
+        f'exec {REPO / ".venv-program" / "bin" / "python"} "$@"\n'
+    )
+    python.chmod(0o755)
+    ring_id = f"sq-node-{os.getpid()}"
+    done, _seconds = slurm_ring(tmp_path, ring_id, f"program={{'python': '{python}'}}",
+                                timeout=300)  # fmt: skip
+    said = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert "a compute node cannot run the ring's executions" in said, said[-3000:]
+    assert "program.python on " in said and "no such library here" in said
+    assert not (tmp_path / "runs" / ring_id / "RING.json").exists()
+    assert [j["name"] for j in sacct_jobs(f"ringflow-{ring_id}_")] == [
+        f"ringflow-{ring_id}_node-probe"
+    ]
+
+
+def test_two_slurm_jobs_racing_for_one_weights_key_train_once_and_replay(tmp_path):
+    # The store's key lock across SLURM jobs: both jobs run at once on the node (1 CPU
+    # each), start together, and exactly one trains while the other replays its weights.
+    from test_store import KEY, RACER, TREE
+
+    name, go = f"ringflow-race-{os.getpid()}", tmp_path / "go"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+
+    def submit(racer: str) -> subprocess.Popen:
+        argv = ["srun", "--ntasks=1", "--cpus-per-task=1", "--mem=512M", "--time=5",
+                f"--job-name={name}", sys.executable, "-c", RACER, str(tmp_path / "store"),
+                TREE, KEY, str(tmp_path / racer), str(go), racer]  # fmt: skip
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+
+    racers = [submit(racer) for racer in ("alpha", "bravo")]
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            running = subprocess.run(["squeue", "-h", "-t", "RUNNING", f"--name={name}"],
+                                     capture_output=True, text=True, timeout=30)  # fmt: skip
+            if len(running.stdout.splitlines()) == 2:
+                break
+            time.sleep(0.5)
+        time.sleep(1.0)  # both interpreters started and polling for the signal
+        go.touch()
+        outcomes = []
+        for racer in racers:
+            out, _ = racer.communicate(timeout=120)
+            assert racer.returncode == 0
+            outcomes.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for racer in racers:
+            if racer.poll() is None:
+                racer.terminate()
+    assert sorted(o["mode"] for o in outcomes) == ["replay", "train"]
+    replayer = next(o for o in outcomes if o["mode"] == "replay")
+    assert replayer["how"] == "hardlink"
+    # Accounting follows the jobs' end by a few seconds.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        states = [j["state"] for j in sacct_jobs(name)]
+        if states == ["COMPLETED", "COMPLETED"]:
+            break
+        time.sleep(1)
+    assert states == ["COMPLETED", "COMPLETED"]
 
 
 # ---- job ids, the driver's stop and SLURM's kills (docs/slurm.md#job-ids-signals-and-kills)

@@ -21,6 +21,12 @@ SINFO_FORMAT = "%N|%c|%m|%G|%t"
 QUERY_TIMEOUT_S = 30
 # Node states that never take a job until an administrator acts.
 UNUSABLE_STATES = ("down", "drain", "fail", "inval", "futr", "maint", "resv")
+_JOBNAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def job_prefix(ring_name: str) -> str:
+    """The SLURM job name prefix for a ring: what the plugin allows, at most 50 characters."""
+    return _JOBNAME.sub("-", f"ringflow-{ring_name}")[:50]
 
 
 @dataclass(frozen=True)
@@ -267,6 +273,27 @@ def fits(node: Node, request: Request) -> bool:
         and node.memory_mb >= request.memory_mb
         and node.gpus_of(request.gpu_model) >= request.gpus
     )
+
+
+def node_capacity(node: Node, request: Request, partition: Partition | None = None) -> int:
+    """Executions of `request` one node runs side by side, within the partition's per-node
+    caps; 0 where the node takes no jobs or cannot fit one."""
+    if not node.usable:
+        return 0
+    cpus, memory = node.cpus, node.memory_mb
+    if partition is not None:
+        cpus = min(cpus, partition.max_cpus_per_node or cpus)
+        memory = min(memory, partition.max_mem_per_node_mb or memory)
+    count = min(cpus // max(1, request.threads), memory // max(1, request.memory_mb))
+    if request.gpus:
+        count = min(count, node.gpus_of(request.gpu_model) // request.gpus)
+    return max(0, count)
+
+
+def capacity(partition: Partition, request: Request) -> int:
+    """Executions of `request` the whole partition runs at once, were it theirs alone: the
+    most a ring can have running there, whatever the profile's `jobs`."""
+    return sum(node_capacity(node, request, partition) for node in partition.nodes)
 
 
 def largest(nodes: tuple[Node, ...], model: str | None = None) -> Node:

@@ -13,7 +13,14 @@ import yaml
 
 from ..core.errors import InputError
 from ..core.jsonio import atomic_write_json, read_json
-from .slurm import Partition, Request, execution_request, query_partition, requests_problem
+from .slurm import (
+    Partition,
+    Request,
+    capacity,
+    execution_request,
+    query_partition,
+    requests_problem,
+)
 
 CLUSTER_RECORD = "cluster.json"
 
@@ -106,3 +113,14 @@ def slurm_problem(
     if target is None:
         return None
     return requests_problem(config_requests(config, target), query(target.partition))
+
+
+def cluster_slots(
+    config: dict,
+    target: SlurmTarget,
+    query: Callable[[str | None], Partition] = query_partition,
+) -> int:
+    """Executions of the ring the target partition runs at once: for each view's request,
+    what its nodes hold side by side; the smallest of these (docs/slurm.md#the-reserve)."""
+    partition = query(target.partition)
+    return min(capacity(partition, request) for request in config_requests(config, target))

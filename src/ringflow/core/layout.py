@@ -223,6 +223,12 @@ class RingLayout:
         probe): private to ringflow, never a record (docs/isolation.md#the-probe-cache)."""
         return self.root / ".probes"
 
+    @property
+    def cluster_node(self) -> Path:
+        """What the lock's probe job found on a compute node under SLURM
+        (docs/slurm.md#compute-nodes-are-probed)."""
+        return self.root / "cluster_node.json"
+
 
 def is_review_variant(variant: str) -> bool:
     """The view-blind check's runs: blind-s0, blind<N>-s0 (disguised copies) and real-s0

@@ -9,7 +9,7 @@ the values before they are read here.
 `RingConfig.from_mapping` builds the tree from the validated configuration (a missing or
 unknown key is refused with its dotted path); `to_mapping()` gives back exactly the mapping
 it was built from, lists as lists, so the lock's `config` and `config_sha256` do not change.
-Keys the schema does not require (`rings`, `view_blind`, `notify`, `guard.retrain`,
+Keys the schema does not require (`rings`, `view_blind`, `notify`, `slurm`, `guard.retrain`,
 `guard.against`, `sandbox.host_uids`, `view_blind.*`) may be absent: their field is None
 and `to_mapping()` leaves them out again.
 """
@@ -279,6 +279,11 @@ class Notify(Section):
 
 
 @dataclass(frozen=True)
+class Slurm(Section):
+    pending_warn_min: float
+
+
+@dataclass(frozen=True)
 class RingConfig(Section):
     """The whole configuration of one ring (RING.json's `config`)."""
 
@@ -296,9 +301,10 @@ class RingConfig(Section):
         "engineer": Engineer,
         "search": Search,
         "terminal": Terminal,
+        "slurm": Slurm,
         "notify": Notify,
     }
-    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"rings", "view_blind", "notify"})
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"rings", "view_blind", "notify", "slurm"})
 
     ring_id: str
     runs_dir: str
@@ -336,6 +342,7 @@ class RingConfig(Section):
     engineer: Engineer
     search: Search
     terminal: Terminal
+    slurm: Slurm | None
     notify: Notify | None
     # The keys the schema does not require that the mapping held (`rings: null` is given,
     # not absent): bookkeeping for to_mapping(), no configuration.

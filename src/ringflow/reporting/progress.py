@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+from ..cluster.queue import pending_jobs, pending_note
 from ..core import statuses
 from ..core.layout import RingLayout
 from ..core.safetext import printable
@@ -135,9 +136,15 @@ def progress_line(snap: dict) -> str:
 class Progress:
     """A daemon thread printing a progress line when the counts change."""
 
-    def __init__(self, ring_root: str | Path, every_s: float, stream=None):
+    def __init__(
+        self, ring_root: str | Path, every_s: float, stream=None, pending_warn_min: float = 0
+    ):
         self.ring_root = Path(ring_root)
         self.every_s = every_s
+        # Under SLURM: the run's job name (set once the jobs are named) and how long a job
+        # may pend before the line names it (docs/slurm.md#pending-jobs).
+        self.slurm_job_name: str | None = None
+        self.pending_warn_min = pending_warn_min
         self.stream = stream or sys.stdout
         self.stopped = threading.Event()
         self.last_key = None
@@ -157,10 +164,19 @@ class Progress:
             self.stopped.set()
             return
         snap = snapshot(self.ring_root)
-        key = (snap["done"], snap["total"], snap["running"], snap["best"], snap["decided"])
+        pending = self._pending()
+        key = (snap["done"], snap["total"], snap["running"], snap["best"], snap["decided"],
+               pending and pending[0])  # fmt: skip
         if force or key != self.last_key or time.monotonic() - self.last_at >= HEARTBEAT_S:
-            print(progress_line(snap), file=self.stream, flush=True)
+            line = progress_line(snap) + (f" | {pending[1]}" if pending else "")
+            print(line, file=self.stream, flush=True)
             self.last_key, self.last_at = key, time.monotonic()
+
+    def _pending(self) -> tuple[tuple, str] | None:
+        if not self.slurm_job_name or self.pending_warn_min <= 0:
+            return None
+        jobs = pending_jobs(self.slurm_job_name)
+        return None if jobs is None else pending_note(jobs, time.time(), self.pending_warn_min)
 
     def _loop(self) -> None:
         while not self.stopped.wait(self.every_s):
@@ -177,12 +193,20 @@ class Progress:
 _running: dict[str, Progress] = {}
 
 
-def ring_start(ring_root: str | Path, terminal: Terminal) -> None:
+def ring_start(ring_root: str | Path, terminal: Terminal, pending_warn_min: float = 0) -> None:
     """onstart: quiet Snakemake's terminal output and start the ring's progress lines."""
     if not terminal.snakemake_log:
         quiet_snakemake_terminal()
     if terminal.progress_s > 0 and str(ring_root) not in _running:
-        _running[str(ring_root)] = Progress(ring_root, terminal.progress_s).start()
+        progress = Progress(ring_root, terminal.progress_s, pending_warn_min=pending_warn_min)
+        _running[str(ring_root)] = progress.start()
+
+
+def watch_slurm_queue(ring_root: str | Path, job_name: str) -> None:
+    """onstart, under the SLURM executor once the jobs are named: the ring's progress line
+    names the run's jobs that pend too long."""
+    if (progress := _running.get(str(ring_root))) is not None:
+        progress.slurm_job_name = job_name
 
 
 def ring_end(

@@ -12,7 +12,8 @@ from pathlib import Path
 from filelock import FileLock
 
 from .. import sandbox
-from ..cluster.target import read_target, slurm_problem
+from ..cluster.node_probe import probe_node
+from ..cluster.target import SlurmTarget, read_target, slurm_problem
 from ..config import guard_problems
 from ..core import seeds
 from ..core.disguise import salted_alias
@@ -36,7 +37,7 @@ from .inputs import record_snapshot, snapshot_path, take_snapshot
 # continues it: they name where things are, or the other rings of its chain, not what the
 # ring computes.
 # Who hears about a ring (notify) changes nothing it computes: a locked ring may add it.
-UNFROZEN_KEYS = ("resources_dir", "rings", "notify")
+UNFROZEN_KEYS = ("resources_dir", "rings", "notify", "slurm")
 
 
 def _resolve(path: str, workdir: Path) -> Path:
@@ -245,13 +246,42 @@ def gpu_problem(config: RingConfig, layout: RingLayout) -> str | None:
     )
 
 
+def probe_cluster_node(
+    config: RingConfig, layout: RingLayout, store: Path, target: SlurmTarget
+) -> dict:
+    """Under the SLURM executor, one probe job on the partition: the node's sandbox, the
+    candidates' interpreter, the ring folder and the store as the node sees them, and its
+    GPUs where executions ask for them; kept in cluster_node.json, refused with every
+    problem found (docs/slurm.md#compute-nodes-are-probed)."""
+    gpus = int(config.gpus_per_execution or 0) if target.gpus else 0
+    try:
+        facts = probe_node(
+            config.ring_id,
+            {"ring folder": layout.root, "store": store},
+            program_python(config),
+            config.sandbox.to_mapping(),
+            target,
+            gpus,
+        )
+    except InputError as exc:
+        raise InputError(f"ring {config.ring_id} cannot start: {exc}") from None
+    atomic_write_json(layout.cluster_node, facts)
+    return facts
+
+
+def _gpu_of(node: dict) -> dict:
+    """The lock's `gpu` facts from the probed node: the executions' GPUs, not the driver's."""
+    return {key: value for key, value in node["gpu"].items() if key != "ok"}
+
+
 def _create(config: RingConfig, paths: dict, layout: RingLayout, now: float) -> Ring:
     if problem := timeline_problem(config):
         raise InputError(f"ring {config.ring_id}: {problem}")
     if problem := gpu_problem(config, layout):
         raise InputError(f"ring {config.ring_id} cannot start: {problem}")
     # Under the SLURM executor: requests no node of the partition can meet would pend forever.
-    if problem := slurm_problem(config.to_mapping(), read_target(layout.root)):
+    target = read_target(layout.root)
+    if problem := slurm_problem(config.to_mapping(), target):
         raise InputError(f"ring {config.ring_id} cannot start: {problem}")
     for problem in guard_problems(config.to_mapping()):
         raise InputError(f"ring {config.ring_id}: {problem}")
@@ -266,6 +296,7 @@ def _create(config: RingConfig, paths: dict, layout: RingLayout, now: float) -> 
     )
     store = paths["store"]
     store.mkdir(parents=True, exist_ok=True, mode=0o700)
+    node = None if target is None else probe_cluster_node(config, layout, store, target)
     memo = HashMemo(store / "cache" / "hashmemo.json")
     limits = config.limits.to_mapping()
     per_view = views_limits(config, (*search_views, *guard_views, final_view))
@@ -365,7 +396,7 @@ def _create(config: RingConfig, paths: dict, layout: RingLayout, now: float) -> 
         "sandbox": {k: sandbox_info.get(k) for k in ("mode", "reason")},
         "program": program,
         # GPU models, driver and CUDA: part of the environment of executions given GPUs.
-        "gpu": gpu_facts(),
+        "gpu": gpu_facts() if node is None or "gpu" not in node else _gpu_of(node),
         "chain": chain.describe(paths["parent"], config, paths),
         # Names the programs see for views (selection.disguise.alias); never in their reach.
         "alias_salt": alias_salt,

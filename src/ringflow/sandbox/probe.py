@@ -16,7 +16,6 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
@@ -95,7 +94,7 @@ def _cache_file(cache_dir: Path, key: tuple) -> Path | None:
         return None
     facts = {
         "key": list(key),
-        "host": socket.gethostname(),
+        "host": os.uname().nodename,
         "boot": boot,
         "kernel": os.uname().release,
         "tools": [_stat(path) for path in key[3:]],

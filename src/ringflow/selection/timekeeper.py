@@ -57,9 +57,11 @@ def record_slots(
     gpus: int | None = None,
     gpus_per_execution: int = 1,
     gpu_profile: bool = False,
+    cluster_slots: int | None = None,
 ) -> dict:
     """Write slots.json: the cores, jobs and GPU slots the running Snakemake gives
-    (`gpu_profile`: the profile asks for GPUs on this machine, as profiles/gpu does)."""
+    (`gpu_profile`: the profile asks for GPUs on this machine, as profiles/gpu does), and
+    on a cluster the executions its partition runs at once (`cluster_slots`)."""
     resources = getattr(workflow, "global_resources", {}) or {}
     info = {
         "cores": _resource_value(resources.get("_cores")),
@@ -67,6 +69,7 @@ def record_slots(
         "gpus": gpus if gpus is not None else _resource_value(resources.get("gpu")),
         "gpus_per_execution": gpus_per_execution,
         "gpu_profile": gpu_profile,
+        "cluster_slots": cluster_slots,
         "at": time.time(),
     }
     layout = RingLayout(Path(ring_dir))
@@ -76,10 +79,13 @@ def record_slots(
 
 
 def slots_for(info: dict | None, threads: int) -> int:
-    """Executions that run side by side: jobs, cores / threads per execution, GPU slots."""
+    """Executions that run side by side: jobs, cores / threads per execution, GPU slots,
+    and on a cluster what its partition holds at once (a profile's `jobs` can be far more)."""
     if not info:
         return 1
     slots = info.get("jobs") or sys.maxsize
+    if info.get("cluster_slots"):
+        slots = min(slots, info["cluster_slots"])
     cores = info.get("cores")
     if cores:
         slots = min(slots, max(1, cores // max(1, min(threads, cores))))

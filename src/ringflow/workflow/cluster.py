@@ -7,12 +7,15 @@ everything here is a function evaluated as jobs are made or as the workflow star
 
 from __future__ import annotations
 
-import re
 import signal
+import sys
 import time
 from pathlib import Path
 
-from ..cluster.target import SlurmTarget, write_target
+from ..cluster.slurm import job_prefix
+from ..cluster.target import SlurmTarget, cluster_slots, write_target
+from ..core.errors import InputError
+from ..reporting.progress import watch_slurm_queue
 
 # The only rules that become cluster jobs: a program's execution and an engineer session.
 # Every other step is bookkeeping that takes a second on the driver; as a SLURM job it
@@ -24,8 +27,6 @@ SLURM_EXECUTORS = ("slurm", "slurm-jobstep")
 # Snakemake's priorities run from 0 to 2000 (ringflow.workflow.dag); SLURM's nice value
 # lowers a job's priority, so the highest Snakemake priority gets the lowest nice value.
 NICE_BASE = 3000
-
-_JOBNAME = re.compile(r"[^A-Za-z0-9_-]")
 
 
 def driver_rules(names, prefix: str) -> list[str]:
@@ -65,11 +66,6 @@ def slurm_nice(priority: int) -> str:
     """The `slurm_extra` that hands a job's Snakemake priority to SLURM: a higher priority
     is a lower nice value, so SLURM starts the baseline's first run before an ablation."""
     return f"--nice={max(0, NICE_BASE - int(priority))}"
-
-
-def job_prefix(ring_name: str) -> str:
-    """The SLURM job name prefix for a ring: what the plugin allows, at most 50 characters."""
-    return _JOBNAME.sub("-", f"ringflow-{ring_name}")[:50]
 
 
 def _raw(resources, name: str) -> str | None:
@@ -113,6 +109,9 @@ def start_on_slurm(workflow, rings) -> None:
             write_target(ring.root, slurm_target(workflow, ring.prefix))
     name_slurm_jobs(workflow, rings[-1].root.name, rings[-1].root)
     executor = getattr(getattr(workflow, "scheduler", None), "_executor", None)
+    if (job_name := getattr(executor, "run_uuid", None)) is not None:
+        for ring in rings:
+            watch_slurm_queue(ring.root, job_name)
     if executor is not None and hasattr(executor, "report_job_error"):
         DRIVER.started_at = time.time()
         watch_slurm_jobs(executor, rings)
@@ -338,3 +337,16 @@ def name_slurm_jobs(workflow, ring_name: str, ring_root: Path) -> dict | None:
         print(f"ringflow: SLURM jobs are named {executor.run_uuid}; their logs go to "
               f"{executor.slurm_logdir}", flush=True)  # fmt: skip
     return done
+
+
+def slots_on_slurm(workflow, prefix: str, config: dict) -> int | None:
+    """onstart, on the driver under the SLURM executor: the ring's executions its target
+    partition holds at once, which the reserve counts beside the profile's `jobs`; None
+    elsewhere, or where SLURM does not answer (the profile's `jobs` count alone then)."""
+    if executor_name(workflow) != "slurm":
+        return None
+    try:
+        return cluster_slots(config, slurm_target(workflow, prefix))
+    except InputError as exc:
+        print(f"ringflow: the reserve counts the profile's jobs alone: {exc}", file=sys.stderr)
+        return None

@@ -33,6 +33,7 @@ from ..ring.named import NamedRing
 from ..sandbox.slots import gpu_declared, gpu_slots
 from ..selection import timekeeper
 from ..weights.store import WeightsStore
+from .cluster import slots_on_slurm
 
 
 def prepare_config(config: dict, schema_path: str) -> None:
@@ -107,20 +108,33 @@ def start_rings(rings: list[NamedRing], configs: dict[str, dict], workflow) -> N
         remove_debris(ring.root, settings[ring.name])
         keep_stop_reserve(ring.root)
     _JANITOR[:] = [_start_janitor(rings, settings)]
-    # Jobs on a cluster's nodes bring their own GPUs (checked against the partition there);
-    # on this machine a profile that declares GPUs gets as many slots as NVML sees, 0 too.
-    local = not getattr(workflow, "non_local_exec", False)
-    declared = local and gpu_declared(workflow.global_resources)
-    slots = gpu_slots(workflow.global_resources)
+    declared, slots = gpu_slots_here(workflow)
     for ring in rings:
         config = settings[ring.name]
         per_execution = config.gpus_per_execution or 1
         timekeeper.record_slots(ring.root, workflow, slots if declared else (slots or None),
-                                per_execution, gpu_profile=declared)  # fmt: skip
+                                per_execution, gpu_profile=declared,
+                                cluster_slots=slots_on_slurm(workflow, ring.prefix,
+                                                             configs[ring.name]))  # fmt: skip
         timekeeper.start_in_background(ring.root)
         install_relay(ring.root)
-        ring_start(ring.root, config.terminal)
+        ring_start(
+            ring.root, config.terminal, 0 if config.slurm is None else config.slurm.pending_warn_min
+        )
         notify.ring_start(ring.root, None if config.notify is None else config.notify.to_mapping())
+
+
+def gpu_slots_here(workflow) -> tuple[bool, int | None]:
+    """(whether the profile declares GPUs on this machine, the GPU slots it gets).
+
+    On this machine a profile that declares GPUs gets as many slots as NVML sees, 0 too.
+    Jobs on a cluster's nodes bring their own GPUs (the lock's probe job checks them
+    there): the profile's `gpu` figure stays, whatever GPUs the driver's machine has."""
+    if getattr(workflow, "non_local_exec", False):
+        return False, None
+    declared = gpu_declared(workflow.global_resources)
+    slots = gpu_slots(workflow.global_resources)
+    return declared, slots
 
 
 _JANITOR: list = []  # the janitor's Popen, kept for the driver's life

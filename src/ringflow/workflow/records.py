@@ -21,6 +21,7 @@ PRIVATE_RECORDS: list[tuple[str, str, str]] = [
     (".probes/*", "execute", "a sandbox probe that worked, per host and boot"),
     ("slots.json", "the driver", "the concurrency this invocation gives"),
     ("cluster.json", "the driver", "the SLURM partition this invocation's executions go to"),
+    ("cluster_node.json", "lock", "what the probe job found on a SLURM compute node"),
     ("logs/slurm/*", "the SLURM executor plugin", "each SLURM job's own log"),
     ("cutoff.json", "lock, timekeeper", "the live cutoff, only ever moved earlier"),
     ("cutoff.json.lock", "lock, timekeeper", "its lock"),

@@ -10,6 +10,7 @@ from ringflow.cluster.slurm import (
     Node,
     Partition,
     Request,
+    capacity,
     execution_request,
     parse_gres,
     parse_partition,
@@ -18,6 +19,7 @@ from ringflow.cluster.slurm import (
     request_problem,
     requests_problem,
 )
+from ringflow.cluster.target import SlurmTarget, cluster_slots
 
 # Recorded on the one-node cluster of scripts/slurm-up.sh (2 CPUs, 23 GB, no GPU).
 ONE_NODE_SCONTROL = (
@@ -166,3 +168,30 @@ def test_missing_client_tools_are_an_input_error(monkeypatch):
     monkeypatch.setattr(slurm.shutil, "which", lambda name: None)
     with pytest.raises(slurm.InputError, match=r"sinfo. is not on PATH"):
         slurm.query_partition(None)
+
+
+def test_capacity_counts_what_every_usable_node_holds_side_by_side():
+    # The one-node cluster: 2 CPUs, 23 GB. The quick ring's executions (1 thread, 4.5 GB)
+    # fit twice (CPUs bound), the demo's 8 threads not at all.
+    assert capacity(one_node(), Request(threads=1, memory_mb=4608)) == 2
+    assert capacity(one_node(), Request(threads=1, memory_mb=12000)) == 1  # memory bound
+    assert capacity(one_node(), Request(threads=8, memory_mb=4608)) == 0
+    # The GPU partition: drained and down nodes hold nothing; MaxCPUsPerNode=48 and
+    # MaxMemPerNode=400 GB cap the two a100 nodes; GPUs bound first.
+    part = gpu_partition()
+    assert capacity(part, Request(threads=4, memory_mb=16000, gpus=1)) == 8
+    assert capacity(part, Request(threads=4, memory_mb=16000, gpus=1, gpu_model="v100")) == 0
+    assert capacity(part, Request(threads=20, memory_mb=16000, gpus=1)) == 4  # 48 // 20 = 2
+    assert capacity(part, Request(threads=1, memory_mb=300000)) == 2  # 400 GB // 293 GB = 1
+
+
+def test_a_rings_cluster_slots_are_the_least_any_of_its_views_gets():
+    config = {
+        **QUICK,
+        "gpus_per_execution": 0,
+        "limits": {"threads": 1, "memory_gb": 4, "time_limit_min": 5},
+        "limits_per_view": {"big": {"memory_gb": 15}},
+    }
+    assert cluster_slots(config, SlurmTarget(None), lambda name: one_node()) == 1
+    del config["limits_per_view"]
+    assert cluster_slots(config, SlurmTarget(None), lambda name: one_node()) == 2

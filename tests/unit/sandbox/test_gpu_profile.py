@@ -3,8 +3,6 @@ reason and the two ways out, instead of running on the CPU as if it had GPUs."""
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,7 +13,7 @@ from ringflow.core.errors import InputError
 from ringflow.ring.lock import lock_ring
 from ringflow.sandbox.slots import gpu_declared, gpu_slots
 from ringflow.selection.timekeeper import record_slots
-from ringtools import REPO, make_task, scripted_config, snakemake_argv, write_config
+from ringtools import scripted_config
 
 FAKE_DIR = Path(__file__).resolve().parents[2] / "fake_nvml"
 
@@ -54,32 +52,3 @@ def test_the_ways_out_lock_the_ring(tmp_path):
     local = tmp_path / "runs" / "local"
     record_slots(local, _workflow(), None, 1, gpu_profile=False)
     assert lock_ring(scripted_config(tmp_path, "local", gpus_per_execution=1), tmp_path)
-
-
-@pytest.mark.e2e
-def test_snakemake_with_the_gpu_profile_on_a_machine_without_gpus_refuses(tmp_path):
-    import subprocess
-
-    make_task(tmp_path)
-    from ringtools import make_candidate
-
-    make_candidate(tmp_path / "cands" / "a", mean=0.5)
-    config = write_config(tmp_path, ring_id="g", task=str(tmp_path / "task"),
-                          candidates=str(tmp_path / "cands"), baseline=None)  # fmt: skip
-    argv = snakemake_argv(tmp_path, config)
-    argv[argv.index(str(REPO / "profiles" / "local"))] = str(REPO / "profiles" / "gpu")
-    env = {**os.environ, "PYTHONPATH": f"{FAKE_DIR}:{os.environ.get('PYTHONPATH', '')}",
-           "RINGFLOW_FAKE_GPUS": "0"}  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
-    assert done.returncode != 0
-    said = done.stdout + done.stderr
-    assert "asks for GPUs" in said and "gpus_per_execution=0" in said, said[-3000:]
-    ring = tmp_path / "runs" / "g"
-    assert not (ring / "RING.json").exists()
-    assert json.loads((ring / "slots.json").read_text())["gpus"] == 0
-    # The local profile on the same machine locks the ring.
-    local = subprocess.run(snakemake_argv(tmp_path, config, "runs/g/RING.json"),
-                           capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
-    assert local.returncode == 0, local.stderr[-3000:]
-    assert (ring / "RING.json").exists()
-    assert json.loads((ring / "slots.json").read_text())["gpu_profile"] is False

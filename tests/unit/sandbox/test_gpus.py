@@ -8,7 +8,6 @@ The fake `pynvml` in tests/fake_nvml stands in for the library where no GPU exis
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import stat
 import sys
@@ -20,7 +19,6 @@ import pytest
 
 from ringflow.core.errors import DeadlineReached, SandboxError
 from ringflow.sandbox.gpus import allocate, device_nodes, gpu_facts, machine_gpus
-from ringtools import make_task, results, snakemake, write_config
 
 FAKE_DIR = Path(__file__).resolve().parents[2] / "fake_nvml"
 
@@ -121,52 +119,3 @@ def test_device_nodes_appear_in_the_sandbox_only_when_given(tmp_path, monkeypatc
         plan.finish()
     nvidia = {name for name in listing["value"] if name.startswith("nvidia")}
     assert nvidia == ({"nvidia0", "nvidiactl", "nvidia-uvm"} if given else set())
-
-
-GPU_PROGRAM = """\
-import json, os, time
-start = time.time()
-time.sleep(1.5)
-with open(os.path.join(os.environ["RINGFLOW_OUTPUT_DIR"], "score.json"), "w") as f:
-    json.dump({"value": 0.5}, f)
-with open(os.path.join(os.environ["RINGFLOW_OUTPUT_DIR"], "gpu.json"), "w") as f:
-    json.dump({"visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "start": start,
-               "end": time.time()}, f)
-"""
-
-
-@pytest.mark.e2e
-def test_two_executions_at_once_under_the_gpu_profile_get_different_gpus(tmp_path, monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", f"{FAKE_DIR}:{os.environ.get('PYTHONPATH', '')}")
-    monkeypatch.setenv("RINGFLOW_FAKE_GPUS", "2")
-    cands = tmp_path / "cands"
-    for name in ("a", "b", "c"):
-        (cands / name).mkdir(parents=True)
-        (cands / name / "run.py").write_text(GPU_PROGRAM)
-    config = write_config(
-        tmp_path,
-        ring_id="gpus",
-        task=str(make_task(tmp_path)),
-        candidates=str(cands),
-        baseline=None,
-        promote_top_k=0,
-        guard={"enabled": False, "seeds": 2, "alpha": 0.05, "margin": 0.0},
-    )
-    gpu_profile = Path(__file__).resolve().parents[3] / "profiles" / "gpu"
-    snakemake(tmp_path, config, "--profile", str(gpu_profile), "--cores", "4")
-    ring = tmp_path / "runs" / "gpus"
-    lock = json.loads((ring / "RING.json").read_text())
-    assert lock["gpu"]["gpus"] == ["Fake GPU"]
-    runs = []
-    for key, result in results(ring).items():
-        assert result["status"] == "ok", result
-        folder = ring / "nodes" / key[0] / "exec" / key[1] / key[2]
-        runs.append(json.loads((folder / "output" / "gpu.json").read_text()))
-        assert [g["uuid"] for g in result["gpus"]] == [runs[-1]["visible"]]
-    assert {r["visible"] for r in runs} <= {"GPU-fake-0", "GPU-fake-1"}
-    overlapping = [
-        (x, y) for i, x in enumerate(runs) for y in runs[i + 1 :]
-        if x["start"] < y["end"] and y["start"] < x["end"]
-    ]  # fmt: skip
-    assert overlapping, "two executions ran at once"
-    assert all(x["visible"] != y["visible"] for x, y in overlapping)

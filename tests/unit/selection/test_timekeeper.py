@@ -162,6 +162,9 @@ def test_side_by_side_work_uses_the_slots_the_scheduler_gives(tmp_path):
     assert slots_for({"cores": 2, "jobs": None, "gpus": None}, 8) == 1  # threads capped
     assert slots_for({"cores": None, "jobs": 50, "gpus": None}, 8) == 50  # a cluster
     assert slots_for({"cores": 16, "jobs": None, "gpus": 1}, 1) == 1  # one GPU slot
+    # On SLURM the profile's jobs are capped by what the partition holds at once.
+    assert slots_for({"cores": None, "jobs": 50, "gpus": None, "cluster_slots": 2}, 1) == 2
+    assert slots_for({"cores": None, "jobs": 1, "gpus": None, "cluster_slots": 4}, 1) == 1
     ring = make_ring(tmp_path, {"a": False})
     for view in ("proxy", "x3"):
         for variant in ("s0", "s1", "s2"):

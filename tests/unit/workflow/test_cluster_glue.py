@@ -4,6 +4,7 @@ partition, without a controller."""
 
 from __future__ import annotations
 
+import sys
 from types import SimpleNamespace
 
 from ringflow.cluster.target import SlurmTarget, profile_target, read_target, write_target
@@ -99,3 +100,27 @@ def test_the_driver_records_the_target_of_unfinished_rings_only(tmp_path):
     # Under another executor nothing is written.
     start_on_slurm(fake_workflow("local"), [ring("two")])
     assert not (tmp_path / "two").exists()
+
+
+def test_a_cluster_driver_keeps_the_profiles_gpu_slots_whatever_gpus_it_has(monkeypatch):
+    # The driver's machine has 2 GPUs (the fake NVML); a SLURM profile declares 16.
+    from snakemake.resources import Resource, Resources
+    from test_gpus import fake_nvml
+
+    from ringflow.supervisor import gpu
+    from ringflow.workflow.hooks import gpu_slots_here
+
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(2, monkeypatch))
+    monkeypatch.setattr(gpu, "_default", None)
+
+    def profile(non_local: bool):
+        resources = Resources({"_cores": Resource("_cores", 2), "gpu": Resource("gpu", 16)})
+        return SimpleNamespace(global_resources=resources, non_local_exec=non_local)
+
+    cluster = profile(non_local=True)
+    assert gpu_slots_here(cluster) == (False, None)
+    assert cluster.global_resources["gpu"].value == 16
+    # On one machine the same profile gets one slot per GPU NVML sees.
+    here = profile(non_local=False)
+    assert gpu_slots_here(here) == (True, 2)
+    assert here.global_resources["gpu"].value == 2
