@@ -51,7 +51,7 @@ test-user: bytecode
 # `slurm` through profiles/slurm, and stops it again, whatever the tests said (about 9
 # minutes on 2 cores, nearly all of it the two rings named `quick_ring`: the quick ring and
 # the ring SLURM ends a job of for time; SLURM_TESTS='-k "not quick_ring"' leaves both out:
-# about half a minute).
+# about a minute).
 SLURM_VENV ?= .venv-slurm
 SLURM_TESTS ?=
 SLURM_STAMP := $(SLURM_VENV)/.installed

@@ -37,20 +37,22 @@ def controller():
         pytest.skip(why)
 
 
-def slurm_argv(tmp_path: Path, ring_id: str, *extra: str,
-               configfile: Path | None = None) -> list[str]:  # fmt: skip
+def slurm_argv(tmp_path: Path, ring_id: str, *extra: str, configfile: Path | None = None,
+               options: tuple[str, ...] = ()) -> list[str]:  # fmt: skip
     """A ring's command through profiles/slurm from the repository root, its folders under
-    tmp_path; `extra` comes before --configfile (which takes every word that follows it)."""
-    return [str(SNAKEMAKE), "--profile", "profiles/slurm", *extra,
+    tmp_path: `extra` configuration entries (KEY=VALUE), and Snakemake `options` before
+    --configfile (which takes every word that follows it)."""
+    return [str(SNAKEMAKE), "--profile", "profiles/slurm", *options,
             "--configfile", str(configfile or REPO / "config" / "quick.yaml"),
             "--config", f"ring_id={ring_id}", f"runs_dir={tmp_path}/runs",
-            f"store={tmp_path}/store", f"resources_dir={tmp_path}/resources"]  # fmt: skip
+            f"store={tmp_path}/store", f"resources_dir={tmp_path}/resources", *extra]  # fmt: skip
 
 
 def slurm_ring(tmp_path: Path, ring_id: str, *extra: str, configfile: Path | None = None,
+               options: tuple[str, ...] = (),
                timeout: float = 900) -> tuple[subprocess.CompletedProcess, float]:  # fmt: skip
     """A ring through profiles/slurm from the repository root, its folders under tmp_path."""
-    argv = slurm_argv(tmp_path, ring_id, *extra, configfile=configfile)
+    argv = slurm_argv(tmp_path, ring_id, *extra, configfile=configfile, options=options)
     start = time.monotonic()
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout)
     return done, time.monotonic() - start
@@ -318,7 +320,7 @@ def test_quick_ring_with_a_job_slurm_kills_for_time_records_it_and_goes_on(tmp_p
     config = slow_ring(tmp_path, ring_id, sleep_s=200, views=("proxy", "final"))
     # SLURM's limit below ringflow's own, so that SLURM's fires first.
     start = time.monotonic()
-    done, seconds = slurm_ring(tmp_path, ring_id, "--set-resources", "execute:runtime=1",
+    done, seconds = slurm_ring(tmp_path, ring_id, options=("--set-resources", "execute:runtime=1"),
                                configfile=config, timeout=900)  # fmt: skip
     print(f"ring with a job SLURM ended for time: {seconds:.0f} s")
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-6000:])
