@@ -25,6 +25,7 @@ from pathlib import Path
 from ..core import statuses
 from ..core.jsonio import append_jsonl
 from ..core.layout import RingLayout
+from .queue import epoch
 
 JOB_ENV = "SLURM_JOB_ID"
 QUERY_TIMEOUT_S = 20
@@ -244,3 +245,58 @@ def cancel(jobs) -> tuple[list[str], str | None]:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return ids, str(exc)
     return ids, (done.stderr.strip() or None) if done.returncode else None
+
+
+# ---- what a job costs beyond its execution ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobTimes:
+    """When SLURM took a job, started it and saw it end (epoch seconds; None: not yet)."""
+
+    submitted: float | None
+    started: float | None
+    ended: float | None
+
+
+def parse_job_times(text: str) -> dict[str, JobTimes]:
+    """`sacct -X -n -P -j IDS -o JobID,Submit,Start,End`: {job id: its times}."""
+    times: dict[str, JobTimes] = {}
+    for line in text.splitlines():
+        fields = [*line.split("|"), "", "", ""][:4]
+        job = fields[0].strip()
+        if not job or "." in job:
+            continue
+        times[job] = JobTimes(*(epoch(f) for f in fields[1:4]))
+    return times
+
+
+def query_job_times(jobs: list[str]) -> dict[str, JobTimes]:
+    """SLURM's times of each job (sacct); {} where sacct is missing or fails."""
+    if not jobs or shutil.which("sacct") is None:
+        return {}
+    argv = ["sacct", "-X", "-n", "-P", "-j", ",".join(jobs), "-o", "JobID,Submit,Start,End"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S,
+                              check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return parse_job_times(done.stdout) if done.returncode == 0 else {}
+
+
+def job_overhead_s(times: dict[str, JobTimes], executions: dict[str, float]) -> float | None:
+    """What one execution costs as a SLURM job beyond its own run: the job's life around
+    the execution (the plugin starts Snakemake inside it, twice) at its median, plus the
+    shortest wait from submission to start (SLURM's scheduling latency; longer waits are
+    jobs queued behind the ring's own, which the slots already price). None before a job
+    of `executions` ({job id: the execution's seconds}) has ended."""
+    around, waits = [], []
+    for job, seconds in executions.items():
+        t = times.get(job)
+        if t is None or None in (t.submitted, t.started, t.ended):
+            continue
+        around.append(max(0.0, t.ended - t.started - seconds))
+        waits.append(max(0.0, t.started - t.submitted))
+    if not around:
+        return None
+    return median(around) + min(waits)

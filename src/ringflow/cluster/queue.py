@@ -23,7 +23,7 @@ class PendingJob:
     submitted_at: float | None  # epoch seconds; None where squeue gave no time
 
 
-def _epoch(text: str) -> float | None:
+def epoch(text: str) -> float | None:
     """SLURM's `2026-12-03T23:50:01` (the controller's local time) as epoch seconds."""
     try:
         return time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S"))
@@ -38,7 +38,7 @@ def parse_pending(text: str) -> list[PendingJob]:
         parts = line.strip().split("|")
         if len(parts) != 3 or not parts[0]:
             continue
-        jobs.append(PendingJob(parts[0], parts[1] or "None", _epoch(parts[2])))
+        jobs.append(PendingJob(parts[0], parts[1] or "None", epoch(parts[2])))
     return jobs
 
 
