@@ -290,6 +290,8 @@ def job_overhead_s(times: dict[str, JobTimes], executions: dict[str, float]) -> 
     shortest wait from submission to start (SLURM's scheduling latency; longer waits are
     jobs queued behind the ring's own, which the slots already price). None before a job
     of `executions` ({job id: the execution's seconds}) has ended."""
+    from statistics import median  # the driver's estimate only; executions import this module
+
     around, waits = [], []
     for job, seconds in executions.items():
         t = times.get(job)
