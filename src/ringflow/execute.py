@@ -36,7 +36,7 @@ from .core.hashing import PROGRESS_FILE, HashMemo, drop_ignored
 from .core.jsonio import read_json
 from .core.layout import RingLayout, is_guard_variant
 from .core.ledger import Ledger, emit_event, ledger_anchor
-from .core.records import write_record
+from .core.node_state import ExecutionResult, write_result
 from .core.safetree import remove_tree
 from .core.settings import RingConfig
 from .core.state import Ring
@@ -191,7 +191,7 @@ def _new_result(ex: Execution) -> dict:
 
 def run_execution(
     ring_dir: str | Path, node_id: str, view: str, variant: str, gpus: int = 0
-) -> dict:
+) -> ExecutionResult:
     ex = _load(ring_dir, node_id, view, variant, gpus)
     result = _new_result(ex)
     if ex.should_stop():
@@ -331,7 +331,8 @@ def _run_in_box(ex: Execution, result: dict, inputs: Path) -> dict:
         # A seed-0 run cut by the cutoff keeps its grace checkpoint for the seal
         # (docs/operations.md#carryover).
         weights = weights_dirs(ex.node["solution"]["per_view_paths"])
-        keep_grace_checkpoint(ex.ring, view, variant, result, ex.work, weights, ex.dir)
+        so_far = ExecutionResult.from_record(result)
+        keep_grace_checkpoint(ex.ring, view, variant, so_far, ex.work, weights, ex.dir)
         registered = False
         if mode == statuses.TRAIN and result["status"] == statuses.OK:
             registered = _register(ex, store, result)
@@ -589,11 +590,13 @@ def _register(ex: Execution, store: WeightsStore, result: dict) -> bool:
     return True
 
 
-def _finish(ex: Execution, result: dict) -> dict:
-    result["ended_at"] = time.time()
-    result["ledger_head"] = ledger_anchor(ex.layout.ledger)
-    write_record(ex.layout.root, ex.dir / "result.json", result)
-    emit_event(ex.layout.root, "execution_finished", node=result["node"], view=result["view"],
-               variant=result["variant"], status=result["status"],
-               budget_cut=result["budget_cut"], weights_mode=result["weights_mode"])  # fmt: skip
+def _finish(ex: Execution, record: dict) -> ExecutionResult:
+    record["ended_at"] = time.time()
+    record["ledger_head"] = ledger_anchor(ex.layout.ledger)
+    path = ex.dir / "result.json"
+    result = ExecutionResult.from_record(record, source=path)
+    write_result(ex.layout.root, path, result)
+    emit_event(ex.layout.root, "execution_finished", node=result.node, view=result.view,
+               variant=result.variant, status=result.status,
+               budget_cut=result.budget_cut, weights_mode=result.weights_mode)  # fmt: skip
     return result

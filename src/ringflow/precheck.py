@@ -160,14 +160,13 @@ def _run_one(report: Report, ring: Ring, node: str) -> None:
     )
     result = run_execution(ring.ring_dir, node, view, "s0")
     exec_dir = RingLayout(Path(ring.ring_dir)).exec_dir(node, view, "s0")
-    if result["status"] != "ok":
+    if result.status != "ok":
         tail = last_line(exec_dir / "stderr.log")
         report.fail(
-            f"{result['status']}: {first_line(result.get('reason'))}"
-            + (f"; stderr: {tail}" if tail else "")
+            f"{result.status}: {first_line(result.reason)}" + (f"; stderr: {tail}" if tail else "")
         )
         return
-    report.ok(f"exited 0 in {result['wall_s']:.1f}s (weights: {result['weights_mode']})")
+    report.ok(f"exited 0 in {result.wall_s:.1f}s (weights: {result.weights_mode})")
     try:
         score = score_execution(ring.ring_dir, node, view, "s0")
     except RingflowError as exc:  # a scorer failing on the baseline stops a ring

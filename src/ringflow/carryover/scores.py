@@ -21,6 +21,7 @@ from ..core import statuses
 from ..core.clock import load_ring
 from ..core.jsonio import read_json, read_json_cached
 from ..core.layout import RingLayout
+from ..core.node_state import read_result
 from ..core.safetree import read_head
 from ..core.state import Ring
 from ..scoring import usable
@@ -40,7 +41,7 @@ def outcome(layout: RingLayout, node: str, view: str, variant: str) -> dict | No
     if not score_path.is_file():
         return None
     result_path = layout.result(node, view, variant)
-    if result_path.is_file() and read_json(result_path).get("status") == statuses.INTERRUPTED:
+    if result_path.is_file() and read_result(result_path).status == statuses.INTERRUPTED:
         return None
     return read_json(score_path)
 

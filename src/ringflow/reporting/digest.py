@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..core import statuses
 from ..core.layout import RingLayout
+from ..core.node_state import ExecutionResult, result_if_any
 from ..core.safetext import printable
 from ..core.statuses import REJECTED
 
@@ -93,15 +94,15 @@ def _read(path: Path) -> dict | None:
         return None
 
 
-def execution_failure(exec_dir: Path, result: dict | None, score: dict | None):
+def execution_failure(exec_dir: Path, result: ExecutionResult | None, score: dict | None):
     """(kind, reason) of one finished execution, or None when it ran and was scored valid."""
     if result is None:
         return None
-    status = result.get("status")
+    status = result.status
     if status != statuses.OK:
-        if status == statuses.INTERRUPTED and result.get("budget_cut"):
+        if status == statuses.INTERRUPTED and result.budget_cut:
             return None  # cut by the ring's own clock: not the program's failure
-        reason = first_line(result.get("reason"))
+        reason = first_line(result.reason)
         tail = last_line(exec_dir / "stderr.log") if status == statuses.CRASH else ""
         if tail and tail not in reason:
             reason = f"{reason}; stderr: {tail}" if reason else f"stderr: {tail}"
@@ -141,7 +142,7 @@ def failure_digest(ring_root: str | Path, nodes: list[dict] | None = None) -> li
         found: dict[str, list] = {}
         for *_, exec_dir in layout.executions(node_id):
             failure = execution_failure(
-                exec_dir, _read(exec_dir / "result.json"), _read(exec_dir / "score.json")
+                exec_dir, result_if_any(exec_dir / "result.json"), _read(exec_dir / "score.json")
             )
             if failure is not None:
                 found.setdefault(failure[0], []).append(

@@ -38,6 +38,7 @@ from ..core.errors import DeadlineReached, RingflowError
 from ..core.hashing import drop_ignored, solution_tree_hash
 from ..core.jsonio import append_jsonl, read_json
 from ..core.layout import RingLayout
+from ..core.node_state import result_if_any
 from ..core.safetree import remove_tree
 from ..core.state import Ring
 from ..execute import Execution, run_program
@@ -355,13 +356,13 @@ def _number(value) -> bool:
 
 def _seed0_point(layout: RingLayout, node: str, view: str, start: float) -> dict | None:
     """The node's seed-0 execution on the proxy view, when it has a valid score."""
-    result = _read(layout.result(node, view, "s0"))
+    result = result_if_any(layout.result(node, view, "s0"))
     score = _read(layout.score(node, view, "s0"))
     if not (result and score and score.get("scored") and score.get("valid")):
         return None
     if not _number(score.get("score")):
         return None
-    ended = result.get("ended_at") or start
+    ended = result.ended_at or start
     return {"t": ended - start, "node": node, "score": float(score["score"]), "source": "execution"}
 
 

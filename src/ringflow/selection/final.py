@@ -20,6 +20,7 @@ from ..core.hashing import listing, listing_hash
 from ..core.jsonio import atomic_write_json, fsync_dir, fsync_tree, read_json, sha256_json
 from ..core.layout import RingLayout
 from ..core.ledger import Ledger, emit_event
+from ..core.node_state import read_result
 from ..core.records import hash_record, write_record
 from ..core.seeds import chain_rings
 from ..core.state import Ring
@@ -181,18 +182,18 @@ def _blind_run(ring, layout, node: str, view: str, variant: str) -> dict:
     """One view-blind run: "ok" with its score, "cut" (time ran out: not the program's
     doing) or "failed" (it crashed or its output has no valid score)."""
     result_path = layout.result(node, view, variant)
-    result = read_json(result_path) if result_path.exists() else None
+    result = read_result(result_path) if result_path.exists() else None
     score = read_score(layout, node, view, variant)
     value = usable(score, ring.task["direction"])
-    run = {"variant": variant, "score": value, "wall_s": (result or {}).get("wall_s")}
-    reason = (score or {}).get("reason") or (result or {}).get("reason") or ""
+    run = {"variant": variant, "score": value, "wall_s": result and result.wall_s}
+    reason = (score or {}).get("reason") or (result and result.reason) or ""
     if result is None and score is None:
         return {**run, "state": "cut", "reason": f"{variant} did not run"}
-    cut = (result or {}).get("budget_cut") or (score or {}).get("budget_cut")
-    if cut or (result or {}).get("status") == statuses.INTERRUPTED:
+    cut = (result and result.budget_cut) or (score or {}).get("budget_cut")
+    if cut or (result and result.status) == statuses.INTERRUPTED:
         return {**run, "state": "cut", "reason": f"{variant} was cut: {reason}".rstrip(": ")}
     if value is None:
-        status = (result or {}).get("status") or "not scored"
+        status = (result and result.status) or "not scored"
         return {**run, "state": "failed", "reason": f"{variant} {status}: {reason}".rstrip(": ")}
     return {**run, "state": "ok", "reason": ""}
 
@@ -404,16 +405,16 @@ def review_outcome(record: dict) -> str:
 
 def _guard_run(layout, node: str, view: str, seed: int, direction: str) -> dict:
     result_path = layout.result(node, view, f"g{seed}")
-    result = read_json(result_path) if result_path.exists() else None
+    result = read_result(result_path) if result_path.exists() else None
     score = read_score(layout, node, view, f"g{seed}")
     return {
         "view": view,
         "seed": seed,
-        "status": None if result is None else result["status"],
-        "budget_cut": bool((result or {}).get("budget_cut") or (score or {}).get("budget_cut")),
+        "status": None if result is None else result.status,
+        "budget_cut": bool((result and result.budget_cut) or (score or {}).get("budget_cut")),
         "score": usable(score, direction),
         "bootstrap": (score or {}).get("bootstrap"),
-        "reason": (score or {}).get("reason") or (result or {}).get("reason") or "",
+        "reason": (score or {}).get("reason") or (result and result.reason) or "",
     }
 
 
