@@ -310,7 +310,7 @@ def cmd_key(args) -> int:
     from .weights.keys import explain
 
     ring = load_ring(args.ring_dir)
-    executions = load_node(ring, args.node).get("executions") or {}
+    executions = load_node(ring, args.node).executions or {}
     if args.view not in executions or args.variant not in executions[args.view]:
         known = ", ".join(f"{v}/{x}" for v in executions for x in executions[v]) or "none"
         raise RingflowError(

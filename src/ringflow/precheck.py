@@ -248,8 +248,8 @@ def check(
     written. The probe run is the baseline's when one is given, else the first
     candidate's. With a SLURM `profile`, the executions' requests (the default limits, with
     `configfile` laid over them) are checked against the profile's partition first."""
-    from .core.jsonio import read_json
     from .core.layout import RingLayout
+    from .core.node_state import read_node
     from .nodes import import_static
     from .ring.lock import lock_ring
     from .task import load_task
@@ -302,8 +302,8 @@ def check(
         ready = [n for n in index["nodes"] if n["status"] == statuses.READY]
         base = next((n for n in index["nodes"] if n["role"] == "baseline"), None)
         if base is not None and base["status"] != statuses.READY:
-            error = read_json(RingLayout(work / "runs" / "check").node_json(base["id"]))
-            report.fail(f"baseline {baseline_dir.name}: {error.get('error')}")
+            error = read_node(RingLayout(work / "runs" / "check").node_json(base["id"])).error
+            report.fail(f"baseline {baseline_dir.name}: {error}")
         elif base is not None:
             report.ok(f"baseline {baseline_dir.name}: passes the import checks")
         probe = next((n["id"] for n in ready if n["role"] == "baseline"), None) or next(

@@ -19,7 +19,7 @@ from ..core.clock import load_ring
 from ..core.jsonio import atomic_write_json, read_json
 from ..core.layout import RingLayout
 from ..core.ledger import emit_event
-from ..core.node_state import read_result
+from ..core.node_state import read_node, read_result
 from ..core.state import Ring
 from . import engineer, evidence
 from .checkpoint import AUTHORITATIVE_VARIANT, CHECKPOINT_DIR, is_carried_cut
@@ -110,7 +110,8 @@ def seal_ring(ring_dir: str | Path) -> dict:
         if entry.get("imported"):
             # Imported scored work is not sealed: a cut rescore is an obligation instead.
             continue
-        node = read_json(layout.node_json(entry["id"]))
+        # The seal requests take the node's record (carryover/engineer.py).
+        node = read_node(layout.node_json(entry["id"])).to_record()
         if entry["status"] == statuses.CARRIED_OVER:
             request = _engineer_request(ring, layout, node, recorded, refused)
             if request is None:
@@ -145,7 +146,7 @@ def _seal_evidence(ring, layout, node_id: str, recorded: dict, refused: list) ->
             refused.append({"node": node_id, "reason": why})
             emit_event(layout.root, "evidence_refused", node=node_id, reason=why)
             return None
-    node = read_json(layout.node_json(node_id))
+    node = read_node(layout.node_json(node_id)).to_record()
     return seal_node(ring, evidence.evidence_request(ring, layout, node))
 
 

@@ -126,6 +126,14 @@ def read_node(path: str | os.PathLike) -> Node:
     return Node.from_record(read_json(path, what=str(path)), source=path)
 
 
+def node_if_any(path: str | os.PathLike) -> Node | None:
+    """The node.json at `path`, or None when there is none that can be read as a node."""
+    try:
+        return read_node(path)
+    except (OSError, InputError):
+        return None
+
+
 def write_node(ring_root: str | os.PathLike, path: str | os.PathLike, node: Node) -> dict:
     """Write a node.json and hash it into the ring's ledger."""
     return write_record(ring_root, path, node.to_record())

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..core import statuses
 from ..core.layout import RingLayout
-from ..core.node_state import ExecutionResult, result_if_any
+from ..core.node_state import ExecutionResult, node_if_any, result_if_any
 from ..core.safetext import printable
 from ..core.statuses import REJECTED
 
@@ -135,8 +135,9 @@ def failure_digest(ring_root: str | Path, nodes: list[dict] | None = None) -> li
     for node in nodes:
         node_id = node.get("id")
         if node.get("status") == REJECTED:
-            record = _read(layout.node_json(node_id)) or {}
-            reason = first_line(record.get("error") or node.get("error")) or "no reason recorded"
+            record = node_if_any(layout.node_json(node_id))
+            error = record.error if record is not None else None
+            reason = first_line(error or node.get("error")) or "no reason recorded"
             digest.append(Failure(node_id, REJECTED, 1, "", reason))
             continue
         found: dict[str, list] = {}

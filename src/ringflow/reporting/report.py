@@ -23,7 +23,7 @@ from ..core.clock import load_ring
 from ..core.errors import InputError
 from ..core.jsonio import atomic_write_text, read_json
 from ..core.layout import SEARCH_VARIANTS, RingLayout
-from ..core.node_state import ExecutionResult
+from ..core.node_state import ExecutionResult, Node
 from ..core.state import Ring
 from ..scoring import usable
 from ..search.best_so_far import ring_progress
@@ -63,11 +63,18 @@ class RingFiles:
 
     def result(self, path: Path) -> ExecutionResult | None:
         """A result.json, typed; one that is not a result is listed like a malformed file."""
+        return self._typed(ExecutionResult, path)
+
+    def node(self, path: Path) -> Node | None:
+        """A node.json, typed; one that is not a node is listed like a malformed file."""
+        return self._typed(Node, path)
+
+    def _typed(self, cls, path: Path):
         record = self.json(path)
         if record is None:
             return None
         try:
-            return ExecutionResult.from_record(record, source=path)
+            return cls.from_record(record, source=path)
         except InputError as exc:
             self.problems.append(str(exc))
             return None
@@ -147,7 +154,8 @@ def load_nodes(files: RingFiles, layout: RingLayout, index: dict | None) -> list
             entries.append({"id": path.parent.name})
     nodes = []
     for entry in entries:
-        record = files.json(layout.node_json(entry["id"])) or {}
+        node = files.node(layout.node_json(entry["id"]))
+        record = node.to_record() if node is not None else {}
         nodes.append({**record, **{k: v for k, v in entry.items() if v is not None}})
     return nodes
 
