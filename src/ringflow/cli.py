@@ -52,13 +52,14 @@ def cmd_execute(args) -> int:
     _declared(args, layout.result(args.node, args.view, args.variant), "result")
     _declared(args, layout.score(args.node, args.view, args.variant), "score")
     result = run_execution(args.ring_dir, args.node, args.view, args.variant, gpus=args.gpus)
-    print(json.dumps({k: result[k] for k in ("status", "budget_cut", "weights_mode", "reason")}))
+    print(json.dumps({"status": result.status, "budget_cut": result.budget_cut,
+                      "weights_mode": result.weights_mode, "reason": result.reason}))  # fmt: skip
     score = score_execution(args.ring_dir, args.node, args.view, args.variant)
     print(json.dumps({k: score.get(k) for k in ("score", "valid", "reason")}))
     if stopped_by_signal(result):
         # A failed job: Snakemake drops its outputs, so the ring runs it again
         # (docs/operations.md#recovery-after-a-stop).
-        print(f"ringflow: execution interrupted: {result['reason']}", file=sys.stderr)
+        print(f"ringflow: execution interrupted: {result.reason}", file=sys.stderr)
         return EXIT_INTERRUPTED
     return 0
 
@@ -309,7 +310,7 @@ def cmd_key(args) -> int:
     from .weights.keys import explain
 
     ring = load_ring(args.ring_dir)
-    executions = load_node(ring, args.node).get("executions") or {}
+    executions = load_node(ring, args.node).executions or {}
     if args.view not in executions or args.variant not in executions[args.view]:
         known = ", ".join(f"{v}/{x}" for v in executions for x in executions[v]) or "none"
         raise RingflowError(

@@ -37,7 +37,7 @@ from .core.hashing import PROGRESS_FILE, HashMemo, drop_ignored
 from .core.jsonio import read_json
 from .core.layout import RingLayout, is_guard_variant
 from .core.ledger import Ledger, emit_event, ledger_anchor
-from .core.records import write_record
+from .core.node_state import ExecutionResult, Node, write_result
 from .core.safetree import remove_tree
 from .core.settings import RingConfig
 from .core.state import Ring
@@ -96,13 +96,17 @@ class Execution:
 
     ring: Ring
     layout: RingLayout
-    node: dict
+    node: Node
     view: str
     variant: str
     spec: dict
     dir: Path
     deadline: object
     attempts: TrainAttempts | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.node, Node):
+            self.node = Node.from_record(self.node)
 
     @property
     def config(self) -> RingConfig:
@@ -141,15 +145,14 @@ def _load(ring_dir, node_id: str, view: str, variant: str, gpus: int = 0) -> Exe
         raise stop_ring(ring.ring_dir, str(exc), cause="environment") from None
     layout = RingLayout(Path(ring.ring_dir))
     node = load_node(ring, node_id)
-    if node["status"] == statuses.CARRIED_OVER:
+    if node.status == statuses.CARRIED_OVER:
         raise RingflowError(f"node {node_id} was carried over (sealed in nodes/{node_id}/"
                             "carryover/): a ring that continues this one resumes it")  # fmt: skip
-    if node["status"] != statuses.READY:
-        raise RingflowError(f"node {node_id} was rejected at import: {node.get('error')}")
-    try:
-        spec = node["executions"][view][variant]
-    except KeyError:
-        raise RingflowError(f"node {node_id} has no execution {view}/{variant}") from None
+    if node.status != statuses.READY:
+        raise RingflowError(f"node {node_id} was rejected at import: {node.error}")
+    spec = node.spec(view, variant)
+    if spec is None:
+        raise RingflowError(f"node {node_id} has no execution {view}/{variant}")
     folder = layout.exec_dir(node_id, view, variant)
     folder.mkdir(parents=True, exist_ok=True)
     spec = keys.spec_given_gpus(ring, spec, _gpu_env(gpus))
@@ -171,7 +174,7 @@ def _gpu_env(gpus: int) -> dict[str, str]:
 
 def _new_result(ex: Execution) -> dict:
     return {
-        "node": ex.node["id"],
+        "node": ex.node.id,
         "view": ex.view,
         "variant": ex.variant,
         "seed": ex.spec["seed"],
@@ -194,7 +197,7 @@ def _new_result(ex: Execution) -> dict:
 
 def run_execution(
     ring_dir: str | Path, node_id: str, view: str, variant: str, gpus: int = 0
-) -> dict:
+) -> ExecutionResult:
     ex = _load(ring_dir, node_id, view, variant, gpus)
     record_job(ex.layout.root, node_id, view, variant)
     result = _new_result(ex)
@@ -237,13 +240,13 @@ def _stop_disk_full(ex: Execution, label: str) -> MachineryError:
     """Stop the ring for a full disk: the machine's failure, never the candidate's. The room
     is measured before this execution's box is removed (which frees room for the record)."""
     areas = _disk_areas(ex)
-    where = f"{ex.node['id']} {ex.view}/{ex.variant}"
+    where = f"{ex.node.id} {ex.view}/{ex.variant}"
     reason = (f"{diskspace.full_message(label, areas.get(label, ex.layout.root))} (while "
               f"running {where}); free room there, then delete STOPPED.json")  # fmt: skip
     if ex.box is not None:
         remove_tree(ex.box, ignore_errors=True)
     try:
-        return stop_ring(ex.layout.root, reason, node=ex.node["id"], disk_full=label)
+        return stop_ring(ex.layout.root, reason, node=ex.node.id, disk_full=label)
     except OSError as exc:
         # Too full even for the stop record: the job's log and exit status still say why.
         print(f"ringflow: the ring {ex.layout.root} stopped: {reason} "
@@ -259,7 +262,7 @@ def _make_box(ex: Execution) -> Path:
     """
     box, ex.box_fd = open_box(ex.layout.root)
     ex.box = box  # removed by run_execution however the rest goes
-    link_tree(ex.layout.submission(ex.node["id"]), box / "solution")
+    link_tree(ex.layout.submission(ex.node.id), box / "solution")
     drop_ignored(box / "solution", ex.ring.tree_ignore or [])
     (box / "output").mkdir()
     return box
@@ -283,7 +286,7 @@ def _check_view(ex: Execution, inputs: Path, when: str) -> None:
 
 
 def _run_in_box(ex: Execution, result: dict, inputs: Path) -> dict:
-    node_id, view, variant = ex.node["id"], ex.view, ex.variant
+    node_id, view, variant = ex.node.id, ex.view, ex.variant
     store = WeightsStore(ex.ring.store)
     with ExitStack() as lock:
         try:
@@ -334,8 +337,9 @@ def _run_in_box(ex: Execution, result: dict, inputs: Path) -> dict:
         os.replace(ex.box_output, reset_dir(ex.dir / "output"))
         # A seed-0 run cut by the cutoff keeps its grace checkpoint for the seal
         # (docs/operations.md#carryover).
-        weights = weights_dirs(ex.node["solution"]["per_view_paths"])
-        keep_grace_checkpoint(ex.ring, view, variant, result, ex.work, weights, ex.dir)
+        weights = weights_dirs(ex.node.solution["per_view_paths"])
+        so_far = ExecutionResult.from_record(result)
+        keep_grace_checkpoint(ex.ring, view, variant, so_far, ex.work, weights, ex.dir)
         registered = False
         if mode == statuses.TRAIN and result["status"] == statuses.OK:
             registered = _register(ex, store, result)
@@ -366,12 +370,12 @@ def _settle_weights(ex: Execution, store: WeightsStore, lock: ExitStack):
     if ex.spec["weights"] == "fresh":
         return statuses.FRESH, None
     key = ex.spec["key"]
-    ex.attempts = TrainAttempts(ex.layout.root, key, f"{ex.node['id']}/{ex.view}/{ex.variant}",
+    ex.attempts = TrainAttempts(ex.layout.root, key, f"{ex.node.id}/{ex.view}/{ex.variant}",
                                 ex.config.max_train_attempts)  # fmt: skip
-    if store.replay_entry(ex.node["tree_hash"], key) is None:
+    if store.replay_entry(ex.node.tree_hash, key) is None:
         ex.attempts.check(holding_lock=False)  # a failed key frees the slot without waiting
     lock.enter_context(store.key_lock(key, should_stop=ex.should_stop))
-    entry = store.replay_entry(ex.node["tree_hash"], key)
+    entry = store.replay_entry(ex.node.tree_hash, key)
     if entry is not None:
         # The guard decides what reaches final/: its replays are hashed whatever the mode.
         verify = "full" if is_guard_variant(ex.variant) else ex.config.replay_verify
@@ -382,7 +386,7 @@ def _settle_weights(ex: Execution, store: WeightsStore, lock: ExitStack):
     ex.attempts.started()
     # Runs before the key lock is released, so no other attempt of the key follows ours.
     lock.push(_withdraw_if_disk_full(ex.attempts))
-    store.make_private(ex.work, ex.node["solution"]["per_view_paths"])
+    store.make_private(ex.work, ex.node.solution["per_view_paths"])
     return statuses.TRAIN, None
 
 
@@ -472,15 +476,15 @@ def _run_program(ex: Execution, inputs: Path, training: bool) -> dict:
     real = Path(ex.ring.views[ex.view]["inputs_snapshot"])
     shutil.rmtree(ex.box / "inputs", ignore_errors=True)
     inputs = fresh_inputs(inputs, ex.box / "inputs", real)
-    weights_rel = weights_dirs(ex.node["solution"]["per_view_paths"])
+    weights_rel = weights_dirs(ex.node.solution["per_view_paths"])
     writable = tuple(ex.work / d for d in weights_rel) if training else ()
     for folder in writable:
         folder.mkdir(parents=True, exist_ok=True)
         unshare_files(folder)
-    command = " ".join(ex.node["solution"]["command"])
+    command = " ".join(ex.node.solution["command"])
     argv = command_argv(command, python=ex.ring.program["executable"])
     argv += ["--seed", str(ex.spec["seed"]), *(["--ablate"] if ex.spec["ablate"] else [])]
-    argv += train_seed_args(ex.node["solution"], ex.spec)
+    argv += train_seed_args(ex.node.solution, ex.spec)
     info = _sandbox_info(ex)
     plan = sandbox.plan(_sandbox_request(ex, inputs, writable), argv, _program_env(ex), info,
                         weights_rel[0] if weights_rel else None)  # fmt: skip
@@ -570,12 +574,12 @@ def _register(ex: Execution, store: WeightsStore, result: dict) -> bool:
         result["reason"] = "weights not registered: processes were left after the stop"
         return False
     node, key = ex.node, ex.spec["key"]
-    who = {"ring": ex.ring.ring_id, "node": node["id"], "execution": f"{ex.view}/{ex.variant}"}
+    who = {"ring": ex.ring.ring_id, "node": node.id, "execution": f"{ex.view}/{ex.variant}"}
     limit = int(ex.config.max_weights_gb * 1024**3)
-    paths = node["solution"]["per_view_paths"]
-    supplied = submission_files(ex.layout.submission(node["id"]))
+    paths = node.solution["per_view_paths"]
+    supplied = submission_files(ex.layout.submission(node.id))
     try:
-        entry, created = store.register(node["tree_hash"], key, ex.work, paths, who, limit,
+        entry, created = store.register(node.tree_hash, key, ex.work, paths, who, limit,
                                         supplied)  # fmt: skip
     except OSError as exc:
         if diskspace.is_full_error(exc):
@@ -587,17 +591,19 @@ def _register(ex: Execution, store: WeightsStore, result: dict) -> bool:
     if created:
         files = [{"path": f["path"], "sha256": f["sha256"]} for f in entry["files"]]
         Ledger(ex.layout.ledger).append(
-            "weights_registered", key=key, tree=node["tree_hash"], node=node["id"],
+            "weights_registered", key=key, tree=node.tree_hash, node=node.id,
             view=ex.view, variant=ex.variant, files=files,
         )  # fmt: skip
     return True
 
 
-def _finish(ex: Execution, result: dict) -> dict:
-    result["ended_at"] = time.time()
-    result["ledger_head"] = ledger_anchor(ex.layout.ledger)
-    write_record(ex.layout.root, ex.dir / "result.json", result)
-    emit_event(ex.layout.root, "execution_finished", node=result["node"], view=result["view"],
-               variant=result["variant"], status=result["status"],
-               budget_cut=result["budget_cut"], weights_mode=result["weights_mode"])  # fmt: skip
+def _finish(ex: Execution, record: dict) -> ExecutionResult:
+    record["ended_at"] = time.time()
+    record["ledger_head"] = ledger_anchor(ex.layout.ledger)
+    path = ex.dir / "result.json"
+    result = ExecutionResult.from_record(record, source=path)
+    write_result(ex.layout.root, path, result)
+    emit_event(ex.layout.root, "execution_finished", node=result.node, view=result.view,
+               variant=result.variant, status=result.status,
+               budget_cut=result.budget_cut, weights_mode=result.weights_mode)  # fmt: skip
     return result

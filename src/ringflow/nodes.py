@@ -22,7 +22,7 @@ from .core.hashing import solution_tree_hash
 from .core.jsonio import atomic_write_json, read_json
 from .core.layout import RingLayout, is_guard_variant, is_review_variant, node_slug, variant_seed
 from .core.ledger import Ledger, emit_event
-from .core.records import write_record
+from .core.node_state import Node, write_node
 from .core.seeds import PROBE_SEEDS
 from .core.state import Ring
 from .core.statuses import READY, REJECTED
@@ -232,12 +232,12 @@ def import_static(ring: Ring) -> dict:
             shutil.rmtree(layout.node_dir(node_id))
             twin = next(n for n in nodes if n["id"] == imported_trees[node["tree_hash"]])
             twin["imported"]["candidate"] = str(source)  # a static candidate of this ring
-            write_record(layout.root, layout.node_json(twin["id"]), twin)
+            write_node(layout.root, layout.node_json(twin["id"]), Node.from_record(twin))
             emit_event(layout.root, "candidate_imported", candidate=str(source),
                        node=twin["id"])  # fmt: skip
             continue
         number += 1
-        write_record(layout.root, layout.node_json(node_id), node)
+        write_node(layout.root, layout.node_json(node_id), Node.from_record(node))
         nodes.append(node)
         if node["status"] == REJECTED:
             emit_event(layout.root, "candidate_rejected", node=node_id, error=node["error"])
@@ -253,7 +253,7 @@ def import_static(ring: Ring) -> dict:
         "baseline": next((n["id"] for n in nodes if n["role"] == "baseline"), None),
         "keys": _assign_trainers(nodes, store),
     }
-    record_sources(ring, nodes)
+    record_sources(ring, [Node.from_record(node) for node in nodes])
     atomic_write_json(layout.nodes_index, index)
     # The import checkpoint's output, never rewritten: the search adds engineered nodes
     # to the living index, and the workflow reads the imported nodes from this one.

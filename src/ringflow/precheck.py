@@ -160,14 +160,13 @@ def _run_one(report: Report, ring: Ring, node: str) -> None:
     )
     result = run_execution(ring.ring_dir, node, view, "s0")
     exec_dir = RingLayout(Path(ring.ring_dir)).exec_dir(node, view, "s0")
-    if result["status"] != "ok":
+    if result.status != "ok":
         tail = last_line(exec_dir / "stderr.log")
         report.fail(
-            f"{result['status']}: {first_line(result.get('reason'))}"
-            + (f"; stderr: {tail}" if tail else "")
+            f"{result.status}: {first_line(result.reason)}" + (f"; stderr: {tail}" if tail else "")
         )
         return
-    report.ok(f"exited 0 in {result['wall_s']:.1f}s (weights: {result['weights_mode']})")
+    report.ok(f"exited 0 in {result.wall_s:.1f}s (weights: {result.weights_mode})")
     try:
         score = score_execution(ring.ring_dir, node, view, "s0")
     except RingflowError as exc:  # a scorer failing on the baseline stops a ring
@@ -285,8 +284,8 @@ def check(
     written. The probe run is the baseline's when one is given, else the first
     candidate's. With a SLURM `profile`, the executions' requests (the default limits, with
     `configfile` laid over them) are checked against the profile's partition first."""
-    from .core.jsonio import read_json
     from .core.layout import RingLayout
+    from .core.node_state import read_node
     from .nodes import import_static
     from .ring.lock import lock_ring
     from .task import load_task
@@ -339,8 +338,8 @@ def check(
         ready = [n for n in index["nodes"] if n["status"] == statuses.READY]
         base = next((n for n in index["nodes"] if n["role"] == "baseline"), None)
         if base is not None and base["status"] != statuses.READY:
-            error = read_json(RingLayout(work / "runs" / "check").node_json(base["id"]))
-            report.fail(f"baseline {baseline_dir.name}: {error.get('error')}")
+            error = read_node(RingLayout(work / "runs" / "check").node_json(base["id"])).error
+            report.fail(f"baseline {baseline_dir.name}: {error}")
         elif base is not None:
             report.ok(f"baseline {baseline_dir.name}: passes the import checks")
         probe = next((n["id"] for n in ready if n["role"] == "baseline"), None) or next(

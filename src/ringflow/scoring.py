@@ -23,6 +23,7 @@ from .core.clock import load_ring, scoring_deadline_for
 from .core.errors import InputError
 from .core.jsonio import read_json
 from .core.layout import RingLayout, is_guard_variant, variant_seed
+from .core.node_state import read_result
 from .core.records import write_record
 from .core.state import Ring
 from .core.stop import stop_ring
@@ -381,7 +382,7 @@ def _count_evaluator_failure(ring: Ring, layout: RingLayout, node: str, record: 
 def score_execution(ring_dir: str | Path, node: str, view: str, variant: str) -> dict:
     ring = load_ring(ring_dir)
     layout = RingLayout(Path(ring.ring_dir))
-    result = read_json(layout.result(node, view, variant))
+    result = read_result(layout.result(node, view, variant))
     seed = variant_seed(variant)
     record = {
         "node": node,
@@ -392,8 +393,8 @@ def score_execution(ring_dir: str | Path, node: str, view: str, variant: str) ->
         "score": None,
         "valid": False,
     }
-    if result["status"] != statuses.OK:
-        record["reason"] = f"not scored: execution {result['status']}"
+    if result.status != statuses.OK:
+        record["reason"] = f"not scored: execution {result.status}"
     else:
         started = time.time()
         record.update(_evaluate(ring, layout.exec_dir(node, view, variant), view, variant, seed))

@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 from ..core import statuses
+from ..core.node_state import ExecutionResult
 from ..core.state import Ring
 from ..workcopy import reset_dir
 
@@ -25,16 +26,14 @@ def is_authoritative(ring: Ring, view: str, variant: str) -> bool:
     return variant == AUTHORITATIVE_VARIANT and view in ring.search_views
 
 
-def is_carried_cut(result: dict) -> bool:
+def is_carried_cut(result: ExecutionResult) -> bool:
     """Cut by the ring's clock, and stopped whole: what a seal may take."""
     return (
-        result.get("status") == statuses.INTERRUPTED
-        and bool(result.get("budget_cut"))
-        and not result.get("reap_left")
+        result.status == statuses.INTERRUPTED and bool(result.budget_cut) and not result.reap_left
     )
 
 
-def keep_grace_checkpoint(ring: Ring, view: str, variant: str, result: dict, work: Path,
+def keep_grace_checkpoint(ring: Ring, view: str, variant: str, result: ExecutionResult, work: Path,
                           weights_rel: list[str], exec_dir: Path) -> list[str]:  # fmt: skip
     """Move the weights folders of a cut authoritative run out of its working copy; the
     folders kept (relative to the solution)."""

@@ -19,6 +19,7 @@ from ..core.clock import load_ring
 from ..core.jsonio import atomic_write_json, read_json
 from ..core.layout import RingLayout
 from ..core.ledger import emit_event
+from ..core.node_state import read_node, read_result
 from ..core.state import Ring
 from . import engineer, evidence
 from .checkpoint import AUTHORITATIVE_VARIANT, CHECKPOINT_DIR, is_carried_cut
@@ -35,21 +36,21 @@ def cut_runs(ring: Ring, layout: RingLayout, node_id: str) -> tuple[list[dict], 
         path = layout.result(node_id, view, AUTHORITATIVE_VARIANT)
         if not path.is_file():
             continue
-        result = read_json(path)
-        if result.get("status") != statuses.INTERRUPTED or not result.get("budget_cut"):
+        result = read_result(path)
+        if result.status != statuses.INTERRUPTED or not result.budget_cut:
             continue
         run = {
             "view": view,
             "variant": AUTHORITATIVE_VARIANT,
-            "reason": result.get("reason", ""),
-            "started": result.get("wall_s", 0) > 0
-            or result.get("exit_code") is not None
-            or result.get("signal") is not None,
-            "wall_s": result.get("wall_s"),
-            "weights_mode": result.get("weights_mode"),
+            "reason": result.reason if result.reason is not None else "",
+            "started": (result.wall_s or 0) > 0
+            or result.exit_code is not None
+            or result.signal is not None,
+            "wall_s": result.wall_s,
+            "weights_mode": result.weights_mode,
         }
         (cut if is_carried_cut(result) else unreaped).append(
-            {**run, "reap_left": result.get("reap_left") or []}
+            {**run, "reap_left": list(result.reap_left or [])}
         )
     return cut, unreaped
 
@@ -109,7 +110,8 @@ def seal_ring(ring_dir: str | Path) -> dict:
         if entry.get("imported"):
             # Imported scored work is not sealed: a cut rescore is an obligation instead.
             continue
-        node = read_json(layout.node_json(entry["id"]))
+        # The seal requests take the node's record (carryover/engineer.py).
+        node = read_node(layout.node_json(entry["id"])).to_record()
         if entry["status"] == statuses.CARRIED_OVER:
             request = _engineer_request(ring, layout, node, recorded, refused)
             if request is None:
@@ -144,7 +146,7 @@ def _seal_evidence(ring, layout, node_id: str, recorded: dict, refused: list) ->
             refused.append({"node": node_id, "reason": why})
             emit_event(layout.root, "evidence_refused", node=node_id, reason=why)
             return None
-    node = read_json(layout.node_json(node_id))
+    node = read_node(layout.node_json(node_id)).to_record()
     return seal_node(ring, evidence.evidence_request(ring, layout, node))
 
 

@@ -25,6 +25,7 @@ from ..core.errors import InputError
 from ..core.hashing import listing
 from ..core.jsonio import atomic_write_json, fsync_dir, fsync_tree, read_json
 from ..core.layout import RingLayout
+from ..core.node_state import Node, read_node
 from ..core.records import RingEvidence
 from ..ring.ancestry import ancestor_problems, chain_problems
 from .engineer import is_resume, parent_layout
@@ -39,7 +40,7 @@ DEFAULT_DIR = "package"
 def ancestry(layout: RingLayout, node_id: str) -> list[tuple[RingLayout, dict]]:
     """The node, its parent, its parent's parent...; a resume node's parent is looked up
     in the ring where its work began."""
-    chain: list[tuple[RingLayout, dict]] = []
+    chain: list[tuple[RingLayout, Node]] = []
     seen: set[tuple[Path, str]] = set()
     current: tuple[RingLayout, str] | None = (layout, node_id)
     while current is not None and (current[0].root, current[1]) not in seen:
@@ -48,20 +49,20 @@ def ancestry(layout: RingLayout, node_id: str) -> list[tuple[RingLayout, dict]]:
         path = where.node_json(node_id)
         if not path.is_file():
             raise InputError(f"package: {path} is missing: the chosen node's ancestry is broken")
-        node = read_json(path)
+        node = read_node(path)
         chain.append((where, node))
-        parent = node.get("parent")
-        current = (parent_layout(where, node), parent) if parent else None
+        parent = node.parent
+        current = (parent_layout(where, node.to_record()), parent) if parent else None
     return chain
 
 
-def lineage_segments(chain: list[tuple[RingLayout, dict]]) -> list[dict]:
+def lineage_segments(chain: list[tuple[RingLayout, Node]]) -> list[dict]:
     """Every earlier segment of every resume node in the ancestry, oldest first, once."""
     segments: dict[str, dict] = {}
     for where, node in reversed(chain):
-        if not is_resume(node):
+        if not is_resume(node.to_record()):
             continue
-        for segment in node["resume_origin"]["segments"]:
+        for segment in node.resume_origin["segments"]:
             identity = f"{segment['ring']}#{segment['node']}"
             segments.setdefault(identity, {
                 "identity": identity,
@@ -73,7 +74,7 @@ def lineage_segments(chain: list[tuple[RingLayout, dict]]) -> list[dict]:
                 "lock_sha256": segment.get("lock_sha256"),
                 "ledger_seq": segment.get("ledger_seq"),
                 "sealed_at": segment.get("sealed_at"),
-                "resumed_by": f"{where.root.name}#{node['id']}",
+                "resumed_by": f"{where.root.name}#{node.id}",
             })  # fmt: skip
     return list(segments.values())
 
@@ -100,10 +101,10 @@ def _copy_segment(segment: dict, dest: Path) -> None:
         raise InputError(f"package: the snapshot of {segment['identity']} fails: {exc}") from None
 
 
-def _ancestor(where: RingLayout, node: dict) -> dict:
-    origin = (node.get("origin") or {}).get("kind")
-    return {"ring": where.root.name, "node": node["id"], "origin": origin,
-            "parent": node.get("parent")}  # fmt: skip
+def _ancestor(where: RingLayout, node: Node) -> dict:
+    origin = (node.origin or {}).get("kind")
+    return {"ring": where.root.name, "node": node.id, "origin": origin,
+            "parent": node.parent}  # fmt: skip
 
 
 def package(ring_dir: str | Path, out: str | Path | None = None) -> dict:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from ..core import statuses
 from ..core.jsonio import read_json, read_json_cached
-from .scores import IMPORTED, indexed_nodes, outcome
+from ..core.node_state import Node, read_node
+from .scores import indexed_nodes, outcome
 
 MANIFEST = "stop_manifest.json"
 
@@ -36,9 +37,9 @@ def choose_rescores(
     return chosen + [e["identity"] for e in rest[:top_k]]
 
 
-def is_rescore(node: dict) -> bool:
+def is_rescore(node: Node) -> bool:
     """A node.json of imported work this ring re-executes."""
-    return bool((node.get(IMPORTED) or {}).get("rescore"))
+    return bool((node.imported or {}).get("rescore"))
 
 
 def obligations(ring_dir: str | Path) -> list[dict]:
@@ -53,13 +54,13 @@ def obligations(ring_dir: str | Path) -> list[dict]:
                    if outcome(layout, entry["id"], view, "s0") is None]  # fmt: skip
         if not missing:
             continue
-        node = read_json(layout.node_json(entry["id"]))
+        node = read_node(layout.node_json(entry["id"]))
         out.append({
-            "identity": node[IMPORTED]["identity"],
+            "identity": node.imported["identity"],
             "node": entry["id"],
-            "name": node.get("name"),
+            "name": node.name,
             "views": missing,
-            "old_mean": node[IMPORTED].get("old_mean"),
+            "old_mean": node.imported.get("old_mean"),
         })  # fmt: skip
     return out
 
@@ -75,11 +76,11 @@ def inherited_obligations(parent_dir: str | Path) -> list[str]:
     return [item["identity"] for item in obligations(parent_dir)]
 
 
-def rescore_rank(ring_dir: str | Path, node: dict) -> int | None:
+def rescore_rank(ring_dir: str | Path, node: Node) -> int | None:
     """A rescore node's place in this ring's rescore queue, None for other nodes."""
     if not is_rescore(node):
         return None
     imported = read_json_cached(Path(ring_dir) / "carryover" / "imported.json")
     queue = imported.get("rescore") or []
-    ident = node[IMPORTED]["identity"]
+    ident = node.imported["identity"]
     return queue.index(ident) if ident in queue else len(queue)

@@ -21,6 +21,7 @@ from ..core import statuses
 from ..core.clock import load_ring
 from ..core.jsonio import read_json, read_json_cached
 from ..core.layout import RingLayout
+from ..core.node_state import Node, read_node, read_result
 from ..core.safetree import read_head
 from ..core.state import Ring
 from ..scoring import usable
@@ -40,7 +41,7 @@ def outcome(layout: RingLayout, node: str, view: str, variant: str) -> dict | No
     if not score_path.is_file():
         return None
     result_path = layout.result(node, view, variant)
-    if result_path.is_file() and read_json(result_path).get("status") == statuses.INTERRUPTED:
+    if result_path.is_file() and read_result(result_path).status == statuses.INTERRUPTED:
         return None
     return read_json(score_path)
 
@@ -59,19 +60,19 @@ def own_record(ring: Ring, node: str, view: str, variant: str, score: dict) -> d
     }
 
 
-def score_sheet(ring: Ring, layout: RingLayout, node: dict) -> dict[str, dict[str, dict]]:
+def score_sheet(ring: Ring, layout: RingLayout, node: Node) -> dict[str, dict[str, dict]]:
     """{view: {variant: record}}: the node's own outcome where it has one, else the record
     it was imported with. An outcome without a score (a crash, invalid output) is this
     ring's verdict and stands: such a node is not handed on as scored."""
-    imported = (node.get(IMPORTED) or {}).get("scores") or {}
+    imported = (node.imported or {}).get("scores") or {}
     views = list(ring.search_views) + [v for v in imported if v not in ring.search_views]
     sheet: dict[str, dict[str, dict]] = {}
     for view in views:
         searched = view in ring.search_views
         for variant in SCORED_VARIANTS:
-            own = outcome(layout, node["id"], view, variant) if searched else None
+            own = outcome(layout, node.id, view, variant) if searched else None
             record = (
-                own_record(ring, node["id"], view, variant, own)
+                own_record(ring, node.id, view, variant, own)
                 if own is not None
                 else (imported.get(view) or {}).get(variant)
             )
@@ -90,9 +91,9 @@ def s0_mean(scores: dict[str, dict[str, dict]], views: list[str] | None = None) 
     return fmean(values)
 
 
-def _expected_views(ring: Ring, node: dict) -> list[str]:
+def _expected_views(ring: Ring, node: Node) -> list[str]:
     """The views a node's seed-0 score covers: those it was imported with, else the ring's."""
-    imported = (node.get(IMPORTED) or {}).get("scores")
+    imported = (node.imported or {}).get("scores")
     if imported:
         return sorted(v for v, variants in imported.items() if "s0" in variants)
     return list(ring.search_views)
@@ -114,25 +115,25 @@ def exported(ring_dir: str | Path) -> list[dict]:
     for entry in entries:
         if entry["role"] != "candidate" or entry["status"] not in (statuses.READY, HISTORY):
             continue
-        node = read_json(layout.node_json(entry["id"]))
+        node = read_node(layout.node_json(entry["id"]))
         sheet = score_sheet(ring, layout, node)
         views = _expected_views(ring, node)
         mean = s0_mean(sheet, views)
-        if mean is None or not node.get("tree_hash"):
+        if mean is None or not node.tree_hash:
             continue
         mine = f"{ring.ring_id}#{entry['id']}"
-        earlier = node.get(IMPORTED) or {}
+        earlier = node.imported or {}
         out.append({
             "identity": earlier.get("identity") or mine,
             "via": [*(earlier.get("via") or []), mine],
             "ring_id": ring.ring_id,
             "ring_dir": ring.ring_dir,
             "node": entry["id"],
-            "name": node.get("name") or entry["id"],
-            "tree_hash": node["tree_hash"],
+            "name": node.name or entry["id"],
+            "tree_hash": node.tree_hash,
             "tree_ignore": list(ring.tree_ignore or []),
             "submission": str(layout.submission(entry["id"])),
-            "parent": node.get("parent"),
+            "parent": node.parent,
             "status": entry["status"],
             "views": views,
             "old_mean": mean,
@@ -191,8 +192,7 @@ def imported_score(
     path = layout.node_json(node)
     if not path.is_file():
         return None
-    record = read_json_cached(path)
-    block = record.get(IMPORTED)
+    block = Node.from_record(read_json_cached(path), source=path).imported
     if not block:
         return None
     found = ((block.get("scores") or {}).get(view) or {}).get(variant)
@@ -213,14 +213,14 @@ def imported_refuted(layout: RingLayout, index: dict) -> list[dict]:
     for entry in index["nodes"]:
         if not entry.get(IMPORTED):
             continue
-        node = read_json(layout.node_json(entry["id"]))
-        block = node.get(IMPORTED) or {}
+        node = read_node(layout.node_json(entry["id"]))
+        block = node.imported or {}
         refuted = block.get("refuted")
         if not refuted:
             continue
         out.append({
             "node": entry["id"],
-            "parent": node.get("parent") or refuted["parent_identity"],
+            "parent": node.parent or refuted["parent_identity"],
             "score": refuted["score"],
             "parent_score": refuted["parent_score"],
             "method": _method(layout, entry["id"]),

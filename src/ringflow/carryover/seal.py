@@ -32,6 +32,7 @@ imported or resumed: the import reads only `carryover_sealed` records.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -47,7 +48,7 @@ from ..core.errors import RingflowError
 from ..core.jsonio import atomic_write_json, canonical_json, fsync_dir, fsync_tree, read_json
 from ..core.layout import RingLayout
 from ..core.ledger import Ledger, emit_event
-from ..core.records import write_record
+from ..core.node_state import read_node, write_node
 from ..core.safetree import remove_tree
 from ..core.state import Ring
 from .snapshot import copy_hashing, file_sha256, walk_checked, walk_entries, why_skipped
@@ -251,7 +252,7 @@ def _settle(layout: RingLayout, request: SealRequest, record: dict) -> dict | No
     if not request.target.settles:
         return None
     path = layout.node_json(request.node_id)
-    node = read_json(path)
+    node = read_node(path)
     block = {
         "kind": record["carry_kind"],
         "identity": record["identity"],
@@ -260,11 +261,11 @@ def _settle(layout: RingLayout, request: SealRequest, record: dict) -> dict | No
         "snapshot": f"nodes/{request.node_id}/{SNAPSHOT_DIR}",
         **request.settle,
     }
-    if node.get("status") == statuses.CARRIED_OVER and node.get("carryover") == block:
-        return node
-    node.update(status=statuses.CARRIED_OVER, carryover=block)
-    write_record(layout.root, path, node)
-    return node
+    if node.status == statuses.CARRIED_OVER and node.carryover == block:
+        return node.to_record()
+    node = dataclasses.replace(node, status=statuses.CARRIED_OVER, carryover=block)
+    write_node(layout.root, path, node)
+    return node.to_record()
 
 
 def seal_node(ring: Ring, request: SealRequest) -> dict:

@@ -10,6 +10,7 @@ from pathlib import Path
 from .errors import InputError
 from .jsonio import read_json
 from .layout import RingLayout, is_guard_variant, is_review_variant
+from .node_state import Node, read_node
 from .reserve import CutoffFile
 from .reserve import settle_deadline as bounded_settle
 from .state import Ring
@@ -22,8 +23,8 @@ def load_ring(ring_dir: str | Path) -> Ring:
     return Ring.from_record(read_json(path, what=str(path)), source=path)
 
 
-def load_node(ring: Ring, node_id: str) -> dict:
-    return read_json(RingLayout(Path(ring.ring_dir)).node_json(node_id))
+def load_node(ring: Ring, node_id: str) -> Node:
+    return read_node(RingLayout(Path(ring.ring_dir)).node_json(node_id))
 
 
 def current_cutoff(ring: Ring) -> float:

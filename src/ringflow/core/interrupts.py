@@ -14,11 +14,13 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Mapping
 
 import psutil
 
 from . import statuses
 from .ledger import emit_event
+from .node_state import ExecutionResult
 
 RELAYED = (signal.SIGINT, signal.SIGTERM)
 EXIT_INTERRUPTED = 3
@@ -102,10 +104,12 @@ def install_relay(ring_root) -> bool:
     return True
 
 
-def stopped_by_signal(result: dict) -> bool:
+def stopped_by_signal(result: ExecutionResult | Mapping) -> bool:
     """Interrupted by a signal or a lost parent, not by the ring's clock: run it again."""
-    if result.get("status") != statuses.INTERRUPTED or result.get("budget_cut"):
+    if not isinstance(result, ExecutionResult):
+        result = ExecutionResult.from_record(result)
+    if result.status != statuses.INTERRUPTED or result.budget_cut:
         return False
-    if result.get("slurm_state"):
+    if result.slurm_state:
         return False  # SLURM ended its job: recorded as such, the ring went on (docs/slurm.md)
-    return any(e.get("event") in ("signal", "orphaned") for e in result.get("events") or [])
+    return any(e.get("event") in ("signal", "orphaned") for e in result.events or ())

@@ -35,15 +35,14 @@ def _origin_counts(files: RingFiles, root: Path) -> dict:
     """This ring's nodes that came from earlier rings: resumed work and imported scores."""
     resumed, imported = [], []
     for path in RingLayout(root).node_files("node.json"):
-        node = files.json(path) or {}
-        kind = (node.get("origin") or {}).get("kind")
-        if kind == "resume":
-            resumed.append({"id": node.get("id", path.parent.name),
-                            "identity": node["origin"].get("identity"),
-                            "kind": node["origin"].get("carry_kind"),
-                            "status": node.get("status", "?")})  # fmt: skip
-        elif kind == "imported":
-            imported.append(node.get("id", path.parent.name))
+        node = files.node(path)
+        origin = (node.origin if node is not None else None) or {}
+        if origin.get("kind") == "resume":
+            status = node.status if node.status is not None else "?"
+            resumed.append({"id": node.id, "identity": origin.get("identity"),
+                            "kind": origin.get("carry_kind"), "status": status})  # fmt: skip
+        elif origin.get("kind") == "imported":
+            imported.append(node.id)
     return {"resumed": resumed, "imported_scored": imported}
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..core import statuses
 from ..core.layout import RingLayout
+from ..core.node_state import ExecutionResult, node_if_any, result_if_any
 from ..core.safetext import printable
 from ..core.statuses import REJECTED
 
@@ -93,15 +94,15 @@ def _read(path: Path) -> dict | None:
         return None
 
 
-def execution_failure(exec_dir: Path, result: dict | None, score: dict | None):
+def execution_failure(exec_dir: Path, result: ExecutionResult | None, score: dict | None):
     """(kind, reason) of one finished execution, or None when it ran and was scored valid."""
     if result is None:
         return None
-    status = result.get("status")
+    status = result.status
     if status != statuses.OK:
-        if status == statuses.INTERRUPTED and result.get("budget_cut"):
+        if status == statuses.INTERRUPTED and result.budget_cut:
             return None  # cut by the ring's own clock: not the program's failure
-        reason = first_line(result.get("reason"))
+        reason = first_line(result.reason)
         tail = last_line(exec_dir / "stderr.log") if status == statuses.CRASH else ""
         if tail and tail not in reason:
             reason = f"{reason}; stderr: {tail}" if reason else f"stderr: {tail}"
@@ -134,14 +135,15 @@ def failure_digest(ring_root: str | Path, nodes: list[dict] | None = None) -> li
     for node in nodes:
         node_id = node.get("id")
         if node.get("status") == REJECTED:
-            record = _read(layout.node_json(node_id)) or {}
-            reason = first_line(record.get("error") or node.get("error")) or "no reason recorded"
+            record = node_if_any(layout.node_json(node_id))
+            error = record.error if record is not None else None
+            reason = first_line(error or node.get("error")) or "no reason recorded"
             digest.append(Failure(node_id, REJECTED, 1, "", reason))
             continue
         found: dict[str, list] = {}
         for *_, exec_dir in layout.executions(node_id):
             failure = execution_failure(
-                exec_dir, _read(exec_dir / "result.json"), _read(exec_dir / "score.json")
+                exec_dir, result_if_any(exec_dir / "result.json"), _read(exec_dir / "score.json")
             )
             if failure is not None:
                 found.setdefault(failure[0], []).append(

@@ -20,6 +20,7 @@ from pathlib import Path
 from ..cluster.queue import pending_jobs, pending_note
 from ..core import statuses
 from ..core.layout import RingLayout
+from ..core.node_state import result_if_any
 from ..core.safetext import printable
 from ..core.settings import Terminal
 from ..core.state import Ring
@@ -77,15 +78,15 @@ def snapshot(ring_root: str | Path, now: float | None = None) -> dict:
     seed0: dict[str, dict[str, float]] = {}
     for node, view, variant, exec_dir in layout.executions():
         known.add((node, view, variant))
-        result = _read(exec_dir / "result.json")
+        result = result_if_any(exec_dir / "result.json")
         if result is None:
             running += (exec_dir / "health" / "health_latest.json").exists()
             continue
         done += 1
         score = _read(exec_dir / "score.json") or {}
         # As the failure digest counts them: a run cut by the ring's own clock has not failed.
-        cut = result.get("budget_cut") or score.get("budget_cut")
-        if not cut and (result.get("status") != "ok" or (score and not score.get("valid"))):
+        cut = result.budget_cut or score.get("budget_cut")
+        if not cut and (result.status != "ok" or (score and not score.get("valid"))):
             failed += 1
             failed_nodes.add(node)
         if variant == "s0" and view in views and score.get("scored") and score.get("valid"):

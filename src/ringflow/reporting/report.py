@@ -23,6 +23,7 @@ from ..core.clock import load_ring
 from ..core.errors import InputError
 from ..core.jsonio import atomic_write_text, read_json
 from ..core.layout import SEARCH_VARIANTS, RingLayout
+from ..core.node_state import ExecutionResult, Node
 from ..core.state import Ring
 from ..scoring import usable
 from ..search.best_so_far import ring_progress
@@ -60,6 +61,24 @@ class RingFiles:
             self.problems.append(str(exc))
             return None
 
+    def result(self, path: Path) -> ExecutionResult | None:
+        """A result.json, typed; one that is not a result is listed like a malformed file."""
+        return self._typed(ExecutionResult, path)
+
+    def node(self, path: Path) -> Node | None:
+        """A node.json, typed; one that is not a node is listed like a malformed file."""
+        return self._typed(Node, path)
+
+    def _typed(self, cls, path: Path):
+        record = self.json(path)
+        if record is None:
+            return None
+        try:
+            return cls.from_record(record, source=path)
+        except InputError as exc:
+            self.problems.append(str(exc))
+            return None
+
     def jsonl(self, path: Path) -> list[dict]:
         """Every whole line; a line being appended at this moment is skipped, not an error."""
         try:
@@ -88,7 +107,7 @@ class Execution:
     view: str
     variant: str
     path: Path
-    result: dict | None
+    result: ExecutionResult | None
     score: dict | None
     latest: dict | None
     lines: list[dict]
@@ -99,7 +118,7 @@ class Execution:
 
     @property
     def status(self) -> str | None:
-        return None if self.result is None else self.result.get("status")
+        return None if self.result is None else self.result.status
 
     @property
     def last_line(self) -> dict | None:
@@ -117,7 +136,7 @@ def scan_executions(files: RingFiles) -> list[Execution]:
                 view=view,
                 variant=variant,
                 path=exec_dir,
-                result=files.json(exec_dir / "result.json"),
+                result=files.result(exec_dir / "result.json"),
                 score=files.json(exec_dir / "score.json"),
                 latest=files.json(health / "health_latest.json"),
                 lines=files.jsonl(health / "health.jsonl"),
@@ -135,7 +154,8 @@ def load_nodes(files: RingFiles, layout: RingLayout, index: dict | None) -> list
             entries.append({"id": path.parent.name})
     nodes = []
     for entry in entries:
-        record = files.json(layout.node_json(entry["id"])) or {}
+        node = files.node(layout.node_json(entry["id"]))
+        record = node.to_record() if node is not None else {}
         nodes.append({**record, **{k: v for k, v in entry.items() if v is not None}})
     return nodes
 
@@ -143,7 +163,7 @@ def load_nodes(files: RingFiles, layout: RingLayout, index: dict | None) -> list
 def health_events(execution: Execution) -> Counter:
     """Health events of one execution, from result.json and every health line, each once."""
     seen, counts = set(), Counter()
-    sources = [(execution.result or {}).get("events") or []]
+    sources = [(execution.result.events or []) if execution.result else []]
     sources += [line.get("events") or [] for line in execution.lines]
     for events in sources:
         for event in events:
@@ -259,11 +279,11 @@ def _score_cell(execution: Execution | None, direction: str) -> dict:
         return {"text": "pending", "cls": "running", "title": "no result yet"}
     status = execution.status
     if status != statuses.OK:
-        cut = " (budget cut)" if execution.result.get("budget_cut") else ""
+        cut = " (budget cut)" if execution.result.budget_cut else ""
         return {
             "text": f"{status}{cut}",
             "cls": "bad",
-            "title": execution.result.get("reason") or status,
+            "title": execution.result.reason or status,
         }
     score = execution.score
     if score is None:
@@ -421,10 +441,10 @@ def weights_summary(ctx: dict) -> dict:
     for e in ctx["executions"]:
         if e.result is None:
             continue
-        mode = e.result.get("weights_mode") or statuses.NONE
+        mode = e.result.weights_mode or statuses.NONE
         per_node.setdefault(e.node, Counter())[mode] += 1
         total[mode] += 1
-        key = e.result.get("weights_key")
+        key = e.result.weights_key
         if key:
             used_keys.add(key)
             if mode == statuses.TRAIN:
@@ -452,15 +472,16 @@ TROUBLE = (statuses.HUNG, statuses.CRASH, statuses.TIMEOUT)
 def attention_reason(execution: Execution, events: Counter) -> str:
     """Why an execution needs a look (it hung, crashed, hit a limit or raised a health
     event), or "" when it ran quietly."""
-    result = execution.result or {}
-    reason = str(result.get("reason") or "")
+    result = execution.result
+    reason = str((result and result.reason) or "")
+    cut = bool(result and result.budget_cut)
     if execution.status in TROUBLE:
         return f"{execution.status}: {reason.splitlines()[0] if reason else 'no reason'}"
-    if execution.status == statuses.INTERRUPTED and not result.get("budget_cut"):
+    if execution.status == statuses.INTERRUPTED and not cut:
         return f"interrupted: {reason.splitlines()[0] if reason else 'no reason'}"
-    if "limit" in reason.lower() and not result.get("budget_cut"):
+    if "limit" in reason.lower() and not cut:
         return reason.splitlines()[0]
-    if result.get("budget_cut"):
+    if cut:
         # Cut by the ring's own clock (carried over, shown under lineage): not the program's.
         events = Counter({k: v for k, v in events.items() if k != "deadline"})
     if events:
@@ -481,8 +502,8 @@ def health_summary(ctx: dict) -> dict:
                 "view": e.view,
                 "variant": e.variant,
                 "status": e.status or ("running" if e.in_flight else "pending"),
-                "wall_s": (e.result or {}).get("wall_s"),
-                "cpu_s": (e.result or {}).get("cpu_s"),
+                "wall_s": e.result and e.result.wall_s,
+                "cpu_s": e.result and e.result.cpu_s,
                 "figures": figures,
                 "states": format_states(figures["states"]) if figures else "-",
                 "rss": format_bytes(figures["rss_bytes"]) if figures else "-",
@@ -519,7 +540,7 @@ def curve(ctx: dict, width: int = 640, height: int = 270) -> dict:
     for e in ctx["executions"]:
         if e.variant != "s0" or e.view not in views or e.result is None:
             continue
-        t = (e.result.get("ended_at") or start) - start
+        t = (e.result.ended_at or start) - start
         value = _score_value(e, direction)
         item = {
             "t": t,
@@ -534,7 +555,7 @@ def curve(ctx: dict, width: int = 640, height: int = 270) -> dict:
     for node in {e.node for e in ctx["executions"]}:
         mean = _node_mean(by_key, node, views, "s0", direction)
         if mean is not None:
-            ended = max(by_key[(node, v, "s0")].result.get("ended_at") or start for v in views)
+            ended = max(by_key[(node, v, "s0")].result.ended_at or start for v in views)
             node_means.append({"t": ended - start, "score": mean, "node": node})
     node_means.sort(key=lambda r: (r["t"], r["node"]))
     steps, best = [], None
@@ -704,11 +725,11 @@ def lineage(ctx: dict, files: RingFiles, layout: RingLayout) -> dict:
             "node": e.node,
             "view": e.view,
             "variant": e.variant,
-            "reason": (e.result or {}).get("reason", ""),
+            "reason": e.result.reason if e.result and e.result.reason is not None else "",
         }
         for e in ctx["executions"]
         if e.status == statuses.CARRIED_OVER
-        or (e.status == statuses.INTERRUPTED and (e.result or {}).get("budget_cut"))
+        or (e.status == statuses.INTERRUPTED and e.result and e.result.budget_cut)
     ]
     resumed = [
         {"id": n["id"], "segments": (n.get("resume_origin") or {}).get("segments", [])}

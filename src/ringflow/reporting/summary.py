@@ -13,6 +13,7 @@ from ..core import statuses
 from ..core.clock import load_ring
 from ..core.jsonio import atomic_write_json, read_json
 from ..core.layout import RingLayout
+from ..core.node_state import ExecutionResult, read_node, read_result
 from ..core.safetext import printable
 from ..core.state import Ring
 from ..search.best_so_far import ring_progress
@@ -37,7 +38,7 @@ def write_search_summary(ring_dir) -> dict:
 def executions(layout: RingLayout):
     """Every result.json of the ring, as (node, view, variant, result)."""
     for node, view, variant, path in layout.results():
-        yield node, view, variant, read_json(path)
+        yield node, view, variant, read_result(path)
 
 
 def _fmt(value) -> str:
@@ -82,7 +83,7 @@ def origin_label(layout: RingLayout, entry: dict) -> str:
     if entry.get("role") == "baseline":
         return "baseline"
     path = layout.node_json(entry["id"])
-    origin = (read_json(path).get("origin") or {}) if path.exists() else {}
+    origin = (read_node(path).origin or {}) if path.exists() else {}
     kind = origin.get("kind") or "static"
     if kind in ("draft", "improve") and origin.get("generation") is not None:
         return f"{kind} g{origin['generation']}"
@@ -99,7 +100,7 @@ def carryover_lines(layout: RingLayout, nodes: list[dict]) -> list[str]:
         resumed = []
         for entry in nodes:
             path = layout.node_json(entry["id"])
-            origin = (read_json(path).get("origin") or {}) if path.exists() else {}
+            origin = (read_node(path).origin or {}) if path.exists() else {}
             if origin.get("kind") == "resume":
                 resumed.append(f"{entry['id']} ({origin.get('carry_kind')}, "
                                f"{origin.get('identity')}): {entry['status']}")  # fmt: skip
@@ -165,7 +166,7 @@ GLOSSARY = (
 )
 
 
-def node_happened(node: dict, runs: list[dict], failures: list) -> str:
+def node_happened(node: dict, runs: list[ExecutionResult], failures: list) -> str:
     """What happened to a node, e.g. `ok 8/8`, `crashed 4/4`, `invalid 1/4, ok 3/4`."""
     if node["status"] == statuses.REJECTED:
         return "rejected"
@@ -175,7 +176,7 @@ def node_happened(node: dict, runs: list[dict], failures: list) -> str:
         return "history" if node.get("imported") else "not run"
     total = len(runs)
     parts = [f"{HAPPENED.get(f.kind, f.kind)} {f.count}/{total}" for f in failures]
-    cut = sum(1 for r in runs if r.get("budget_cut"))
+    cut = sum(1 for r in runs if r.budget_cut)
     good = total - sum(f.count for f in failures) - cut
     if good:
         parts.append(f"ok {good}/{total}")
@@ -343,7 +344,7 @@ def render_summary(ring_dir) -> str:
         ready = node["status"] == statuses.READY
         s0 = node_mean(ring, layout, node["id"], "s0")["mean"] if ready else None
         mine = [(n, v, var, r) for n, v, var, r in runs if n == node["id"]]
-        ok = f"{sum(r['status'] == 'ok' for *_, r in mine)}/{len(mine)}"
+        ok = f"{sum(r.status == 'ok' for *_, r in mine)}/{len(mine)}"
         scored = f"{sum(_valid(layout, n, v, var) for n, v, var, _ in mine)}/{len(mine)}"
         happened = node_happened(node, [r for *_, r in mine],
                                  [f for f in digest if f.node == node["id"]])  # fmt: skip
@@ -351,9 +352,9 @@ def render_summary(ring_dir) -> str:
             f"{node['id']:<22} {origin_label(layout, node):<10} {happened:<22} "
             f"{ok:>8} {scored:>8} {_fmt(s0):>8} {_fmt(three_seed.get(node['id'])):>8}"
         )
-    modes = Counter(r["weights_mode"] for *_, r in runs)
+    modes = Counter(r.weights_mode for *_, r in runs)
     order = [*WEIGHTS_WORDS, *sorted(set(modes) - set(WEIGHTS_WORDS))]
-    counts = Counter(r["status"] for *_, r in runs)
+    counts = Counter(r.status for *_, r in runs)
     lines += [
         "",
         "runs: " + ", ".join(f"{v} {HAPPENED.get(k, k)}" for k, v in sorted(counts.items())),

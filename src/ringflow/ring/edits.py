@@ -20,6 +20,7 @@ from ..core.errors import InputError
 from ..core.hashing import HashMemo, listing, listing_hash, solution_tree_hash
 from ..core.jsonio import atomic_write_json, read_json
 from ..core.layout import RingLayout
+from ..core.node_state import Node, read_node
 from ..core.state import Ring
 
 SOURCES = "sources.json"
@@ -62,7 +63,7 @@ def _candidate_entries(candidates_dir: Path) -> list[str]:
     )
 
 
-def fingerprint(ring: Ring, nodes: list[dict]) -> dict:
+def fingerprint(ring: Ring, nodes: list[Node]) -> dict:
     """What the ring was given, as it is now (`nodes`: every node.json, rejected included)."""
     memo = HashMemo(Path(ring.store) / "cache" / "hashmemo.json")
     task_dir = Path(ring.task["dir"])
@@ -73,15 +74,14 @@ def fingerprint(ring: Ring, nodes: list[dict]) -> dict:
     memo.save()
     return {
         "nodes": {
-            node["id"]: {
-                "path": node["origin"]["path"],
+            node.id: {
+                "path": node.origin["path"],
                 "tree": _source_hash(
-                    Path(node["origin"]["path"]),
-                    (node.get("solution") or {}).get("per_view_paths", []),
+                    Path(node.origin["path"]), (node.solution or {}).get("per_view_paths", [])
                 ),
             }
             for node in nodes
-            if (node.get("origin") or {}).get("kind") == "static"
+            if (node.origin or {}).get("kind") == "static"
         },
         "candidates": _candidate_entries(Path(ring.candidates_dir)),
         "task": {"dir": str(task_dir), "files": task_files_hash(task_dir)},
@@ -89,7 +89,7 @@ def fingerprint(ring: Ring, nodes: list[dict]) -> dict:
     }
 
 
-def record_sources(ring: Ring, nodes: list[dict]) -> None:
+def record_sources(ring: Ring, nodes: list[Node]) -> None:
     layout = RingLayout(Path(ring.ring_dir))
     atomic_write_json(layout.root / SOURCES, fingerprint(ring, nodes))
 
@@ -101,7 +101,7 @@ def find_edits(ring_dir: str | Path) -> list[str]:
         return []
     ring = load_ring(root)
     then = read_json(root / SOURCES)
-    nodes = [read_json(root / "nodes" / node_id / "node.json") for node_id in then["nodes"]]
+    nodes = [read_node(root / "nodes" / node_id / "node.json") for node_id in then["nodes"]]
     now = fingerprint(ring, nodes)
     edits = []
     for node_id, was in then["nodes"].items():

@@ -38,6 +38,7 @@ from ..core.errors import DeadlineReached, RingflowError
 from ..core.hashing import drop_ignored, solution_tree_hash
 from ..core.jsonio import append_jsonl, read_json
 from ..core.layout import RingLayout
+from ..core.node_state import Node, result_if_any
 from ..core.safetree import remove_tree
 from ..core.state import Ring
 from ..execute import Execution, run_program
@@ -191,9 +192,10 @@ def workspace_hash(ring: Ring, workspace: Path) -> str | None:
 class BackgroundEvaluator:
     """Ticks beside one engineer session; `stop()` when the session has ended."""
 
-    def __init__(self, ring: Ring, layout: RingLayout, node: dict, workspace: Path,
+    def __init__(self, ring: Ring, layout: RingLayout, node: Node | dict, workspace: Path,
                  deadline: Callable[[], float]):  # fmt: skip
-        self.ring, self.layout, self.node = ring, layout, node
+        self.ring, self.layout = ring, layout
+        self.node = node if isinstance(node, Node) else Node.from_record(node)
         self.workspace = workspace
         self.session_deadline = deadline
         self.every_s = interval_s(ring)
@@ -209,7 +211,7 @@ class BackgroundEvaluator:
     def start(self) -> BackgroundEvaluator:
         if self.every_s > 0:
             self._thread = threading.Thread(target=self._loop, daemon=True,
-                                            name=f"best-so-far-{self.node['id']}")  # fmt: skip
+                                            name=f"best-so-far-{self.node.id}")  # fmt: skip
             self._thread.start()
         return self
 
@@ -247,7 +249,7 @@ class BackgroundEvaluator:
         )
         if action == EVALUATE:
             # Taken under the slots lock: another session may have taken the last one since.
-            with slot_taken(self.ring, self.layout, self.node["id"]) as free:
+            with slot_taken(self.ring, self.layout, self.node.id) as free:
                 if free:
                     self.last_hash = current  # evaluated once, however it ends
                     self.evaluate()
@@ -260,13 +262,13 @@ class BackgroundEvaluator:
 
     def _append(self, row: dict) -> None:
         now = time.time()
-        append_jsonl(record_path(self.layout, self.node["id"]),
+        append_jsonl(record_path(self.layout, self.node.id),
                      {"at": now, "t": now - self.ring.start, **row})  # fmt: skip
 
     def evaluate(self) -> dict:
         """Snapshot the workspace, run it on the proxy view, score it, record the result."""
         self.count += 1
-        folder = self.layout.node_dir(self.node["id"]) / "best_so_far" / str(self.count)
+        folder = self.layout.node_dir(self.node.id) / "best_so_far" / str(self.count)
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         box, held = open_box(self.layout.root)
@@ -299,7 +301,7 @@ class BackgroundEvaluator:
         spec = {"seed": seed, "ablate": False, "key": None,
                 "weights": "fresh" if solution.has_weights else "none",
                 "train_seed": solution.training_seed(seed)}  # fmt: skip
-        node = {**self.node, "solution": solution.to_dict(), "tree_hash": tree}
+        node = replace(self.node, solution=solution.to_dict(), tree_hash=tree)
         health = self.ring.config.exec_health
         health = replace(health, term_grace_s=min(health.term_grace_s, GRACE_S))
         ring = replace(self.ring, config=replace(self.ring.config, exec_health=health))
@@ -355,13 +357,13 @@ def _number(value) -> bool:
 
 def _seed0_point(layout: RingLayout, node: str, view: str, start: float) -> dict | None:
     """The node's seed-0 execution on the proxy view, when it has a valid score."""
-    result = _read(layout.result(node, view, "s0"))
+    result = result_if_any(layout.result(node, view, "s0"))
     score = _read(layout.score(node, view, "s0"))
     if not (result and score and score.get("scored") and score.get("valid")):
         return None
     if not _number(score.get("score")):
         return None
-    ended = result.get("ended_at") or start
+    ended = result.ended_at or start
     return {"t": ended - start, "node": node, "score": float(score["score"]), "source": "execution"}
 
 

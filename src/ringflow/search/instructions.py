@@ -15,6 +15,7 @@ from ..carryover.scores import imported_refuted
 from ..core import statuses
 from ..core.jsonio import read_json
 from ..core.layout import RingLayout
+from ..core.node_state import read_node
 from ..core.state import Ring
 from ..selection.scores import node_mean
 from . import public_validator
@@ -48,8 +49,7 @@ def refuted_directions(ring: Ring, layout: RingLayout, index: dict) -> list[dict
     for entry in index["nodes"]:
         if entry["status"] != statuses.READY:
             continue
-        node = read_json(layout.node_json(entry["id"]))
-        parent = node.get("parent")
+        parent = read_node(layout.node_json(entry["id"])).parent
         if not parent:
             continue
         mine = node_mean(ring, layout, entry["id"], "s0")["mean"]

@@ -21,7 +21,7 @@ from ..core.clock import current_cutoff, load_ring
 from ..core.jsonio import atomic_write_json, read_json
 from ..core.layout import RingLayout, node_slug
 from ..core.ledger import Ledger
-from ..core.records import write_record
+from ..core.node_state import Node, read_node, write_node
 from ..core.state import Ring
 from ..core.statuses import ENGINEERING
 from ..core.stop import refuse_if_stopped
@@ -117,7 +117,7 @@ def plan_generation(ring_dir: str | Path, generation: int) -> dict:
         number += 1
         stubs.append(_stub(ring, node_id, name, kind, parent, generation, now))
     for stub in stubs:
-        write_record(layout.root, layout.node_json(stub["id"]), stub)
+        write_node(layout.root, layout.node_json(stub["id"]), Node.from_record(stub))
 
     def add(index: dict) -> None:
         for stub in stubs:
@@ -139,15 +139,15 @@ def _planned_before_a_crash(layout: RingLayout, index: dict, generation: int) ->
     for entry in index["nodes"]:
         if entry["status"] != ENGINEERING:
             continue
-        node = read_json(layout.node_json(entry["id"]))
-        if node["origin"].get("generation") == generation:
+        node = read_node(layout.node_json(entry["id"]))
+        if node.origin.get("generation") == generation:
             planned.append(entry["id"])
     return planned
 
 
 def _resume_nodes(layout: RingLayout, index: dict) -> set[str]:
     return {entry["id"] for entry in index["nodes"]
-            if read_json(layout.node_json(entry["id"]))["origin"]["kind"] == "resume"}  # fmt: skip
+            if read_node(layout.node_json(entry["id"])).origin["kind"] == "resume"}  # fmt: skip
 
 
 def _stub(ring, node_id, name, kind, parent, generation, now) -> dict:
@@ -180,9 +180,9 @@ def write_loop_summary(ring_dir: str | Path) -> dict:
         plan = read_json(layout.generation(g))
         nodes = []
         for node_id in plan["nodes"]:
-            node = read_json(layout.node_json(node_id))
-            nodes.append({"id": node_id, "origin": node["origin"]["kind"],
-                          "parent": node["parent"], "status": node["status"]})  # fmt: skip
+            node = read_node(layout.node_json(node_id))
+            nodes.append({"id": node_id, "origin": node.origin["kind"],
+                          "parent": node.parent, "status": node.status})  # fmt: skip
         generations.append({"generation": g, "planned_at": plan["planned_at"], "nodes": nodes,
                             "last": plan["last"], "reason": plan["reason"]})  # fmt: skip
         g += 1

@@ -44,7 +44,7 @@ from ..core.hashing import solution_tree_hash
 from ..core.jsonio import atomic_write_json, read_json
 from ..core.layout import RingLayout
 from ..core.ledger import Ledger, emit_event
-from ..core.records import write_record
+from ..core.node_state import Node, write_node
 from ..core.state import Ring
 from ..core.stop import refuse_if_stopped, stop_ring
 from ..nodes import READY, REJECTED, _assign_trainers, execution_spec, planned_variants
@@ -83,11 +83,12 @@ def run_session(ring_dir: str | Path, node_id: str) -> dict:
     ring = load_ring(ring_dir)
     layout = RingLayout(Path(ring.ring_dir))
     node = load_node(ring, node_id)
-    if node["status"] != ENGINEERING and layout.session(node_id).exists():
+    if node.status != ENGINEERING and layout.session(node_id).exists():
         return read_json(layout.session(node_id))
     box, held = open_box(layout.root)
     try:
-        return _run_in_box(ring, layout, node, box)
+        # The session edits the node's record and settles it (`_settle`).
+        return _run_in_box(ring, layout, node.to_record(), box)
     finally:
         close_box(box, held)
 
@@ -429,7 +430,7 @@ def _settle(ring, layout, node: dict, workspace: Path, record: dict) -> dict:
         what = "a workspace that cannot be submitted" if refused else "no runnable program"
         node.update(status=REJECTED, error=f"the engineer session left {what}: {problem}")
     node["timestamps"]["settled_at"] = time.time()
-    write_record(layout.root, layout.node_json(node["id"]), node)
+    write_node(layout.root, layout.node_json(node["id"]), Node.from_record(node))
 
     def settle(index: dict) -> None:
         set_entry(index, {"id": node["id"], "name": node["name"], "role": node["role"],

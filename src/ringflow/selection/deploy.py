@@ -23,6 +23,7 @@ from ..core.errors import InputError, StoreError
 from ..core.hashing import listing, sha256_file
 from ..core.jsonio import atomic_write_json, fsync_dir, read_json
 from ..core.layout import RingLayout
+from ..core.node_state import Node, read_node
 from ..core.state import Ring
 from ..weights.store import WeightsStore
 
@@ -47,12 +48,12 @@ def _copy_object(store: WeightsStore, item: dict, dest: Path) -> None:
         )
 
 
-def _weights_of(ring: Ring, node: dict, store: WeightsStore, view: str) -> dict:
+def _weights_of(ring: Ring, node: Node, store: WeightsStore, view: str) -> dict:
     """The registered weights of a node's seed-0 execution on one view, as the manifest
     lists them (files None when that execution trained nothing yet)."""
-    spec = node["executions"].get(view, {}).get("s0", {})
+    spec = node.spec(view, "s0") or {}
     key = spec.get("key")
-    entry = store.entry(node["tree_hash"], key) if key else None
+    entry = store.entry(node.tree_hash, key) if key else None
     return {
         "view": view,
         "key": key,
@@ -105,9 +106,9 @@ def how_to_run(command: list[str], per_view: bool, python: str | None = None) ->
 def complete_solution(layout: RingLayout, node_id: str, solution: Path) -> dict:
     """Add weights and MANIFEST.json to a copy of a node's submission at `solution`."""
     ring = load_ring(layout.root)
-    node = read_json(layout.node_json(node_id))
+    node = read_node(layout.node_json(node_id))
     store = WeightsStore(ring.store)
-    per_view = node["solution"]["per_view_paths"]
+    per_view = node.solution["per_view_paths"]
     os.chmod(solution, 0o755)
     views: dict[str, dict] = {}
     if per_view:
@@ -134,8 +135,8 @@ def complete_solution(layout: RingLayout, node_id: str, solution: Path) -> dict:
     manifest = {
         "ring_id": ring.ring_id,
         "node": node_id,
-        "role": node["role"],
-        "tree_hash": node["tree_hash"],
+        "role": node.role,
+        "tree_hash": node.tree_hash,
         "task": {k: ring.task[k] for k in ("name", "direction")},
         "code": code,
         "per_view_paths": per_view,
@@ -144,8 +145,8 @@ def complete_solution(layout: RingLayout, node_id: str, solution: Path) -> dict:
         "final_weights_complete": not per_view
         or bool(views[ring.final_view]["files"] and "problem" not in views[ring.final_view]),
         "environment": {"env_key": ring.env_key, **ring.environment},
-        "run": how_to_run(node["solution"]["command"], bool(per_view), ring.program_python),
-        "lineage_segments": (node.get("resume_origin") or {}).get("segments", []),
+        "run": how_to_run(node.solution["command"], bool(per_view), ring.program_python),
+        "lineage_segments": (node.resume_origin or {}).get("segments", []),
         "written_at": time.time(),
     }
     atomic_write_json(solution / MANIFEST, manifest)

@@ -20,6 +20,7 @@ from ..core.hashing import listing, listing_hash
 from ..core.jsonio import atomic_write_json, fsync_dir, fsync_tree, read_json, sha256_json
 from ..core.layout import RingLayout
 from ..core.ledger import Ledger, emit_event
+from ..core.node_state import Node, read_node, read_result
 from ..core.records import hash_record, write_record
 from ..core.seeds import chain_rings
 from ..core.state import Ring
@@ -181,18 +182,18 @@ def _blind_run(ring, layout, node: str, view: str, variant: str) -> dict:
     """One view-blind run: "ok" with its score, "cut" (time ran out: not the program's
     doing) or "failed" (it crashed or its output has no valid score)."""
     result_path = layout.result(node, view, variant)
-    result = read_json(result_path) if result_path.exists() else None
+    result = read_result(result_path) if result_path.exists() else None
     score = read_score(layout, node, view, variant)
     value = usable(score, ring.task["direction"])
-    run = {"variant": variant, "score": value, "wall_s": (result or {}).get("wall_s")}
-    reason = (score or {}).get("reason") or (result or {}).get("reason") or ""
+    run = {"variant": variant, "score": value, "wall_s": result and result.wall_s}
+    reason = (score or {}).get("reason") or (result and result.reason) or ""
     if result is None and score is None:
         return {**run, "state": "cut", "reason": f"{variant} did not run"}
-    cut = (result or {}).get("budget_cut") or (score or {}).get("budget_cut")
-    if cut or (result or {}).get("status") == statuses.INTERRUPTED:
+    cut = (result and result.budget_cut) or (score or {}).get("budget_cut")
+    if cut or (result and result.status) == statuses.INTERRUPTED:
         return {**run, "state": "cut", "reason": f"{variant} was cut: {reason}".rstrip(": ")}
     if value is None:
-        status = (result or {}).get("status") or "not scored"
+        status = (result and result.status) or "not scored"
         return {**run, "state": "failed", "reason": f"{variant} {status}: {reason}".rstrip(": ")}
     return {**run, "state": "ok", "reason": ""}
 
@@ -205,8 +206,8 @@ def _runs_problem(runs: list[dict]) -> tuple[str, str] | None:
     return None
 
 
-def _retrains(ring: Ring, node: dict) -> bool:
-    return bool(node["solution"]["per_view_paths"]) or bool(ring.task["reorder_rows"])
+def _retrains(ring: Ring, node: Node) -> bool:
+    return bool(node.solution["per_view_paths"]) or bool(ring.task["reorder_rows"])
 
 
 def _repeats_itself(ring, layout, node_id: str, view: str) -> bool:
@@ -248,7 +249,7 @@ def screen_check(ring_dir, node_id: str) -> dict:
         settings = view_blind_settings(ring)
         walls = [r["wall_s"] for r in runs[1:] if r["wall_s"] is not None]
         extra_min = settings["extra_runs"] * (max(walls) if walls else 0.0) / 60
-        if node["solution"]["per_view_paths"] and extra_min > settings["max_extra_train_min"]:
+        if node.solution["per_view_paths"] and extra_min > settings["max_extra_train_min"]:
             record.update(outcome=NOT_REVIEWED, reason=(
                 f"view-blind check: the first screen flagged a difference, and confirming it "
                 f"would take {settings['extra_runs']} more trainings (about {extra_min:.0f} "
@@ -268,7 +269,7 @@ def screen(ring_dir, node_id: str) -> dict:
     return record
 
 
-def _view_blind_check(ring, layout, node: dict) -> dict:
+def _view_blind_check(ring, layout, node: Node) -> dict:
     """Same program, seed 0, the first search view under other names, paths and row
     orders (all fresh): does its score follow the view's identity?
 
@@ -278,15 +279,15 @@ def _view_blind_check(ring, layout, node: dict) -> dict:
     interval of all its disguised runs (an honest program fails that 0.5% of the time
     under normal noise).
     """
-    path = layout.screen(node["id"])
-    first = read_json(path) if path.exists() else screen_check(ring.ring_dir, node["id"])
+    path = layout.screen(node.id)
+    first = read_json(path) if path.exists() else screen_check(ring.ring_dir, node.id)
     check = {"check": "view_blind", "view": first["view"], "screen": first,
              "real": first.get("real"), "disguised": first.get("disguised")}  # fmt: skip
     if first["outcome"] is not None:
         return {**check, "outcome": first["outcome"], "passed": first["outcome"] == PASSED,
                 "cut": bool(first.get("cut")), "reason": first["reason"]}  # fmt: skip
     view = first["view"]
-    runs = [_blind_run(ring, layout, node["id"], view, v) for v in review_variants(first)]
+    runs = [_blind_run(ring, layout, node.id, view, v) for v in review_variants(first)]
     problem = _runs_problem(runs)
     if problem is not None:
         outcome, why = problem
@@ -294,7 +295,7 @@ def _view_blind_check(ring, layout, node: dict) -> dict:
                 "reason": f"view-blind check (further runs): {why}"}  # fmt: skip
     real_fresh = runs[0]["score"]
     disguised = [*first["disguised"], *(r["score"] for r in runs[1:])]
-    if _repeats_itself(ring, layout, node["id"], view):
+    if _repeats_itself(ring, layout, node.id, view):
         # Same input, same output: the program does not vary, so its scores on the
         # byte-identical disguised copies had to be the same (exact equality).
         return {**check, "outcome": FAILED, "passed": False, "reason": (
@@ -404,16 +405,16 @@ def review_outcome(record: dict) -> str:
 
 def _guard_run(layout, node: str, view: str, seed: int, direction: str) -> dict:
     result_path = layout.result(node, view, f"g{seed}")
-    result = read_json(result_path) if result_path.exists() else None
+    result = read_result(result_path) if result_path.exists() else None
     score = read_score(layout, node, view, f"g{seed}")
     return {
         "view": view,
         "seed": seed,
-        "status": None if result is None else result["status"],
-        "budget_cut": bool((result or {}).get("budget_cut") or (score or {}).get("budget_cut")),
+        "status": None if result is None else result.status,
+        "budget_cut": bool((result and result.budget_cut) or (score or {}).get("budget_cut")),
         "score": usable(score, direction),
         "bootstrap": (score or {}).get("bootstrap"),
-        "reason": (score or {}).get("reason") or (result or {}).get("reason") or "",
+        "reason": (score or {}).get("reason") or (result and result.reason) or "",
     }
 
 
@@ -466,14 +467,14 @@ def guarded_before(ring: Ring, node_id: str) -> dict | None:
     if not ring.continue_from:
         return None
     mine = {ring.views[v]["content_hash"] for v in guard_views(ring)}
-    tree = load_node(ring, node_id).get("tree_hash")
+    tree = load_node(ring, node_id).tree_hash
     previous = (Path(ring.ring_dir) / ring.continue_from).resolve()
     for ancestor in chain_rings(previous):
         root = Path(ancestor.ring_dir)
         for path in sorted((root / "selection").glob("verdict-*.json")):
             try:
                 old = read_json(path)
-                old_tree = read_json(root / "nodes" / old["node"] / "node.json").get("tree_hash")
+                old_tree = read_node(root / "nodes" / old["node"] / "node.json").tree_hash
             except (InputError, KeyError, OSError):
                 continue
             guard = old.get("guard") or {}
@@ -574,8 +575,8 @@ def _weights_fingerprint(ring, node_id: str) -> dict:
     store = WeightsStore(ring.store)
     views = {}
     for view in ring.search_views:
-        key = node["executions"][view]["s0"].get("key")
-        entry = store.entry(node["tree_hash"], key) if key else None
+        key = node.executions[view]["s0"].get("key")
+        entry = store.entry(node.tree_hash, key) if key else None
         views[view] = {
             "key": key,
             "files": None
@@ -789,7 +790,7 @@ def winners_curse(chosen: str | None, rows: list[dict], baseline: dict | None, v
 def ships(ring, layout, node: str) -> dict:
     """Which weights final/solution/ holds: those trained on the final view by its seed-0
     run (not the guard's runs, which trained or replayed on the guard views)."""
-    trains = bool(load_node(ring, node)["solution"]["per_view_paths"])
+    trains = bool(load_node(ring, node).solution["per_view_paths"])
     return {
         "node": node,
         "run": f"{ring.final_view}/s0",
@@ -923,7 +924,7 @@ def _output_hash(layout, node, view, variant) -> str | None:
 def trained_finalists(ring_dir, finalists: list[str]) -> list[str]:
     """Finalists that train weights: each gets one cold retrain (fresh-s0) after the decision."""
     ring = load_ring(ring_dir)
-    return [n for n in finalists if load_node(ring, n)["solution"]["per_view_paths"]]
+    return [n for n in finalists if load_node(ring, n).solution["per_view_paths"]]
 
 
 def after_decision_final_runs(decision: dict) -> list[str]:

@@ -21,6 +21,7 @@ from ..core.clock import load_ring
 from ..core.errors import InputError
 from ..core.jsonio import read_json
 from ..core.layout import RingLayout
+from ..core.node_state import read_node
 from ..core.state import Ring
 from ..core.statuses import READY
 from .order import usable_baseline
@@ -51,7 +52,7 @@ def parent_choice(ring: Ring) -> dict | None:
     try:
         record = read_json(final)
         parent_ring = load_ring(parent)
-        tree = read_json(layout.node_json(record["chosen"])).get("tree_hash")
+        tree = read_node(layout.node_json(record["chosen"])).tree_hash
     except (InputError, KeyError, OSError, TypeError):
         return None
     decision = record.get("decision")
@@ -81,10 +82,10 @@ def _ready_node_with_tree(ring: Ring, index: dict, tree: str | None) -> str | No
         if entry["status"] != READY:
             continue
         try:
-            node = read_json(layout.node_json(entry["id"]))
+            node = read_node(layout.node_json(entry["id"]))
         except (InputError, OSError):
             continue
-        if node.get("tree_hash") == tree:
+        if node.tree_hash == tree:
             return entry["id"]
     return None
 

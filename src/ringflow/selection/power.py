@@ -56,15 +56,16 @@ def _probe_scores(ring: Ring, node: str, view: str, variant: str) -> list[float]
     """One probe run's bootstrap scores; ValueError naming what went wrong."""
     from ..core.jsonio import read_json
     from ..core.layout import RingLayout
+    from ..core.node_state import read_result
 
     layout = RingLayout(Path(ring.ring_dir))
     result_path, score_path = layout.result(node, view, variant), layout.score(node, view, variant)
     if not result_path.exists():
         raise ValueError(f"the baseline's probe run on {view} did not run")
-    result = read_json(result_path)
-    if result["status"] != "ok":
-        raise ValueError(f"the baseline's probe run on {view} {result['status']}: "
-                         f"{result.get('reason', '')}")  # fmt: skip
+    result = read_result(result_path)
+    if result.status != "ok":
+        raise ValueError(f"the baseline's probe run on {view} {result.status}: "
+                         f"{result.reason or ''}")  # fmt: skip
     score = read_json(score_path) if score_path.exists() else {}
     if not score.get("bootstrap"):
         raise ValueError(f"the baseline's probe run on {view} has no bootstrap scores: "

@@ -28,6 +28,7 @@ from ..core.clock import FINAL_STAGES, load_ring, stage_of, view_limits
 from ..core.jsonio import atomic_write_json, read_json
 from ..core.layout import RingLayout
 from ..core.ledger import Ledger, emit_event
+from ..core.node_state import ExecutionResult, Node, read_node, read_result
 from ..core.reserve import ASSUMED, MEASURED, Batch, Job, Price
 from ..core.state import Ring
 from .incumbent import reference
@@ -103,10 +104,10 @@ def _mode(weights_mode: str | None) -> str:
     return REPLAY if weights_mode == statuses.REPLAY else NONE
 
 
-def _duration(result: dict) -> float:
+def _duration(result: ExecutionResult) -> float:
     """The whole execution: weights lock, replay or registration and the program."""
-    wall = float(result.get("wall_s") or 0.0)
-    started, ended = result.get("started_at"), result.get("ended_at")
+    wall = float(result.wall_s or 0.0)
+    started, ended = result.started_at, result.ended_at
     if isinstance(started, int | float) and isinstance(ended, int | float):
         return max(wall, float(ended) - float(started))
     return wall
@@ -129,10 +130,10 @@ class Measurements:
         self.count = 0
         for node, view, _variant, path in layout.results():
             folder = path.parent
-            result = read_json(path)
-            if result.get("status") != statuses.OK:
+            result = read_result(path)
+            if result.status != statuses.OK:
                 continue
-            self.runs[node][_mode(result.get("weights_mode"))][view].append(_duration(result))
+            self.runs[node][_mode(result.weights_mode)][view].append(_duration(result))
             self.count += 1
             score = folder / "score.json"
             if score.exists():
@@ -239,17 +240,17 @@ class Planner:
         self.base = usable_baseline(self.index)
         # The side finalists are guarded against: the chain's incumbent, or the baseline.
         self.against = reference(ring, self.index)["node"]
-        self._nodes: dict[str, dict] = {}
+        self._nodes: dict[str, Node] = {}
 
     # -- single executions --
 
-    def node(self, node: str) -> dict:
+    def node(self, node: str) -> Node:
         if node not in self._nodes:
-            self._nodes[node] = read_json(self.layout.node_json(node))
+            self._nodes[node] = read_node(self.layout.node_json(node))
         return self._nodes[node]
 
     def trains(self, node: str) -> bool:
-        return bool(self.node(node)["solution"]["per_view_paths"])
+        return bool(self.node(node).solution["per_view_paths"])
 
     def pending(self, node: str, view: str, variant: str) -> bool:
         if self.layout.score(node, view, variant).exists():
@@ -261,7 +262,7 @@ class Planner:
 
     def mode(self, node: str, view: str, variant: str) -> str:
         """Whether the execution will train, replay, or run without weights."""
-        spec = self.node(node).get("executions", {}).get(view, {}).get(variant)
+        spec = self.node(node).spec(view, variant)
         if spec is None:  # a view the node has no plan for yet (a guard view): trains once
             if not self.trains(node):
                 return NONE
@@ -277,7 +278,7 @@ class Planner:
         if owner["trainer"] == [node, view, variant]:
             return TRAIN
         trainer = self.layout.result(*owner["trainer"])
-        if trainer.exists() and read_json(trainer).get("status") != statuses.OK:
+        if trainer.exists() and read_result(trainer).status != statuses.OK:
             return TRAIN  # the key stays unregistered: each replayer trains it itself
         return REPLAY
 
@@ -523,14 +524,15 @@ def stage_timing(ring: Ring, layout: RingLayout) -> dict:
     for _node, view, variant, path in layout.results():
         folder = path.parent
         stage = stage_of(ring, view, variant)
-        result = read_json(path)
-        if stage not in FINAL_STAGES or not isinstance(result.get("started_at"), int | float):
+        result = read_result(path)
+        started = result.started_at
+        if stage not in FINAL_STAGES or not isinstance(started, int | float):
             continue
-        end = result.get("ended_at") or result["started_at"]
+        end = result.ended_at or started
         score = folder / "score.json"
         if score.exists():
             end += read_json(score).get("scoring_s") or 0.0
-        intervals[stage].append((result["started_at"], end))
+        intervals[stage].append((started, end))
     for path in layout.root.glob("selection/review-*.json"):
         for check in read_json(path).get("checks", []):
             if check.get("check") == "review_command" and "ended_at" in check:

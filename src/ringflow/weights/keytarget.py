@@ -9,6 +9,7 @@ from pathlib import Path
 from ..core.clock import load_ring
 from ..core.jsonio import atomic_write_json, read_json
 from ..core.layout import RingLayout
+from ..core.node_state import read_result
 from .store import WeightsStore
 
 
@@ -26,8 +27,8 @@ def write_key_target(ring_dir: str | Path, key: str) -> dict:
         "at": time.time(),
     }
     if entry is None and owner["trainer"]:
-        trainer = read_json(layout.result(*owner["trainer"]))
+        trainer = read_result(layout.result(*owner["trainer"]))
         # The key stays unregistered; each replayer then takes the lock and trains itself.
-        record["trainer_status"] = trainer["status"]
+        record["trainer_status"] = trainer.status
     atomic_write_json(layout.key_target(key), record)
     return record

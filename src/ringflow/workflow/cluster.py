@@ -149,7 +149,7 @@ def _ring_of(job, rings):
     return None
 
 
-def settle_killed_job(job_info, msg, rings) -> dict | None:
+def settle_killed_job(job_info, msg, rings):
     """An execute job the plugin reports failed: where SLURM ended it from outside
     (TIMEOUT, OUT_OF_MEMORY, CANCELLED, NODE_FAIL, PREEMPTED), write its execution's record
     (cluster/jobs.py) and return it; None for any other failure (the job's own exit), which
@@ -169,12 +169,12 @@ def settle_killed_job(job_info, msg, rings) -> dict | None:
         return None
     ring, node, view, variant = found
     result = record_kill(ring.root, node, view, variant, str(job), end)
-    print(f"ringflow: {node} {view}/{variant}: {result['reason']}; recorded "
-          f"{result['status']}, the ring goes on", flush=True)  # fmt: skip
+    print(f"ringflow: {node} {view}/{variant}: {result.reason}; recorded "
+          f"{result.status}, the ring goes on", flush=True)  # fmt: skip
     return result
 
 
-def record_kill(ring_root, node: str, view: str, variant: str, job: str, end) -> dict:
+def record_kill(ring_root, node: str, view: str, variant: str, job: str, end):
     """Write the record of an execution SLURM ended (result.json, then its score, as the
     execute rule would have) from `end` (cluster.jobs.JobEnd), remove the boxes its run
     left, and say so in the events.
@@ -183,37 +183,33 @@ def record_kill(ring_root, node: str, view: str, variant: str, job: str, end) ->
     from ..cluster.jobs import killed_result, parse_state
     from ..core.clock import load_node, load_ring
     from ..core.interrupts import stopped_by_signal
-    from ..core.jsonio import read_json
     from ..core.layout import RingLayout
     from ..core.ledger import emit_event, ledger_anchor
-    from ..core.records import write_record
+    from ..core.node_state import ExecutionResult, result_if_any, write_result
     from ..ring.boxes import remove_abandoned_boxes
     from ..scoring import score_execution
 
     layout = RingLayout(Path(ring_root))
     path = layout.result(node, view, variant)
-    previous = None
-    if path.exists():
-        try:
-            previous = read_json(path)
-        except (OSError, ValueError):
-            previous = None  # torn: the job died writing it
+    previous = result_if_any(path)  # None too where the job died writing it
     if previous is not None and not stopped_by_signal(previous):
         result = previous
     else:
-        spec = load_node(load_ring(ring_root), node)["executions"][view][variant]
-        result = killed_result(spec, node, view, variant, job, end, previous)
-        result["ended_at"] = time.time()
-        result["ledger_head"] = ledger_anchor(layout.ledger)
+        spec = load_node(load_ring(ring_root), node).spec(view, variant) or {}
+        record = killed_result(spec, node, view, variant, job, end,
+                               None if previous is None else previous.to_record())  # fmt: skip
+        record["ended_at"] = time.time()
+        record["ledger_head"] = ledger_anchor(layout.ledger)
+        result = ExecutionResult.from_record(record, source=path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_record(layout.root, path, result)
+        write_result(layout.root, path, result)
         layout.score(node, view, variant).unlink(missing_ok=True)
     if not layout.score(node, view, variant).exists():
         score_execution(layout.root, node, view, variant)
     remove_abandoned_boxes(layout.root)
     emit_event(layout.root, "slurm_job_killed", node=node, view=view, variant=variant, job=job,
-               state=parse_state(end.state), status=result["status"],
-               reason=result["reason"])  # fmt: skip
+               state=parse_state(end.state), status=str(result.status),
+               reason=result.reason)  # fmt: skip
     return result
 
 

@@ -40,6 +40,7 @@ from ..core.clock import deadline_for, view_limits
 from ..core.errors import InputError
 from ..core.jsonio import read_json_cached as read_json
 from ..core.layout import RingLayout, is_guard_variant, is_review_variant
+from ..core.node_state import Node
 from ..core.settings import RingConfig
 from ..core.state import Ring
 from ..selection.final import (
@@ -183,9 +184,10 @@ class RingDag:
 
     # ---- the ring's nodes -------------------------------------------------------------
 
-    def node(self, node: str) -> dict:
+    def node(self, node: str) -> Node:
         self.imported()
-        return read_json(self.ring.node_json(node))
+        path = self.ring.node_json(node)
+        return Node.from_record(read_json(path), source=path)
 
     def ready_static(self, role: str | None = None) -> list[str]:
         """Ready nodes the import made and this ring searches (imported scored nodes are
@@ -236,7 +238,7 @@ class RingDag:
         A trainer re-run (its result deleted) re-creates the target without re-running the
         key's replays."""
         node = self.node(wildcards.node)
-        spec = node["executions"][wildcards.view][wildcards.variant]
+        spec = node.executions[wildcards.view][wildcards.variant]
         key = spec.get("key")
         if not key:
             return {}
@@ -254,7 +256,7 @@ class RingDag:
 
     def resume_rank(self, node: str) -> int | None:
         """A resume node's place in the resume queue (oldest seal first), None otherwise."""
-        origin = self.node(node).get("origin") or {}
+        origin = self.node(node).origin or {}
         if origin.get("kind") != "resume":
             return None
         queue = read_json(self.ring.carryover_imported)["queue"]
@@ -369,8 +371,9 @@ class RingDag:
         return _paths(self.ring.session(node) for node in plan["nodes"])
 
     def engineer_inputs(self, wildcards) -> list[str]:
-        node = read_json(self.ring.node_json(wildcards.node))
-        return _ancient([self.ring.generation(node["origin"]["generation"])])
+        path = self.ring.node_json(wildcards.node)
+        origin = Node.from_record(read_json(path), source=path).origin
+        return _ancient([self.ring.generation(origin["generation"])])
 
     def search_loop_inputs(self, wildcards) -> list[str]:
         walked = self.generations()

@@ -9,18 +9,19 @@ the ring's clock cut (`budget_cut`) keeps its record: it is carried over, not re
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from ..core.errors import InputError
 from ..core.interrupts import stopped_by_signal
 from ..core.layout import RingLayout
 from ..core.ledger import emit_event
+from ..core.node_state import read_result
 
 
 def _interrupted(result_path: Path) -> bool:
     try:
-        return stopped_by_signal(json.loads(result_path.read_text()))
-    except (OSError, ValueError):
+        return stopped_by_signal(read_result(result_path))
+    except (OSError, InputError):
         return False  # a torn record is Snakemake's incomplete output: it re-runs anyway
 
 

@@ -21,6 +21,7 @@ from ringflow.cluster.slurm import job_time_limit_min
 from ringflow.core import statuses
 from ringflow.core.interrupts import stopped_by_signal
 from ringflow.core.layout import RingLayout
+from ringflow.core.node_state import Node
 from ringflow.core.records import record_problems
 from ringflow.workflow import cluster
 from ringtools import full_config, locked_ring, make_candidate
@@ -108,7 +109,7 @@ def test_the_result_of_a_killed_job_has_the_keys_of_the_supervisors_own():
     from ringflow.execute import _new_result
 
     spec = {"seed": 1, "ablate": False, "key": None}
-    ex = SimpleNamespace(node={"id": "n001-a"}, view="proxy", variant="s1", spec=spec)
+    ex = SimpleNamespace(node=Node(id="n001-a"), view="proxy", variant="s1", spec=spec)
     own = _new_result(ex)
     killed = jobs.killed_result(spec, "n001-a", "proxy", "s1", "41", JobEnd("TIMEOUT"))
     assert set(own) - {"slurm_job_id"} <= set(killed)
@@ -121,7 +122,7 @@ def test_the_result_of_a_killed_job_has_the_keys_of_the_supervisors_own():
 def test_execute_keeps_the_job_id_only_under_slurm(monkeypatch):
     from ringflow.execute import _new_result
 
-    ex = SimpleNamespace(node={"id": "n001-a"}, view="proxy", variant="s0",
+    ex = SimpleNamespace(node=Node(id="n001-a"), view="proxy", variant="s0",
                          spec={"seed": 0, "ablate": False})  # fmt: skip
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     assert "slurm_job_id" not in _new_result(ex)
@@ -152,7 +153,7 @@ def test_a_job_slurm_ended_without_a_record_gets_one(ring):
     result = cluster.record_kill(ring, node, "proxy", "s0", "41", JobEnd("TIMEOUT", "0:0"))
     layout = RingLayout(ring)
     written = json.loads(layout.result(node, "proxy", "s0").read_text())
-    assert written == result
+    assert written == result.to_record()
     assert written["status"] == "interrupted" and written["slurm_state"] == "TIMEOUT"
     assert "SLURM ended job 41 with TIMEOUT" in written["reason"]
     score = json.loads(layout.score(node, "proxy", "s0").read_text())
@@ -172,9 +173,9 @@ def test_a_record_a_signal_cut_short_gives_way_to_slurms_account(ring):
            "events": [{"event": "signal", "signal": "SIGTERM"}]}  # fmt: skip
     path.write_text(json.dumps(cut))
     result = cluster.record_kill(ring, node, "proxy", "s1", "43", JobEnd("OUT_OF_MEMORY"))
-    assert result["status"] == "crash" and "memory" in result["reason"]
-    assert result["wall_s"] == 61.5
-    assert [e["event"] for e in result["events"]] == ["signal", "slurm_killed"]
+    assert result.status == "crash" and "memory" in result.reason
+    assert result.wall_s == 61.5
+    assert [e["event"] for e in result.events] == ["signal", "slurm_killed"]
 
 
 def test_a_record_the_supervisor_finished_stands(ring):
@@ -185,7 +186,7 @@ def test_a_record_the_supervisor_finished_stands(ring):
     own = {"status": "crash", "budget_cut": False, "reason": "exit code 1", "events": []}
     path.write_text(json.dumps(own))
     result = cluster.record_kill(ring, node, "x3", "s0", "42", JobEnd("CANCELLED"))
-    assert result == own
+    assert result.to_record() == own
     assert json.loads(path.read_text()) == own
     assert layout.score(node, "x3", "s0").exists()
 

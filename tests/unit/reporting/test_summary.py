@@ -8,6 +8,7 @@ import json
 
 from test_report import START, finished, hand_ring, write
 
+from ringflow.core.node_state import ExecutionResult
 from ringflow.reporting.digest import Failure
 from ringflow.reporting.summary import node_happened, render_summary
 
@@ -60,11 +61,12 @@ def test_a_continuation_lists_every_changed_key_in_its_first_lines(tmp_path):
 def test_a_node_row_says_what_happened():
     ready = {"id": "n1", "status": "ready"}
     crash = [Failure("n1", "crash", 4, "a/s0", "boom")]
-    assert node_happened(ready, [{}] * 4, crash) == "crashed 4/4"
-    assert node_happened(ready, [{}] * 4, [Failure("n1", "invalid", 1, "a/s0", "x")]) == (
+    run, cut = ExecutionResult(status="ok"), ExecutionResult(status="interrupted", budget_cut=True)
+    assert node_happened(ready, [run] * 4, crash) == "crashed 4/4"
+    assert node_happened(ready, [run] * 4, [Failure("n1", "invalid", 1, "a/s0", "x")]) == (
         "invalid 1/4, ok 3/4"
     )
-    assert node_happened(ready, [{"budget_cut": True}, {}], []) == "ok 1/2, cut 1/2"
+    assert node_happened(ready, [cut, run], []) == "ok 1/2, cut 1/2"
     assert node_happened(ready, [], []) == "not run"
     assert node_happened({"id": "n2", "status": "rejected"}, [], []) == "rejected"
     assert node_happened({"id": "n3", "status": "carried_over"}, [], []) == "carried over"

@@ -126,7 +126,7 @@ def test_a_changed_tree_hash_is_evaluated_once_and_no_free_slot_skips_the_tick(t
     assert evaluator.tick() == NOT_RUNNABLE
     assert len(best_so_far.records(layout, "n001-a")) == 2
     # A record for the report only: the node and its queries are untouched.
-    assert read_json(layout.node_json("n001-a"))["status"] == node["status"]
+    assert read_json(layout.node_json("n001-a"))["status"] == node.status
     assert not (layout.node_dir("n001-a") / "queries.jsonl").exists()
 
 
@@ -169,7 +169,7 @@ def test_an_evaluation_is_cut_at_the_sessions_end_and_recorded(tmp_path):
     # SIGTERM, at most GRACE_S (the ring's term_grace_s is not waited for), SIGKILL.
     assert took < 2.0 + best_so_far.GRACE_S + 4, took
     evaluator.stop()
-    assert read_json(layout.node_json("n001-a"))["status"] == node["status"]
+    assert read_json(layout.node_json("n001-a"))["status"] == node.status
 
 
 def test_a_failing_program_is_recorded_with_its_reason(tmp_path):

@@ -29,7 +29,7 @@ def _hand_ring(root: Path) -> Path:
         "env_key": "e" * 64, "environment": {"python": "3.11"}, "program_python": PYTHON,
     })  # fmt: skip
     atomic_write_json(layout.node_json(NODE), {
-        "role": "candidate", "tree_hash": "t" * 64, "executions": {},
+        "id": NODE, "role": "candidate", "tree_hash": "t" * 64, "executions": {},
         "solution": {"command": ["python", "run.py"], "per_view_paths": []},
     })  # fmt: skip
     layout.submission(NODE).mkdir(parents=True)

@@ -74,7 +74,7 @@ def ring_over(tmp_path: Path, ring_id: str, **overrides) -> Ring:
 
 
 def s0_key(ring: Ring, view: str = "proxy") -> str:
-    return load_node(ring, "n001-a")["executions"][view]["s0"]["key"]
+    return load_node(ring, "n001-a").executions[view]["s0"]["key"]
 
 
 # ---- defect 1 (keys part): labels are not in the key; an mtime-restoring rewrite is seen
@@ -206,7 +206,7 @@ def test_an_interpreter_other_than_program_python_is_hashed_by_content(tmp_path,
     folder = make_candidate(tmp_path / "cands" / "a", mean=0.5, weights=True)
     (folder / "EXECUTION.json").write_text(json.dumps({"command": ["runner", "run.py"]}))
     first = ring_over(tmp_path, "r1")
-    components = load_node(first, "n001-a")["executions"]["proxy"]["s0"]["key_components"]
+    components = load_node(first, "n001-a").executions["proxy"]["s0"]["key_components"]
     assert components["interpreter"]["path"] == str(runner)
     runner.write_text('#!/bin/sh\nexec python3 -O "$@"\n')
     assert s0_key(ring_over(tmp_path, "r2")) != s0_key(first)
