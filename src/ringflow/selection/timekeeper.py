@@ -23,6 +23,7 @@ from statistics import fmean
 from filelock import FileLock
 
 from ..carryover.scores import imported_score
+from ..cluster.jobs import job_overhead_s, query_job_times
 from ..core import reserve, statuses
 from ..core.clock import FINAL_STAGES, load_ring, stage_of, view_limits
 from ..core.jsonio import atomic_write_json, read_json
@@ -128,6 +129,7 @@ class Measurements:
         self.scoring: dict[str, list[float]] = defaultdict(list)
         self.review_command: list[float] = []
         self.count = 0
+        slurm_runs: dict[str, float] = {}  # SLURM job id: the execution's own seconds
         for node, view, _variant, path in layout.results():
             folder = path.parent
             result = read_result(path)
@@ -135,6 +137,8 @@ class Measurements:
                 continue
             self.runs[node][_mode(result.weights_mode)][view].append(_duration(result))
             self.count += 1
+            if result.slurm_job_id:
+                slurm_runs[result.slurm_job_id] = _duration(result)
             score = folder / "score.json"
             if score.exists():
                 seconds = read_json(score).get("scoring_s")
@@ -148,6 +152,10 @@ class Measurements:
             name: view.get("input_bytes", view.get("bytes")) for name, view in ring.views.items()
         }
         self.train_replay_ratio = self._train_replay_ratio()
+        # Under SLURM: what each execution costs as a job beyond its own run.
+        self.job_overhead_s = (
+            job_overhead_s(query_job_times(sorted(slurm_runs)), slurm_runs) if slurm_runs else None
+        )
 
     def _train_replay_ratio(self) -> float | None:
         """The ring's measured training/replay ratio, over nodes that did both."""
@@ -291,6 +299,9 @@ class Planner:
                 ASSUMED,
                 f"{price.how}, x {reserve.COLD_START_FACTOR:g} cold start",
             )
+        if (overhead := self.measured.job_overhead_s) is not None:
+            price = Price(price.seconds + overhead, price.basis,
+                          f"{price.how}, + {overhead:.1f} s per SLURM job (measured)")  # fmt: skip
         return Job(f"{node} {view}/{variant}", price, self.measured.scoring_price(view))
 
     def batch(self, stage: str, runs, label: str, after: Price | None = None) -> Batch:

@@ -316,3 +316,19 @@ def test_a_box_held_by_a_live_run_is_left_alone(ring):
         assert box.exists()
     finally:
         os.close(fd)
+
+
+def test_sacct_times_are_read_and_a_jobs_overhead_measured():
+    times = jobs.parse_job_times(
+        "40|2026-12-03T10:00:00|2026-12-03T10:00:02|2026-12-03T10:00:18\n"
+        "40.batch|2026-12-03T10:00:02|2026-12-03T10:00:02|2026-12-03T10:00:18\n"
+        "41|2026-12-03T10:00:00|2026-12-03T10:00:30|2026-12-03T10:00:48\n"
+        "42|2026-12-03T10:00:00|Unknown|Unknown\n"
+    )
+    assert set(times) == {"40", "41", "42"}
+    assert times["40"].started - times["40"].submitted == 2.0
+    assert times["42"].started is None and times["42"].ended is None
+    # Around the runs: 16 - 10 = 6 s and 18 - 10 = 8 s (median 7); the least wait, 2 s.
+    assert jobs.job_overhead_s(times, {"40": 10.0, "41": 10.0, "42": 5.0}) == 9.0
+    assert jobs.job_overhead_s(times, {"42": 5.0}) is None  # not ended yet
+    assert jobs.job_overhead_s({}, {"40": 10.0}) is None

@@ -315,3 +315,32 @@ def test_without_the_guard_only_the_top_finalist_and_the_baseline_run_the_final_
     assert [b.stage for b in batches] == ["final"]  # no review, no guard
     assert sorted(job.name for job in batches[0].jobs) == ["n000-baseline final/s0",
                                                            "n001-a final/s0"]  # fmt: skip
+
+
+def test_under_slurm_each_execution_is_priced_with_its_jobs_measured_overhead(
+    tmp_path, monkeypatch
+):
+    from ringflow.cluster.jobs import JobTimes
+    from ringflow.selection import timekeeper
+
+    ring = make_ring(tmp_path, {"a": False})
+    for n, variant in enumerate(("s0", "s1")):
+        record(ring, "n001-a", "proxy", variant, 10.0)
+        path = ring / "nodes" / "n001-a" / "exec" / "proxy" / variant / "result.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "slurm_job_id": f"4{n}"}))
+    # Job 40 waited 2 s for its start and lived 16 s around its 10 s run; job 41 waited
+    # 30 s behind the ring's own jobs (the slots price that) and lived 18 s.
+    times = {"40": JobTimes(100.0, 102.0, 118.0), "41": JobTimes(100.0, 130.0, 148.0)}
+    asked = []
+    monkeypatch.setattr(timekeeper, "query_job_times", lambda ids: asked.append(ids) or times)
+    measured = Measurements(load_ring(ring), _layout(ring))
+    assert asked == [["40", "41"]]
+    assert measured.job_overhead_s == 7.0 + 2.0  # median of 6 and 8 s around, least wait
+    job = Planner(load_ring(ring), _layout(ring), measured).job("n001-a", "proxy", "s2")
+    assert job.program.seconds == 10.0 + 9.0
+    assert "+ 9.0 s per SLURM job" in job.program.how
+    # A ring off SLURM asks nothing and adds nothing.
+    plain = make_ring(tmp_path / "plain", {"a": False})
+    record(plain, "n001-a", "proxy", "s0", 10.0)
+    assert Measurements(load_ring(plain), _layout(plain)).job_overhead_s is None
+    assert asked == [["40", "41"]]
