@@ -103,10 +103,13 @@ def _execute_jobs(dry_run: str) -> dict[str, dict]:
 
 def test_per_view_limits_reach_the_scheduler(tmp_path):
     cands = hungry_candidates(tmp_path)
-    locked_ring(tmp_path, cands, "sched", limits_per_view={"final": FINAL})
+    # A ring long enough that its clock cuts no execution's SLURM time limit (which stops
+    # at the ring's stop_at, tests/unit/cluster).
+    long = {"duration_min": 240}
+    locked_ring(tmp_path, cands, "sched", limits_per_view={"final": FINAL}, timeline=long)
     config = write_config(tmp_path, ring_id="sched", task=str(make_task(tmp_path)),
                           candidates=str(cands), baseline=None,
-                          limits_per_view={"final": FINAL})  # fmt: skip
+                          limits_per_view={"final": FINAL}, timeline=long)  # fmt: skip
     node = "runs/sched/nodes/n001-hungry"  # as the rules name it, relative to --directory
     targets = [f"{node}/exec/{view}/s0/score.json" for view in ("proxy", "final")]
     dry = snakemake(tmp_path, config, "-n", *targets).stdout
