@@ -37,7 +37,7 @@ from .core.hashing import PROGRESS_FILE, HashMemo, drop_ignored
 from .core.jsonio import read_json
 from .core.layout import RingLayout, is_guard_variant
 from .core.ledger import Ledger, emit_event, ledger_anchor
-from .core.node_state import ExecutionResult, Node, write_result
+from .core.node_state import ExecutionResult, Node, starting_record, write_result
 from .core.safetree import remove_tree
 from .core.settings import RingConfig
 from .core.state import Ring
@@ -174,22 +174,7 @@ def _gpu_env(gpus: int) -> dict[str, str]:
 
 def _new_result(ex: Execution) -> dict:
     return {
-        "node": ex.node.id,
-        "view": ex.view,
-        "variant": ex.variant,
-        "seed": ex.spec["seed"],
-        "ablate": ex.spec["ablate"],
-        "status": statuses.INTERRUPTED,
-        "budget_cut": False,
-        "exit_code": None,
-        "signal": None,
-        "wall_s": 0.0,
-        "cpu_s": 0.0,
-        "weights_mode": statuses.NONE,
-        "weights_key": ex.spec.get("key"),
-        "reap_left": [],
-        "reason": "",
-        "started_at": time.time(),
+        **starting_record(ex.node.id, ex.view, ex.variant, ex.spec, time.time()),
         # Under SLURM, the job it ran in (docs/slurm.md#job-ids-signals-and-kills).
         **({"slurm_job_id": job} if (job := current_job_id()) else {}),
     }

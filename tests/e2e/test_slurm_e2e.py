@@ -72,6 +72,18 @@ def sacct_jobs(prefix: str) -> list[dict]:
     return jobs
 
 
+def settled_jobs(prefix: str, count: int, timeout: float = 60) -> list[dict]:
+    """sacct_jobs, once `count` jobs have ended there: accounting follows a job's end by a
+    few seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        jobs = sacct_jobs(prefix)
+        ended = [j for j in jobs if j["state"] not in ("PENDING", "RUNNING", "COMPLETING")]
+        if len(ended) >= count or time.monotonic() > deadline:
+            return jobs
+        time.sleep(1)
+
+
 def test_the_quick_ring_reaches_final_with_every_execution_a_named_slurm_job(tmp_path):
     ring_id = f"sq-{os.getpid()}"
     done, seconds = slurm_ring(tmp_path, ring_id)
@@ -157,9 +169,8 @@ def test_a_node_where_the_candidates_python_does_not_run_is_refused_at_the_lock(
     assert "a compute node cannot run the ring's executions" in said, said[-3000:]
     assert "program.python on " in said and "no such library here" in said
     assert not (tmp_path / "runs" / ring_id / "RING.json").exists()
-    assert [j["name"] for j in sacct_jobs(f"ringflow-{ring_id}_")] == [
-        f"ringflow-{ring_id}_node-probe"
-    ]
+    probe = [f"ringflow-{ring_id}_node-probe"]
+    assert [j["name"] for j in settled_jobs(f"ringflow-{ring_id}_", len(probe))] == probe
 
 
 def test_two_slurm_jobs_racing_for_one_weights_key_train_once_and_replay(tmp_path):
@@ -199,14 +210,7 @@ def test_two_slurm_jobs_racing_for_one_weights_key_train_once_and_replay(tmp_pat
     assert sorted(o["mode"] for o in outcomes) == ["replay", "train"]
     replayer = next(o for o in outcomes if o["mode"] == "replay")
     assert replayer["how"] == "hardlink"
-    # Accounting follows the jobs' end by a few seconds.
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        states = [j["state"] for j in sacct_jobs(name)]
-        if states == ["COMPLETED", "COMPLETED"]:
-            break
-        time.sleep(1)
-    assert states == ["COMPLETED", "COMPLETED"]
+    assert [j["state"] for j in settled_jobs(name, 2)] == ["COMPLETED", "COMPLETED"]
 
 
 # ---- job ids, the driver's stop and SLURM's kills (docs/slurm.md#job-ids-signals-and-kills)

@@ -25,6 +25,7 @@ from pathlib import Path
 from ..core import statuses
 from ..core.jsonio import append_jsonl
 from ..core.layout import RingLayout
+from ..core.node_state import starting_record
 from .queue import epoch
 
 JOB_ENV = "SLURM_JOB_ID"
@@ -171,24 +172,7 @@ def killed_result(spec: dict, node: str, view: str, variant: str, job: str, end:
     signal's) already says of the run is kept."""
     now = time.time() if now is None else now
     state = parse_state(end.state)
-    result = {
-        "node": node,
-        "view": view,
-        "variant": variant,
-        "seed": spec.get("seed"),
-        "ablate": spec.get("ablate"),
-        "status": statuses.INTERRUPTED,
-        "budget_cut": False,
-        "exit_code": None,
-        "signal": None,
-        "wall_s": 0.0,
-        "cpu_s": 0.0,
-        "weights_mode": statuses.NONE,
-        "weights_key": spec.get("key"),
-        "reap_left": [],
-        "reason": "",
-        "started_at": None,
-    }
+    result = starting_record(node, view, variant, spec, None)
     if previous:
         result.update(previous)
     event = {"event": "slurm_killed", "job": job, "state": state, "at": now,
@@ -207,17 +191,23 @@ def killed_result(spec: dict, node: str, view: str, variant: str, job: str, end:
 # ---- querying -----------------------------------------------------------------------------
 
 
-def query_ends(jobs: list[str]) -> dict[str, JobEnd]:
-    """SLURM's account of each job (sacct); {} where sacct is missing or fails."""
+def _sacct(jobs: list[str], fields: str) -> str | None:
+    """`sacct -X -n -P -j IDS -o FIELDS`; None where sacct is missing or fails."""
     if not jobs or shutil.which("sacct") is None:
-        return {}
-    argv = ["sacct", "-X", "-n", "-P", "-j", ",".join(jobs), "-o", "JobID,State,ExitCode,Reason"]
+        return None
+    argv = ["sacct", "-X", "-n", "-P", "-j", ",".join(jobs), "-o", fields]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S,
                               check=False)  # fmt: skip
     except (OSError, subprocess.TimeoutExpired):
-        return {}
-    return parse_sacct(done.stdout) if done.returncode == 0 else {}
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def query_ends(jobs: list[str]) -> dict[str, JobEnd]:
+    """SLURM's account of each job (sacct); {} where sacct is missing or fails."""
+    text = _sacct(jobs, "JobID,State,ExitCode,Reason")
+    return {} if text is None else parse_sacct(text)
 
 
 def queued_ids(job_name: str) -> list[str]:
@@ -273,15 +263,8 @@ def parse_job_times(text: str) -> dict[str, JobTimes]:
 
 def query_job_times(jobs: list[str]) -> dict[str, JobTimes]:
     """SLURM's times of each job (sacct); {} where sacct is missing or fails."""
-    if not jobs or shutil.which("sacct") is None:
-        return {}
-    argv = ["sacct", "-X", "-n", "-P", "-j", ",".join(jobs), "-o", "JobID,Submit,Start,End"]
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S,
-                              check=False)  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    return parse_job_times(done.stdout) if done.returncode == 0 else {}
+    text = _sacct(jobs, "JobID,Submit,Start,End")
+    return {} if text is None else parse_job_times(text)
 
 
 def job_overhead_s(times: dict[str, JobTimes], executions: dict[str, float]) -> float | None:

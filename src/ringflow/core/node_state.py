@@ -21,6 +21,7 @@ from typing import Any
 from .errors import InputError
 from .jsonio import read_json
 from .records import write_record
+from .state import field_default
 from .statuses import ExecutionStatus, NodeStatus, WeightsMode
 
 
@@ -123,6 +124,31 @@ class ExecutionResult:
         return self.status == ExecutionStatus.OK
 
 
+def starting_record(
+    node: str, view: str, variant: str, spec: Mapping[str, Any], started_at: float | None
+) -> dict[str, Any]:
+    """The result.json record an execution starts from: interrupted until it ends, so a run
+    killed before it writes more (by a signal, or by SLURM) is recorded as interrupted."""
+    return {
+        "node": node,
+        "view": view,
+        "variant": variant,
+        "seed": spec.get("seed"),
+        "ablate": spec.get("ablate"),
+        "status": ExecutionStatus.INTERRUPTED,
+        "budget_cut": False,
+        "exit_code": None,
+        "signal": None,
+        "wall_s": 0.0,
+        "cpu_s": 0.0,
+        "weights_mode": WeightsMode.NONE,
+        "weights_key": spec.get("key"),
+        "reap_left": [],
+        "reason": "",
+        "started_at": started_at,
+    }
+
+
 def read_node(path: str | os.PathLike) -> Node:
     """The node.json at `path`."""
     return Node.from_record(read_json(path, what=str(path)), source=path)
@@ -202,7 +228,7 @@ def _record(obj) -> dict[str, Any]:
         if f.name in _PRIVATE:
             continue
         value = getattr(obj, f.name)
-        if f.name not in obj._keys and value == _default(f):
+        if f.name not in obj._keys and value == field_default(f):
             continue
         out[f.name] = list(value) if isinstance(value, tuple) else value
     out.update(obj.extra)
@@ -211,11 +237,3 @@ def _record(obj) -> dict[str, Any]:
 
 def _field_names(cls) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls)) - set(_PRIVATE)
-
-
-def _default(f: dataclasses.Field) -> Any:
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return dataclasses.MISSING

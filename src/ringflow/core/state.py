@@ -95,7 +95,7 @@ class Ring:
             if f.name in ("extra", "_keys"):
                 continue
             value = getattr(self, f.name)
-            if f.name not in self._keys and value == _default(f):
+            if f.name not in self._keys and value == field_default(f):
                 continue
             if isinstance(value, RingConfig):
                 value = value.to_mapping()
@@ -116,7 +116,8 @@ def _field_names() -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(Ring)) - {"extra", "_keys"}
 
 
-def _default(f: dataclasses.Field) -> Any:
+def field_default(f: dataclasses.Field) -> Any:
+    """A dataclass field's default value, MISSING where it has none."""
     if f.default is not dataclasses.MISSING:
         return f.default
     if f.default_factory is not dataclasses.MISSING:
