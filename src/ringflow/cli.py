@@ -343,7 +343,7 @@ def cmd_store(args) -> int:
     print("\n".join(report.lines()))
     if args.action == "check":
         return 1 if report.problems else 0
-    done = repair_store(store, report, Ledger(Path(ring.ring_dir) / "ledger.jsonl"))
+    done = repair_store(store, report, Ledger(ring.layout.ledger))
     for record in done["restored"]:
         print(f"restored the index entry of key {record['key']} from the store's anchors")
     for record in done["quarantined"]:
@@ -370,7 +370,7 @@ def cmd_ledger_repair(args) -> int:
     from .core.ledger import Ledger, emit_event
 
     ring = load_ring(args.ring_dir)
-    ledger = Ledger(Path(ring.ring_dir) / "ledger.jsonl")
+    ledger = Ledger(ring.layout.ledger)
     done = ledger.repair()
     if done is None:
         print(f"{ledger.path}: the chain verifies; nothing to repair")
@@ -665,6 +665,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _stop_for_full_disk(args, exc: OSError) -> str:
     from .core.diskspace import full_message
+    from .core.layout import RingLayout
     from .core.stop import stop_ring
 
     ring_dir = getattr(args, "ring_dir", None)
@@ -673,7 +674,7 @@ def _stop_for_full_disk(args, exc: OSError) -> str:
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     reason = f"{full_message(str(where), folder)} (in `ringflow {args.command}`)"
-    if ring_dir and (Path(ring_dir) / "RING.json").is_file():
+    if ring_dir and RingLayout(Path(ring_dir)).ring_json.is_file():
         try:
             return str(stop_ring(ring_dir, reason, disk_full=str(where)))
         except OSError:

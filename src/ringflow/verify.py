@@ -46,7 +46,7 @@ def verify_ring(ring_dir) -> list[str]:
         try:
             for ancestor in chain_rings(previous):
                 root = Path(ancestor.ring_dir)
-                ledger = root / "ledger.jsonl"
+                ledger = RingLayout(root).ledger
                 if not ledger.exists():
                     problems.append(f"ancestor {ancestor.ring_dir}: ledger missing")
                     continue

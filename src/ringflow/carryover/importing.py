@@ -52,7 +52,7 @@ def _check_seal(ancestor: Path, record: dict, evidence: RingEvidence) -> tuple[P
     untrusted = evidence.untrusted()
     if untrusted is not None:
         raise Rejected(untrusted)
-    snapshot = ancestor / "nodes" / str(record.get("node")) / "carryover"
+    snapshot = RingLayout(ancestor).node_dir(str(record.get("node"))) / "carryover"
     if snapshot.is_symlink() or not snapshot.is_dir():
         raise Rejected(f"{snapshot}: the snapshot folder is missing")
     seal_path = snapshot / SEAL_FILE
@@ -126,7 +126,7 @@ def _failed_parent_review(ring_dir: Path, parent: object) -> str | None:
     (docs/operations.md#carryover)."""
     if not isinstance(parent, str) or not parent:
         return None
-    review = ring_dir / "selection" / f"review-{parent}.json"
+    review = RingLayout(ring_dir).review(parent)
     if not review.is_file():
         return None
     record = read_json(review)
@@ -175,7 +175,7 @@ def _import_chain(ring: Ring, layout: RingLayout, chain: list[dict], out: dict) 
     for ancestor in chain:
         root = Path(ancestor.ring_dir)
         evidence = RingEvidence(root)
-        for node, record in sorted(sealed_records(root / "ledger.jsonl").items(),
+        for node, record in sorted(sealed_records(RingLayout(root).ledger).items(),
                                    key=lambda item: item[1].get("seq", 0)):  # fmt: skip
             ident = str(record.get("identity") or f"{ancestor.ring_id}#{node}")
             claim = registry.claimed_by(ident, lock_sha256(root))

@@ -90,7 +90,7 @@ def _integrity_problems(ring_dir: Path, segments: list[dict]) -> list[str]:
 def _copy_segment(segment: dict, dest: Path) -> None:
     """Verify one segment's snapshot (ledger line, SEAL.json, every file), then copy it."""
     root = Path(segment["ring_dir"])
-    record = sealed_records(root / "ledger.jsonl").get(segment["node"])
+    record = sealed_records(RingLayout(root).ledger).get(segment["node"])
     if record is None or record.get("seal_sha256") != segment["seal_sha256"]:
         raise InputError(f"package: {root} no longer records the seal of {segment['identity']} "
                          f"(sha256 {segment['seal_sha256'][:12]})")  # fmt: skip

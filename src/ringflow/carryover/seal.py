@@ -114,7 +114,7 @@ def identity(ring_id: str, node_id: str) -> str:
 
 
 def lock_sha256(ring_dir: Path) -> str:
-    return hashlib.sha256((Path(ring_dir) / "RING.json").read_bytes()).hexdigest()
+    return hashlib.sha256(RingLayout(Path(ring_dir)).ring_json.read_bytes()).hexdigest()
 
 
 def snapshot_dir(layout: RingLayout, node_id: str, target: SealTarget = CARRYOVER) -> Path:

@@ -17,7 +17,7 @@ from .state import Ring
 
 
 def load_ring(ring_dir: str | Path) -> Ring:
-    path = Path(ring_dir) / "RING.json"
+    path = RingLayout(Path(ring_dir)).ring_json
     if not path.is_file():
         raise InputError(f"{ring_dir}: not a ring folder (RING.json not found)")
     return Ring.from_record(read_json(path, what=str(path)), source=path)
@@ -29,7 +29,7 @@ def load_node(ring: Ring, node_id: str) -> Node:
 
 def current_cutoff(ring: Ring) -> float:
     """The live cutoff: it may have moved earlier since the ring started."""
-    return CutoffFile(RingLayout(Path(ring.ring_dir)).cutoff).cutoff()
+    return CutoffFile(ring.layout.cutoff).cutoff()
 
 
 def final_deadline(ring: Ring) -> float:
@@ -72,7 +72,7 @@ def stage_deadline(ring: Ring, stage: str) -> float:
     """The live deadline of a final-selection stage: the one the timekeeper last planned
     (cutoff.json "stages"), never later than stop_at - stop_margin_s."""
     end = final_deadline(ring)
-    state = CutoffFile(RingLayout(Path(ring.ring_dir)).cutoff).read()
+    state = CutoffFile(ring.layout.cutoff).read()
     planned = (state.get("stages") or {}).get(stage, {}).get("deadline")
     return end if planned is None else min(end, float(planned))
 

@@ -61,7 +61,7 @@ _contexts: dict[str, tuple[tuple[int, int, int], RingContext | None]] = {}
 
 def ring_context(ledger_path: Path) -> RingContext | None:
     """The ring of a ledger that lies beside a RING.json naming a store; else None."""
-    lock = Path(ledger_path).parent / "RING.json"
+    lock = RingLayout(Path(ledger_path).parent).ring_json
     try:
         st = os.stat(lock)
     except FileNotFoundError:
@@ -399,7 +399,7 @@ def ledger_anchor(path: str | os.PathLike) -> dict[str, Any] | None:
 def emit_event(ring_dir: str | os.PathLike, kind: str, **fields: Any) -> dict[str, Any]:
     """Append an (unchained) observability event to ring_dir/events.jsonl."""
     event = {"ts": time.time(), "kind": kind, **fields}
-    append_jsonl(Path(ring_dir) / "events.jsonl", event, fsync=False)
+    append_jsonl(RingLayout(Path(ring_dir)).events, event, fsync=False)
     return event
 
 
@@ -410,7 +410,7 @@ def ledger_anchors(layout: RingLayout) -> list[tuple[str, Any]]:
     head = layout.root / "ledger.head"
     sources = [head] if head.exists() else []
     sources += [path for *_, path in layout.results()]
-    manifest = layout.root / "stop_manifest.json"
+    manifest = layout.stop_manifest
     if manifest.exists():
         sources.append(manifest)
     for path in sources:

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .layout import RingLayout
 from .ledger import RECORD_WRITTEN, Ledger
 
 # Deciding records that must each have a ledger hash (SEAL.json is hashed by its seal's
@@ -25,7 +26,7 @@ DECIDING = (
 
 
 def _ledger(ring_root: str | os.PathLike) -> Ledger:
-    return Ledger(Path(ring_root) / "ledger.jsonl")
+    return Ledger(RingLayout(Path(ring_root)).ledger)
 
 
 def write_record(ring_root: str | os.PathLike, path: str | os.PathLike, obj: Any) -> dict:
@@ -73,7 +74,7 @@ def record_problems(root: str | os.PathLike) -> list[str]:
     """Every hashed record against its latest ledger hash; in a ring anchored in its store,
     every deciding record must have one."""
     root = Path(root)
-    ledger = Ledger(root / "ledger.jsonl")
+    ledger = Ledger(RingLayout(root).ledger)
     latest = recorded(ledger)
     paths = set(latest)
     if ledger.context is not None:
@@ -88,14 +89,13 @@ class RingEvidence:
 
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
-        self.ledger = Ledger(self.root / "ledger.jsonl")
+        self.ledger = Ledger(RingLayout(self.root).ledger)
         self._problems: list[str] | None = None
         self._latest: dict[str, dict] | None = None
 
     @property
     def ledger_problems(self) -> list[str]:
         if self._problems is None:
-            from .layout import RingLayout
             from .ledger import ledger_anchors
 
             self._problems = self.ledger.verify(ledger_anchors(RingLayout(self.root)))

@@ -139,7 +139,7 @@ def chain_best(rings: list[dict], direction: str) -> dict | None:
 
 def chain_context(ring_dir: str | Path, now: float | None = None) -> dict:
     root = Path(ring_dir).resolve()
-    if not (root / "RING.json").is_file():
+    if not RingLayout(root).ring_json.is_file():
         raise InputError(f"{root}: not a ring folder (RING.json not found)")
     locks = list(reversed(chain_rings(root)))  # first ring first
     files = RingFiles(root)

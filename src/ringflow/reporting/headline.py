@@ -92,13 +92,13 @@ def passed_over(decision: dict, ranking: dict | None) -> list[dict]:
 
 def deployable(root: Path, decision: dict | None) -> dict:
     """Where the chosen program with its trained weights is, and how to copy it out."""
-    solution = root / "final" / "solution"
+    solution = RingLayout(root).final_dir / "solution"
     manifest = solution / "MANIFEST.json"
     return {
         "written": solution.is_dir(),
         "solution": str(solution),
         "manifest": str(manifest) if manifest.is_file() else None,
-        "final_json": str(root / "final" / "FINAL.json"),
+        "final_json": str(RingLayout(root).final_dir / "FINAL.json"),
         "chosen": (decision or {}).get("chosen"),
         "command": f"./ringflow export {shlex.quote(str(root))} DEST",
     }

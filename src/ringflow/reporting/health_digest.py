@@ -6,16 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core import statuses
+from ..core.layout import RingLayout
 from .digest import digest_lines, failure_digest
 from .report import base_context, format_duration, health_events, health_figures
 
 
 def _stage(layout_root: Path, decision: dict | None) -> str:
-    if (layout_root / "stop_manifest.json").exists():
+    if RingLayout(layout_root).stop_manifest.exists():
         return "finished"
     if decision is not None:
         return "decided, finishing"
-    if (layout_root / "selection" / "search.json").exists():
+    if RingLayout(layout_root).search.exists():
         return "final selection"
     return "search"
 

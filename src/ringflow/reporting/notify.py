@@ -156,7 +156,7 @@ def check(root: str | Path, settings: dict | None, now: float | None = None) -> 
     """Send the digests due now and remember them (RING_DIR/notify_state.json)."""
     root = Path(root)
     now = time.time() if now is None else now
-    if not (root / "RING.json").exists():
+    if not RingLayout(root).ring_json.exists():
         return []
     path = root / STATE
     try:

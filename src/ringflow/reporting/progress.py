@@ -157,9 +157,9 @@ class Progress:
         return self
 
     def print_now(self, force: bool = False) -> None:
-        if not (self.ring_root / "RING.json").exists():
+        if not RingLayout(self.ring_root).ring_json.exists():
             return
-        if not force and (self.ring_root / "stop_manifest.json").exists():
+        if not force and RingLayout(self.ring_root).stop_manifest.exists():
             # A finished ring says nothing more (a chain's next ring is running); its last
             # line comes with its summary.
             self.stopped.set()
@@ -232,7 +232,7 @@ def ring_end(
     logs = [log] if isinstance(log, str) else list(log or [])
     out = sys.stdout
     print("", file=out)
-    if (root / "RING.json").exists():
+    if RingLayout(root).ring_json.exists():
         try:
             print(render_summary(root), file=out)
         except Exception as exc:
@@ -246,9 +246,9 @@ def ring_end(
     error = next(filter(None, (key_error_line(Path(path)) for path in logs)), "")
     if error:
         lines.append(f"ringflow: the error: {error}")
-    if not (root / "RING.json").exists():
+    if not RingLayout(root).ring_json.exists():
         lines.append(f"ringflow: the ring {root} was not started: see the error above.")
-    elif not (root / "stop_manifest.json").exists():
+    elif not RingLayout(root).stop_manifest.exists():
         try:
             edits = find_edits(root)
         except Exception:  # an unreadable record must not hide the advice

@@ -741,7 +741,7 @@ def lineage(ctx: dict, files: RingFiles, layout: RingLayout) -> dict:
         "carried": carried,
         "carried_execs": carried_execs,
         "resumed": resumed,
-        "stop_manifest": files.json(layout.root / "stop_manifest.json"),
+        "stop_manifest": files.json(layout.stop_manifest),
     }
 
 

@@ -34,7 +34,7 @@ def taint_reason(ring_dir: Path) -> str | None:
 def taint(ring_dir: str | Path, why: str) -> dict:
     """Mark a ring tainted: no ring may continue from it or from a ring after it."""
     root = Path(ring_dir).resolve()
-    if not (root / "RING.json").is_file():
+    if not RingLayout(root).ring_json.is_file():
         raise InputError(f"{root}: not a ring folder (RING.json not found)")
     if not why or not why.strip():
         raise InputError("taint: say why (--why TEXT): the reason is shown to every ring "
@@ -44,7 +44,7 @@ def taint(ring_dir: str | Path, why: str) -> dict:
         raise InputError(f"{root} is already tainted: {earlier}")
     record = {"why": why.strip(), "at": time.time(), "by": os.environ.get("USER") or os.getuid()}
     atomic_write_json(root / TAINT_FILE, record)
-    Ledger(root / "ledger.jsonl").append("ring_tainted", why=record["why"])
+    Ledger(RingLayout(root).ledger).append("ring_tainted", why=record["why"])
     emit_event(root, "ring_tainted", why=record["why"])
     return record
 
@@ -56,13 +56,13 @@ def ancestor_problems(ring_dir: Path) -> list[str]:
     root = Path(ring_dir)
     if not root.is_dir():
         return ["its folder is missing"]
-    if not (root / "RING.json").is_file():
+    if not RingLayout(root).ring_json.is_file():
         return ["its lock (RING.json) is missing"]
     problems = []
     why = taint_reason(root)
     if why is not None:
         problems.append(f"it is marked tainted: {why}")
-    ledger = root / "ledger.jsonl"
+    ledger = RingLayout(root).ledger
     if not ledger.is_file():
         problems.append("its ledger (ledger.jsonl) is missing")
     else:
@@ -82,7 +82,7 @@ def chain_problems(previous: Path) -> list[str]:
         seen.add(ring_dir)
         found = ancestor_problems(ring_dir)
         problems += [f"ancestor {ring_dir} does not verify: {p}" for p in found]
-        lock = ring_dir / "RING.json"
+        lock = RingLayout(ring_dir).ring_json
         if not lock.is_file():
             break
         try:

@@ -19,6 +19,7 @@ import yaml
 
 from ..core.errors import InputError
 from ..core.jsonio import read_json
+from ..core.layout import RingLayout
 from ..core.settings import RingConfig
 from ..core.state import Ring
 
@@ -84,7 +85,7 @@ def parent_lock(continue_from: str | None, workdir: Path | None = None) -> Ring 
     if not continue_from:
         return None
     previous = _resolve(continue_from, Path(workdir or os.getcwd()))
-    lock = previous / "RING.json"
+    lock = RingLayout(previous).ring_json
     if not lock.is_file():
         raise InputError(f"config: continue_from {previous} is not a ring (no RING.json)")
     return Ring.from_record(read_json(lock, what=str(lock)), source=lock)

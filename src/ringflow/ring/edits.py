@@ -97,11 +97,11 @@ def record_sources(ring: Ring, nodes: list[Node]) -> None:
 def find_edits(ring_dir: str | Path) -> list[str]:
     """Each difference between what the ring was given and what is there now."""
     root = Path(ring_dir)
-    if not (root / SOURCES).is_file() or not (root / "RING.json").is_file():
+    if not (root / SOURCES).is_file() or not RingLayout(root).ring_json.is_file():
         return []
     ring = load_ring(root)
     then = read_json(root / SOURCES)
-    nodes = [read_node(root / "nodes" / node_id / "node.json") for node_id in then["nodes"]]
+    nodes = [read_node(RingLayout(root).node_json(node_id)) for node_id in then["nodes"]]
     now = fingerprint(ring, nodes)
     edits = []
     for node_id, was in then["nodes"].items():

@@ -83,7 +83,7 @@ def resolve_paths(config: RingConfig, workdir: Path | None = None) -> dict:
     previous = None
     if config.continue_from:
         previous = _resolve(config.continue_from, workdir)
-        if not (previous / "RING.json").is_file():
+        if not RingLayout(previous).ring_json.is_file():
             raise InputError(f"config: continue_from {previous} is not a ring (no RING.json)")
     if parent is not None:
         task = load_task(task_dir)
@@ -433,7 +433,7 @@ def check_config_matches(ring: Ring, config: RingConfig) -> None:
 def check_existing_lock(config: RingConfig, workdir: Path | None = None) -> None:
     """At workflow start: refuse to continue a ring under a changed configuration."""
     workdir = Path(workdir or os.getcwd())
-    lock = _resolve(config.runs_dir, workdir) / config.ring_id / "RING.json"
+    lock = RingLayout(_resolve(config.runs_dir, workdir) / config.ring_id).ring_json
     if lock.is_file():
         check_config_matches(Ring.from_record(read_json(lock), source=lock), config)
 

@@ -474,7 +474,7 @@ def guarded_before(ring: Ring, node_id: str) -> dict | None:
         for path in sorted((root / "selection").glob("verdict-*.json")):
             try:
                 old = read_json(path)
-                old_tree = read_node(root / "nodes" / old["node"] / "node.json").tree_hash
+                old_tree = read_node(RingLayout(root).node_json(old["node"])).tree_hash
             except (InputError, KeyError, OSError):
                 continue
             guard = old.get("guard") or {}

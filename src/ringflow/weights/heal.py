@@ -31,6 +31,7 @@ from ..core.anchors import same_files
 from ..core.errors import DeadlineReached
 from ..core.hashing import hash_files, sha256_file
 from ..core.jsonio import atomic_write_json, fsync_dir
+from ..core.layout import RingLayout
 from ..core.state import Ring
 from .keys import SHA256_PATTERN
 from .store import OBJECT_MODE, WeightsStore, _index_fault, remove_if_owner_gone
@@ -364,10 +365,10 @@ def rings_of_store(ring: Ring) -> dict[str, Path]:
             except ValueError:
                 continue
             if os.path.realpath(other.get("store", "")) == store:
-                found[other["ring_id"]] = lock_file.parent / "ledger.jsonl"
+                found[other["ring_id"]] = RingLayout(lock_file.parent).ledger
     if ring.continue_from:
         previous = (Path(ring.ring_dir) / ring.continue_from).resolve()
         for ancestor in chain_rings(previous):
             if os.path.realpath(ancestor.store or "") == store:
-                found.setdefault(ancestor.ring_id, Path(ancestor.ring_dir) / "ledger.jsonl")
+                found.setdefault(ancestor.ring_id, RingLayout(Path(ancestor.ring_dir)).ledger)
     return found

@@ -15,6 +15,7 @@ from pathlib import Path
 from ..cluster.slurm import job_prefix
 from ..cluster.target import SlurmTarget, cluster_slots, write_target
 from ..core.errors import InputError
+from ..core.layout import RingLayout
 from ..reporting.progress import watch_slurm_queue
 
 # The only rules that become cluster jobs: a program's execution and an engineer session.
@@ -105,7 +106,7 @@ def start_on_slurm(workflow, rings) -> None:
         return
     for ring in rings:
         # A finished ring is immutable: nothing of it runs again, nothing is written to it.
-        if not (Path(ring.root) / "stop_manifest.json").exists():
+        if not RingLayout(Path(ring.root)).stop_manifest.exists():
             write_target(ring.root, slurm_target(workflow, ring.prefix))
     name_slurm_jobs(workflow, rings[-1].root.name, rings[-1].root)
     executor = getattr(getattr(workflow, "scheduler", None), "_executor", None)
@@ -264,7 +265,7 @@ def cancel_ring_jobs(executor, rings, why: str) -> list[str]:
         print(f"ringflow: {why}: cancelled {len(ids)} SLURM job(s) of the ring: "
               f"{' '.join(ids)}" + (f" ({problem})" if problem else ""), flush=True)  # fmt: skip
         for ring in rings:
-            if not (Path(ring.root) / "stop_manifest.json").exists():
+            if not RingLayout(Path(ring.root)).stop_manifest.exists():
                 emit_event(ring.root, "slurm_jobs_cancelled", signal=why, jobs=ids,
                            problem=problem)  # fmt: skip
     return ids

@@ -46,7 +46,7 @@ def prepare_config(config: dict, schema_path: str) -> None:
 
 def _parent_locked(config: dict) -> bool:
     previous = config.get("continue_from")
-    return not previous or (Path(previous) / "RING.json").is_file()
+    return not previous or RingLayout(Path(previous)).ring_json.is_file()
 
 
 def prepare_ring_config(ring: NamedRing, schema_path: str, defaults_path: str) -> dict:
@@ -73,7 +73,7 @@ def refuse_locked(root: Path, config: dict, defaults_path: str) -> bool:
     """A locked ring under another configuration, or with edited inputs, or continuing
     another task: refused before anything of it runs. False while the ring is not locked
     (the lock itself checks a new ring)."""
-    if not (Path(root) / "RING.json").is_file():
+    if not RingLayout(Path(root)).ring_json.is_file():
         return False
     config = dict(config)
     if _parent_locked(config):
