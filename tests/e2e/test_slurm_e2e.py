@@ -176,7 +176,7 @@ def test_a_node_where_the_candidates_python_does_not_run_is_refused_at_the_lock(
 def test_two_slurm_jobs_racing_for_one_weights_key_train_once_and_replay(tmp_path):
     # The store's key lock across SLURM jobs: both jobs run at once on the node (1 CPU
     # each), start together, and exactly one trains while the other replays its weights.
-    from test_store import KEY, RACER, TREE
+    from test_store import KEY, RACER, TREE, race_ends
 
     name, go = f"ringflow-race-{os.getpid()}", tmp_path / "go"
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
@@ -198,18 +198,11 @@ def test_two_slurm_jobs_racing_for_one_weights_key_train_once_and_replay(tmp_pat
             time.sleep(0.5)
         time.sleep(1.0)  # both interpreters started and polling for the signal
         go.touch()
-        outcomes = []
-        for racer in racers:
-            out, _ = racer.communicate(timeout=120)
-            assert racer.returncode == 0
-            outcomes.append(json.loads(out.strip().splitlines()[-1]))
+        race_ends(racers, timeout=120)
     finally:
         for racer in racers:
             if racer.poll() is None:
                 racer.terminate()
-    assert sorted(o["mode"] for o in outcomes) == ["replay", "train"]
-    replayer = next(o for o in outcomes if o["mode"] == "replay")
-    assert replayer["how"] == "hardlink"
     assert [j["state"] for j in settled_jobs(name, 2)] == ["COMPLETED", "COMPLETED"]
 
 

@@ -13,7 +13,6 @@ separate from querying, so the mapping is tested on recorded `sacct` output."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -23,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import statuses
-from ..core.jsonio import append_jsonl
+from ..core.jsonio import append_jsonl, read_jsonl_objects
 from ..core.layout import RingLayout
 from ..core.node_state import starting_record
 from .queue import epoch
@@ -88,20 +87,8 @@ def record_job(ring_root, node: str, view: str, variant: str, env=None) -> str |
 
 def ring_jobs(ring_root) -> list[dict]:
     """Every line of the ring's job list (a torn last line is skipped)."""
-    path = RingLayout(Path(ring_root)).cluster_jobs
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return []
-    jobs = []
-    for line in text.splitlines():
-        try:
-            item = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(item, dict) and item.get("job"):
-            jobs.append(item)
-    return jobs
+    items = read_jsonl_objects(RingLayout(Path(ring_root)).cluster_jobs)
+    return [item for item in items if item.get("job")]
 
 
 def unfinished_jobs(ring_root, since: float | None = None) -> list[dict]:

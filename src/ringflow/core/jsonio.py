@@ -149,3 +149,25 @@ def read_jsonl(path: str | os.PathLike) -> list[Any]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def jsonl_objects(text: str) -> list[dict]:
+    """The JSON objects of a JSON-lines text, one per line; a torn line (its writer killed
+    mid-write) or one that is no object is left out."""
+    objects = []
+    for line in text.splitlines():
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(item, dict):
+            objects.append(item)
+    return objects
+
+
+def read_jsonl_objects(path: str | os.PathLike) -> list[dict]:
+    """jsonl_objects of the file at `path`; [] where there is none."""
+    try:
+        return jsonl_objects(Path(path).read_text())
+    except FileNotFoundError:
+        return []

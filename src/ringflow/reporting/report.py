@@ -21,7 +21,7 @@ from jinja2 import Environment, PackageLoader
 from ..core import statuses
 from ..core.clock import load_ring
 from ..core.errors import InputError
-from ..core.jsonio import atomic_write_text, read_json
+from ..core.jsonio import atomic_write_text, jsonl_objects, read_json
 from ..core.layout import SEARCH_VARIANTS, RingLayout
 from ..core.node_state import ExecutionResult, Node
 from ..core.state import Ring
@@ -88,15 +88,7 @@ class RingFiles:
         except OSError as exc:
             self.problems.append(f"{path}: {exc}")
             return []
-        rows = []
-        for line in text.splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(row, dict):
-                rows.append(row)
-        return rows
+        return jsonl_objects(text)
 
 
 @dataclass

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import secrets
 import time
@@ -19,7 +18,7 @@ from ..core import seeds
 from ..core.disguise import salted_alias
 from ..core.errors import InputError, MachineryError, SandboxError
 from ..core.hashing import HashMemo, listing_hash, view_part_hashes
-from ..core.jsonio import atomic_write_json, read_json, sha256_json
+from ..core.jsonio import atomic_write_json, read_json, read_jsonl_objects, sha256_json
 from ..core.layout import RingLayout
 from ..core.ledger import Ledger, emit_event
 from ..core.reserve import CutoffFile
@@ -445,7 +444,7 @@ def lock_anchor_problems(ring_dir: Path) -> list[str]:
     layout = RingLayout(Path(ring_dir))
     try:
         lock = read_json(layout.ring_json)
-        entries = [e for e in read_jsonl_records(layout.ledger) if e.get("kind") == "ring_locked"]
+        entries = [e for e in read_jsonl_objects(layout.ledger) if e.get("kind") == "ring_locked"]
     except (InputError, OSError) as exc:
         return [f"lock: {exc}"]
     if not entries:
@@ -466,15 +465,3 @@ def lock_anchor_problems(ring_dir: Path) -> list[str]:
     if entry.get("lock_sha256") != sha256_json(lock):
         problems.append(f"lock: {layout.ring_json} does not match the ledger's lock entry")
     return problems
-
-
-def read_jsonl_records(path: Path) -> list[dict]:
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records

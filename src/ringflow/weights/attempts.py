@@ -10,13 +10,12 @@ An attempt cut by the machine (a full disk) is withdrawn: it never spends an att
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 
 from ..core.errors import RingflowError
-from ..core.jsonio import append_jsonl
+from ..core.jsonio import append_jsonl, read_jsonl_objects
 
 REGISTERED = "registered"
 
@@ -34,19 +33,7 @@ class TrainAttempts:
 
     def _lines(self) -> list[dict]:
         """Every whole line; a torn one (a killed writer) is left out."""
-        try:
-            text = self.path.read_text()
-        except FileNotFoundError:
-            return []
-        lines = []
-        for raw in text.splitlines():
-            try:
-                line = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(line, dict) and "attempt" in line:
-                lines.append(line)
-        return lines
+        return [line for line in read_jsonl_objects(self.path) if "attempt" in line]
 
     def failed(self, holding_lock: bool) -> list[dict]:
         """Attempts known to have failed (each {"execution", "outcome"})."""

@@ -320,6 +320,21 @@ def run_python(script: str, *args: str) -> subprocess.Popen:
     )
 
 
+def race_ends(racers: list[subprocess.Popen], timeout: float) -> tuple[dict, dict]:
+    """(the trainer's, the replayer's) last output line, once both RACERs have ended: one
+    trained the key, the other replayed its weights by hard link."""
+    outcomes = []
+    for racer in racers:
+        out, _ = racer.communicate(timeout=timeout)
+        assert racer.returncode == 0
+        outcomes.append(json.loads(out.strip().splitlines()[-1]))
+    assert sorted(o["mode"] for o in outcomes) == ["replay", "train"]
+    trainer = next(o for o in outcomes if o["mode"] == "train")
+    replayer = next(o for o in outcomes if o["mode"] == "replay")
+    assert replayer["how"] == "hardlink"
+    return trainer, replayer
+
+
 def test_concurrent_first_runs_train_once_and_replay(store, tmp_path):
     go = tmp_path / "go"
     racers = [
@@ -328,16 +343,8 @@ def test_concurrent_first_runs_train_once_and_replay(store, tmp_path):
     ]
     time.sleep(0.5)  # both interpreters started and polling for the signal
     go.touch()
-    outcomes = []
-    for racer in racers:
-        out, _ = racer.communicate(timeout=60)
-        assert racer.returncode == 0
-        outcomes.append(json.loads(out))
-    assert sorted(o["mode"] for o in outcomes) == ["replay", "train"]
-    trainer = next(o for o in outcomes if o["mode"] == "train")
-    replayer = next(o for o in outcomes if o["mode"] == "replay")
+    trainer, replayer = race_ends(racers, timeout=60)
     assert trainer["created"] is True
-    assert replayer["how"] == "hardlink"
     assert replayer["content"] == store.entry(TREE, KEY)["who"]["node"] * 2
 
 
