@@ -151,9 +151,9 @@ def read_jsonl(path: str | os.PathLike) -> list[Any]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def jsonl_objects(text: str) -> list[dict]:
+def jsonl_objects(text: str | bytes) -> list[dict]:
     """The JSON objects of a JSON-lines text, one per line; a torn line (its writer killed
-    mid-write) or one that is no object is left out."""
+    mid-write), one that is not UTF-8 or one that is no object is left out."""
     objects = []
     for line in text.splitlines():
         try:
@@ -168,6 +168,6 @@ def jsonl_objects(text: str) -> list[dict]:
 def read_jsonl_objects(path: str | os.PathLike) -> list[dict]:
     """jsonl_objects of the file at `path`; [] where there is none."""
     try:
-        return jsonl_objects(Path(path).read_text())
+        return jsonl_objects(Path(path).read_bytes())
     except FileNotFoundError:
         return []

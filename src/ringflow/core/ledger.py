@@ -35,6 +35,7 @@ from .jsonio import (
     atomic_write_json,
     canonical_json,
     fsync_dir,
+    read_jsonl_objects,
     sha256_json,
 )
 from .layout import RingLayout
@@ -298,19 +299,7 @@ class Ledger:
 
     def records(self) -> list[dict[str, Any]]:
         """The ledger's records that parse (an unreadable ledger has none)."""
-        try:
-            lines = self.path.read_bytes().splitlines()
-        except FileNotFoundError:
-            return []
-        out = []
-        for raw in lines:
-            try:
-                record = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                out.append(record)
-        return out
+        return read_jsonl_objects(self.path)
 
     def repair(self) -> dict[str, Any] | None:
         """Cut a torn last line (a killed append); None when the ledger needs no repair.
