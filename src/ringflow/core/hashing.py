@@ -14,11 +14,8 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from typing import Any
-
-from filelock import FileLock
 
 from .errors import InputError
 from .jsonio import atomic_write_bytes, canonical_json, sha256_json
@@ -104,6 +101,10 @@ class HashMemo:
         """Write the memo atomically, merged with entries other processes saved meanwhile."""
         if not self._changed:
             return
+        # filelock (with asyncio's and logging's imports) loads here, not at import: every
+        # execution imports this module and most find their hashes memoized.
+        from filelock import FileLock
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.path) + ".lock"):
             merged = self._read_disk()
@@ -177,6 +178,8 @@ def _hash_sized(
     if pool_size == 1:
         hashed = [hash_one(path) for path in to_hash]
     else:
+        from concurrent.futures import ThreadPoolExecutor  # only when there is a pool
+
         with ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="sha256") as pool:
             hashed = list(pool.map(hash_one, to_hash))
     now_ns = time.time_ns()

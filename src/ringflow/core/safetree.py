@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -240,7 +239,7 @@ def _empty_into_root(root_fd: int, name: str) -> None:
                 continue
             with contextlib.suppress(OSError):
                 os.chmod(sub, 0o700, dir_fd=fd)  # moving a folder rewrites its ".."
-            os.rename(sub, f".rm-{secrets.token_hex(8)}", src_dir_fd=fd, dst_dir_fd=root_fd)
+            os.rename(sub, f".rm-{os.urandom(8).hex()}", src_dir_fd=fd, dst_dir_fd=root_fd)
     finally:
         os.close(fd)
     os.rmdir(name, dir_fd=root_fd)

@@ -21,7 +21,7 @@ from ringflow.sandbox.commands import (
     args_through_pipe,
     base_argv,
     drop_privileges_argv,
-    fresh_session_keyring_argv,
+    fresh_session_keyring_setup,
     host_path_binds,
     limits_argv,
     namespace_argv,
@@ -116,7 +116,8 @@ def confined_plan(
     fds = [fd for fd in (write_status, *own, args_fd) if fd is not None]
     return SandboxPlan(
         mode=info["mode"],
-        argv=fresh_session_keyring_argv() + short,
+        argv=short,
+        child_setup=fresh_session_keyring_setup(),
         env=env,
         cwd="/",
         network_isolated=network_isolated,

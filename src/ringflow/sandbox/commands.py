@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
 import fcntl
 import os
-import sys
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 # Where the execution's folders appear inside the sandbox.
@@ -139,29 +142,38 @@ def args_through_pipe(argv: list[str]) -> tuple[list[str], int]:
     return [argv[0], "--args", str(read_fd), *argv[split:]], read_fd
 
 
-# Joins a new, empty session keyring (KEYCTL_JOIN_SESSION_KEYRING with no name), then execs
-# the rest of argv. Exit 126 when it cannot: the run never starts (the machine's failure).
-_FRESH_SESSION_KEYRING = (
-    "import ctypes, errno, os, sys\n"
-    "libc = ctypes.CDLL(None, use_errno=True)\n"
-    "libc.syscall.restype = ctypes.c_long\n"
-    "if libc.syscall({nr}, 1, None) < 0 and ctypes.get_errno() not in (errno.ENOSYS,):\n"
-    "    sys.exit('cannot give the run a session keyring of its own: '\n"
-    "             + os.strerror(ctypes.get_errno()))\n"
-    "os.execv(sys.argv[1], sys.argv[1:])\n"
-)
 KEYCTL = {"x86_64": 250, "aarch64": 219, "i686": 288, "armv7l": 311, "ppc64le": 271,
           "s390x": 280, "riscv64": 219}  # fmt: skip
+KEYCTL_JOIN_SESSION_KEYRING = 1
+# The exit status of a child that could not set itself up: bubblewrap never starts, the
+# started marker never comes, and the run is the machine's failure (SandboxError).
+SETUP_FAILED = 126
 
 
-def fresh_session_keyring_argv() -> list[str]:
-    """A prefix that starts bwrap with a session keyring of its own.
+def fresh_session_keyring_setup() -> Callable[[], None] | None:
+    """The child's last step before bwrap starts: join a new, empty session keyring.
 
     Every process inherits its parent's session keyring and may use it (it possesses it),
     whatever its uid or user namespace: a ringflow started from a login session would hand
-    that keyring to every run, a channel between them. [] where the machine's keyctl
-    number is not known (docs/isolation.md)."""
+    that keyring to every run, a channel between them (docs/isolation.md). Runs in the
+    forked child (the supervisor's preexec step), so no interpreter starts for it; libc is
+    resolved here, in the parent. None where the machine's keyctl number is not known."""
     number = KEYCTL.get(os.uname().machine)
     if number is None:
-        return []
-    return [sys.executable, "-I", "-S", "-c", _FRESH_SESSION_KEYRING.format(nr=number)]
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    syscall = libc.syscall
+    syscall.restype = ctypes.c_long
+
+    def join() -> None:
+        if syscall(number, KEYCTL_JOIN_SESSION_KEYRING, None) >= 0:
+            return
+        err = ctypes.get_errno()
+        if err == errno.ENOSYS:
+            return
+        with contextlib.suppress(OSError):
+            message = f"cannot give the run a session keyring of its own: {os.strerror(err)}\n"
+            os.write(2, message.encode())
+        os._exit(SETUP_FAILED)
+
+    return join

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import random
 import select
 import signal
 import time
@@ -127,7 +126,7 @@ def _claim_host_uid(first: int, count: int) -> tuple[int, int]:
     folder.mkdir(mode=0o700, exist_ok=True)
     if folder.is_symlink() or folder.stat().st_uid != os.geteuid():
         raise SandboxError(f"{folder} must be a folder of this user's (it holds the uid locks)")
-    start = random.randrange(count)
+    start = int.from_bytes(os.urandom(4), "big") % count
     for step in range(count):
         host = first + (start + step) % count
         fd = os.open(folder / str(host), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)

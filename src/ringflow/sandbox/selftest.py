@@ -49,6 +49,7 @@ def selftest(info: dict, program: dict, settings: Sandbox, scratch_parent: Path)
             done = subprocess.run(
                 plan.argv, env=plan.env, cwd=plan.cwd, capture_output=True, text=True,
                 timeout=SELFTEST_TIMEOUT_S, pass_fds=plan.pass_fds, check=False,
+                preexec_fn=plan.child_setup,
             )  # fmt: skip
             plan.confirm_started()
         finally:

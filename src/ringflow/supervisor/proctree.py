@@ -11,7 +11,6 @@ is merged in as well.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import signal
 from collections.abc import Callable, Iterable
@@ -27,7 +26,9 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 def set_child_subreaper() -> tuple[bool, str]:
     """Make this process inherit orphaned descendants; returns (ok, reason)."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        # The process's own symbols, libc's among them: find_library("c") would run
+        # `ldconfig -p` in a new process at every execution.
+        libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
             err = ctypes.get_errno()
             return False, f"prctl(PR_SET_CHILD_SUBREAPER) failed: {os.strerror(err)}"

@@ -25,6 +25,7 @@ ring folder, as the tests do (docs/architecture.md#the-workflow-glue).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -84,6 +85,7 @@ class RingDag:
         self.gpu_slots = gpu_slots
         self._refuse = refuse
         self._refused_checked = False
+        self._locked: tuple[tuple[int, int, int], Ring] | None = None
 
     # ---- paths the rules declare ------------------------------------------------------
 
@@ -117,8 +119,15 @@ class RingDag:
         return read_json(self.checkpoints.output("import_nodes"))
 
     def lock(self) -> Ring:
+        """The locked ring, parsed once per version of RING.json: the priority, thread and
+        resource functions ask for it several times for every job."""
         self.imported()
-        return Ring.from_record(read_json(self.ring.ring_json), source=self.ring.ring_json)
+        st = os.stat(self.ring.ring_json)
+        version = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if self._locked is None or self._locked[0] != version:
+            ring = Ring.from_record(read_json(self.ring.ring_json), source=self.ring.ring_json)
+            self._locked = (version, ring)
+        return self._locked[1]
 
     def generations(self, upto: int | None = None) -> list[dict]:
         """Each generation's plan with its settlement (None for the last), walked in order:
