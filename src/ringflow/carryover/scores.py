@@ -29,7 +29,7 @@ from ..scoring import usable
 IMPORTED = "imported"
 # An imported node whose scores are not comparable and that is not re-executed here: kept
 # for the record (lineage, refuted directions), never executed, ranked or promoted.
-HISTORY = "history"
+HISTORY = statuses.HISTORY
 # Seed 0 and the promotion seeds: the only scores a ring hands on.
 SCORED_VARIANTS = ("s0", "s1", "s2")
 

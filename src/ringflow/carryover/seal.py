@@ -51,6 +51,7 @@ from ..core.ledger import Ledger, emit_event
 from ..core.node_state import read_node, write_node
 from ..core.safetree import remove_tree
 from ..core.state import Ring
+from ..core.statuses import NodeStatus
 from .snapshot import copy_hashing, file_sha256, walk_checked, walk_entries, why_skipped
 
 SEAL_FILE = "SEAL.json"
@@ -263,7 +264,7 @@ def _settle(layout: RingLayout, request: SealRequest, record: dict) -> dict | No
     }
     if node.status == statuses.CARRIED_OVER and node.carryover == block:
         return node.to_record()
-    node = dataclasses.replace(node, status=statuses.CARRIED_OVER, carryover=block)
+    node = dataclasses.replace(node, status=NodeStatus.CARRIED_OVER, carryover=block)
     write_node(layout.root, path, node)
     return node.to_record()
 

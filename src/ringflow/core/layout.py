@@ -105,35 +105,48 @@ class RingLayout:
         return self.root / "keys" / f"{key}.json"
 
     @property
+    def selection(self) -> Path:
+        """The folder of final selection's records."""
+        return self.root / "selection"
+
+    def reviews(self) -> list[Path]:
+        """Every finalist's review record, by name."""
+        return sorted(self.selection.glob("review-*.json"))
+
+    def verdicts(self) -> list[Path]:
+        """Every guard verdict, by name."""
+        return sorted(self.selection.glob("verdict-*.json"))
+
+    @property
     def promotion(self) -> Path:
-        return self.root / "selection" / "promotion.json"
+        return self.selection / "promotion.json"
 
     @property
     def ranking(self) -> Path:
-        return self.root / "selection" / "ranking.json"
+        return self.selection / "ranking.json"
 
     @property
     def power(self) -> Path:
         """The guard's power, estimated from the baseline's probe runs (docs/guard.md#power)."""
-        return self.root / "selection" / "power.json"
+        return self.selection / "power.json"
 
     @property
     def seated(self) -> Path:
-        return self.root / "selection" / "baseline_seated.json"
+        return self.selection / "baseline_seated.json"
 
     def review(self, node: str) -> Path:
-        return self.root / "selection" / f"review-{node}.json"
+        return self.selection / f"review-{node}.json"
 
     def screen(self, node: str) -> Path:
         """The view-blind check's first screen of a finalist (its further runs follow)."""
-        return self.root / "selection" / f"screen-{node}.json"
+        return self.selection / f"screen-{node}.json"
 
     def verdict(self, rank: int) -> Path:
-        return self.root / "selection" / f"verdict-{rank}.json"
+        return self.selection / f"verdict-{rank}.json"
 
     @property
     def decision(self) -> Path:
-        return self.root / "selection" / "decision.json"
+        return self.selection / "decision.json"
 
     @property
     def repro(self) -> Path:
@@ -141,11 +154,11 @@ class RingLayout:
 
     @property
     def repro_record(self) -> Path:
-        return self.root / "selection" / "repro.json"
+        return self.selection / "repro.json"
 
     @property
     def search(self) -> Path:
-        return self.root / "selection" / "search.json"
+        return self.selection / "search.json"
 
     @property
     def final_dir(self) -> Path:

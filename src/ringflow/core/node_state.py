@@ -30,8 +30,7 @@ class Node:
     id: str
     name: str | None = None
     role: str | None = None
-    # A NodeStatus; a node sealed for a later ring is ExecutionStatus.CARRIED_OVER.
-    status: NodeStatus | ExecutionStatus | str | None = None
+    status: NodeStatus | str | None = None
     error: str | None = None
     created_at: float | None = None
     origin: Mapping[str, Any] = field(default_factory=dict)
@@ -56,7 +55,7 @@ class Node:
         """A Node from a node.json record; `source` names the file in errors."""
         values, extra = _split(cls, record, source, "a node record", ("id",))
         if "status" in values:
-            values["status"] = _member(values["status"], NodeStatus, ExecutionStatus)
+            values["status"] = _member(values["status"], NodeStatus)
         return cls(**values, extra=extra, _keys=frozenset(record))
 
     def to_record(self) -> dict[str, Any]:

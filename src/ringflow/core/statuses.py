@@ -29,11 +29,15 @@ class WeightsMode(StrEnum):
 
 class NodeStatus(StrEnum):
     """A node's own status (nodes/<id>/node.json): engineering while a session writes it,
-    then ready (it may run) or rejected (it never will)."""
+    then ready (it may run) or rejected (it never will); imported from an earlier ring it
+    is history when its scores cannot be compared with this ring's, and a node sealed for
+    a later ring is carried over."""
 
     ENGINEERING = "engineering"
     READY = "ready"
     REJECTED = "rejected"
+    HISTORY = "history"
+    CARRIED_OVER = "carried_over"
 
 
 OK, CRASH, HUNG, TIMEOUT, INTERRUPTED, CARRIED_OVER, SKIPPED = ExecutionStatus
@@ -42,4 +46,4 @@ EXECUTION_STATUSES = tuple(ExecutionStatus)
 TRAIN, REPLAY, FRESH, NONE = WeightsMode
 WEIGHTS_MODES = tuple(WeightsMode)
 
-ENGINEERING, READY, REJECTED = NodeStatus
+ENGINEERING, READY, REJECTED, HISTORY, _ = NodeStatus  # CARRIED_OVER: the same text as above

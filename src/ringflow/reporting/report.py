@@ -305,9 +305,9 @@ def _node_mean(by_key: dict, node: str, views: list[str], variant: str, directio
 # Node statuses that say nothing went wrong; any other (rejected, stalled, ...) is a failure.
 NODE_STATUS_CLASS = {
     statuses.READY: "ok",
-    "history": "muted",  # imported from an earlier ring whose scores are not comparable
-    "carried_over": "running",  # sealed for the next ring
-    "engineering": "running",
+    statuses.HISTORY: "muted",  # imported from an earlier ring whose scores are not comparable
+    statuses.CARRIED_OVER: "running",  # sealed for the next ring
+    statuses.ENGINEERING: "running",
 }
 
 
@@ -649,17 +649,11 @@ def decision_section(ctx: dict, files: RingFiles, layout: RingLayout) -> dict | 
         ]
     verdicts = decision.get("verdicts")
     if verdicts is None:
-        paths = sorted(layout.root.glob("selection/verdict-*.json"))
+        paths = layout.verdicts()
         verdicts = [v for v in (files.json(p) for p in paths) if v]
         verdicts.sort(key=lambda v: v.get("rank", 0))
     reviews = (
-        [
-            r
-            for r in (files.json(p) for p in sorted(layout.root.glob("selection/review-*.json")))
-            if r
-        ]
-        or decision.get("reviews")
-        or []
+        [r for r in (files.json(p) for p in layout.reviews()) if r] or decision.get("reviews") or []
     )
     # The winner's-curse table shows the finalist it is about (the chosen one, or the top
     # guarded finalist when the baseline stays), never the baseline's own numbers.

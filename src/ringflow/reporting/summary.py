@@ -173,7 +173,7 @@ def node_happened(node: dict, runs: list[ExecutionResult], failures: list) -> st
     if node["status"] != statuses.READY:
         return node["status"].replace("_", " ")
     if not runs:
-        return "history" if node.get("imported") else "not run"
+        return statuses.HISTORY if node.get("imported") else "not run"
     total = len(runs)
     parts = [f"{HAPPENED.get(f.kind, f.kind)} {f.count}/{total}" for f in failures]
     cut = sum(1 for r in runs if r.budget_cut)

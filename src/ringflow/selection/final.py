@@ -471,7 +471,7 @@ def guarded_before(ring: Ring, node_id: str) -> dict | None:
     previous = (Path(ring.ring_dir) / ring.continue_from).resolve()
     for ancestor in chain_rings(previous):
         root = Path(ancestor.ring_dir)
-        for path in sorted((root / "selection").glob("verdict-*.json")):
+        for path in RingLayout(root).verdicts():
             try:
                 old = read_json(path)
                 old_tree = read_node(RingLayout(root).node_json(old["node"])).tree_hash

@@ -144,7 +144,7 @@ class Measurements:
                 seconds = read_json(score).get("scoring_s")
                 if isinstance(seconds, int | float):
                     self.scoring[view].append(float(seconds))
-        for path in layout.root.glob("selection/review-*.json"):
+        for path in layout.reviews():
             for check in read_json(path).get("checks", []):
                 if check.get("check") == "review_command" and "wall_s" in check:
                     self.review_command.append(float(check["wall_s"]))
@@ -544,7 +544,7 @@ def stage_timing(ring: Ring, layout: RingLayout) -> dict:
         if score.exists():
             end += read_json(score).get("scoring_s") or 0.0
         intervals[stage].append((started, end))
-    for path in layout.root.glob("selection/review-*.json"):
+    for path in layout.reviews():
         for check in read_json(path).get("checks", []):
             if check.get("check") == "review_command" and "ended_at" in check:
                 intervals["review"].append((check["ended_at"] - check["wall_s"], check["ended_at"]))
@@ -730,7 +730,7 @@ def render_breakdown(result: dict) -> str:
 
 def _selection_signature(layout: RingLayout) -> tuple:
     try:
-        return tuple(sorted(os.listdir(layout.root / "selection")))
+        return tuple(sorted(os.listdir(layout.selection)))
     except FileNotFoundError:
         return ()
 

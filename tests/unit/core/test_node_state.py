@@ -125,9 +125,12 @@ def test_a_slurm_job_id_is_written_only_when_set():
 
 
 def test_statuses_are_the_one_vocabulary():
-    carried = Node.from_record({"id": "n1", "status": "carried_over"})
-    assert carried.status is ExecutionStatus.CARRIED_OVER
-    assert carried.to_record() == {"id": "n1", "status": "carried_over"}
+    for status in NodeStatus:  # history and carried_over included
+        node = Node.from_record({"id": "n1", "status": status.value})
+        assert node.status is status
+        assert node.to_record() == {"id": "n1", "status": status.value}
+    # A node and an execution carried over say it in the same words.
+    assert NodeStatus.CARRIED_OVER == ExecutionStatus.CARRIED_OVER
     for status in ExecutionStatus:
         assert ExecutionResult.from_record({"status": status.value}).status is status
     # A status no vocabulary has is kept as written.
