@@ -85,6 +85,7 @@ time.sleep(b.get("sleep", 0))
 if a.seed >= 3:  # guard seeds
     time.sleep(b.get("guard_sleep", 0))
 time.sleep(b.get("seed_sleep", {}).get(str(a.seed), 0))
+held = b"x" * (b.get("seed_hog_mb", {}).get(str(a.seed), 0) << 20)  # memory, written
 if a.seed == 0 and time.time() > b.get("seed0_slow_after", float("inf")):
     time.sleep(b.get("seed0_slow_s", 0))  # seed-0 runs after that moment: the review's
 data = open(os.path.join(os.environ["RINGFLOW_INPUT_DIR"], "data.txt")).read().strip()

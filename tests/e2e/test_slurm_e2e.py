@@ -213,8 +213,14 @@ def slow_ring(tmp_path: Path, ring_id: str, sleep_s: float, views=("proxy", "x3"
     """The configuration of a ring over the scripted task whose candidate `slow` sleeps
     `sleep_s` in each seed-0 run (its --ablate control too), beside a quick `fast`; no
     baseline, no guard."""
+    return scripted_ring(tmp_path, ring_id, "slow", views, seed_sleep={"0": sleep_s})
+
+
+def scripted_ring(tmp_path: Path, ring_id: str, name: str, views, **behaviour) -> Path:
+    """A ring over the scripted task: candidate `name` with `behaviour`, beside a quick
+    `fast`; no baseline, no guard."""
     make_task(tmp_path, views=views)
-    make_candidate(tmp_path / "cands" / "slow", mean=0.7, seed_sleep={"0": sleep_s})
+    make_candidate(tmp_path / "cands" / name, mean=0.7, **behaviour)
     make_candidate(tmp_path / "cands" / "fast", mean=0.6)
     guard = {"enabled": False, "seeds": 5, "alpha": 0.05, "margin": 0.0}
     return write_config(tmp_path, ring_id=ring_id, task=str(tmp_path / "task"),
@@ -332,4 +338,28 @@ def test_quick_ring_with_a_job_slurm_kills_for_time_records_it_and_goes_on(tmp_p
     others = [r for r in results(ring).values() if r not in slow]
     assert others and all(r["slurm_job_id"] and "slurm_state" not in r for r in others)
     assert time.monotonic() - start < 900
+    assert not list((tmp_path / "runs" / ".boxes").glob("*"))
+
+
+def test_a_job_over_slurms_memory_is_recorded_as_a_memory_kill_and_the_ring_goes_on(tmp_path):
+    ring_id = f"sq-mem-{os.getpid()}"
+    ring = tmp_path / "runs" / ring_id
+    # Seed 0 of `hog` (and its --ablate control) writes 1.5 GB: over the 1 GB SLURM gives
+    # each execution job here, under ringflow's own limits.memory_gb.
+    config = scripted_ring(tmp_path, ring_id, "hog", ("proxy", "final"),
+                           seed_hog_mb={"0": 1536})  # fmt: skip
+    options = ("--set-resources", "execute:mem_mb=1024")
+    done, seconds = slurm_ring(tmp_path, ring_id, options=options, configfile=config, timeout=900)
+    print(f"ring with a job over SLURM's memory: {seconds:.0f} s")
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-6000:])
+    assert (ring / "final" / "FINAL.json").is_file()
+    hog = [r for k, r in results(ring).items() if "hog" in k[0]]
+    assert len(hog) == 2, results(ring)
+    for record in hog:
+        # A crash of the candidate's, naming the limit it met: SLURM's, not ringflow's.
+        assert record["status"] == "crash", record
+        assert "memory limit (SLURM's" in record["reason"], record["reason"]
+        assert record["slurm_job_id"]
+    others = [r for r in results(ring).values() if r not in hog]
+    assert others and all(r["status"] == "ok" for r in others), others
     assert not list((tmp_path / "runs" / ".boxes").glob("*"))
