@@ -363,3 +363,35 @@ def test_a_job_over_slurms_memory_is_recorded_as_a_memory_kill_and_the_ring_goes
     others = [r for r in results(ring).values() if r not in hog]
     assert others and all(r["status"] == "ok" for r in others), others
     assert not list((tmp_path / "runs" / ".boxes").glob("*"))
+
+
+def test_sigterm_while_the_locks_probe_job_pends_cancels_it(tmp_path):
+    ring_id = f"sq-probe-{os.getpid()}"
+    # Another user's work holds both CPUs of the node, so the probe job pends.
+    blocker = subprocess.run(
+        ["sbatch", "--parsable", "-c", "2", "--mem=1G", "--time=5",
+         f"--job-name=blocker-{os.getpid()}", f"--output={tmp_path}/blocker.out",
+         "--wrap", "sleep 300"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout.strip().split(";")[0]  # fmt: skip
+    log = (tmp_path / "driver.log").open("w")
+    driver = subprocess.Popen(slurm_argv(tmp_path, ring_id), cwd=REPO, stdout=log,
+                              stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    said = lambda: (tmp_path / "driver.log").read_text()[-4000:]  # noqa: E731
+    probe = f"ringflow-{ring_id}_node-probe"
+    try:
+        assert wait_for(lambda: queued(probe), 120), said()
+        driver.send_signal(signal.SIGTERM)
+        start = time.monotonic()
+        driver.wait(timeout=30)
+        gone = wait_for(lambda: not queued(probe), 30 - (time.monotonic() - start), 0.5)
+        print(f"SIGTERM during the probe: driver and probe job gone in "
+              f"{time.monotonic() - start:.1f} s")  # fmt: skip
+        assert gone, (queued(probe), said())
+        assert "the probe job was cancelled" in said(), said()
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        left = [line.split("|")[0] for line in queued(probe)]
+        subprocess.run(["scancel", blocker, *left], check=False, timeout=60)
+        log.close()

@@ -8,11 +8,15 @@ looking on the node; this module asks SLURM for the job and reads its answer.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -105,15 +109,12 @@ def probe_node(
             cleanup.callback(marker.unlink, missing_ok=True)
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            stdout, stderr = proc.communicate(timeout=timeout_s)
+            with _signals_cancel_the_job(proc) as stopped:
+                stdout, stderr = proc.communicate(timeout=timeout_s)
+            if stopped:
+                raise SystemExit(f"the probe job was cancelled: this step received {stopped[0]}")
         except subprocess.TimeoutExpired:
-            # SIGTERM makes srun cancel its job, pending or running; SIGKILL would leave it.
-            proc.terminate()
-            try:
-                proc.communicate(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
+            _cancel(proc)
             raise InputError(
                 f"the probe job on SLURM partition {target.partition or '(the default)'} gave "
                 f"no answer in {timeout_s:.0f} s (it pended or hung; it was cancelled)"
@@ -128,3 +129,40 @@ def probe_node(
     if problems := node_problems(facts):
         raise InputError("a compute node cannot run the ring's executions: " + "; ".join(problems))
     return facts
+
+
+def _cancel(proc: subprocess.Popen) -> None:
+    """End srun with SIGTERM, which makes it cancel its job, pending or running (SIGKILL
+    would leave the job behind)."""
+    proc.terminate()
+    try:
+        proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+
+
+@contextlib.contextmanager
+def _signals_cancel_the_job(proc: subprocess.Popen) -> Iterator[list[str]]:
+    """While srun waits: SIGTERM, SIGINT or SIGHUP to this process (the driver stopping
+    the lock) cancels the probe job first; the list names the signal that came.
+
+    The job is not the plugin's, so the driver's own stop does not know its id; and this
+    process's default end on SIGTERM would leave srun, and its job, running."""
+    stopped: list[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield stopped
+        return
+
+    def stop(signum: int, _frame) -> None:
+        if not stopped:
+            stopped.append(signal.Signals(signum).name)
+            proc.terminate()
+
+    wanted = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    before = {sig: signal.signal(sig, stop) for sig in wanted}
+    try:
+        yield stopped
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)

@@ -1,5 +1,5 @@
 """Interrupting a ring (docs/operations.md#recovery-after-a-stop): SIGINT or SIGTERM to Snakemake
-stops its executions now.
+stops its executions now, and a step waiting on a SLURM job through srun (the lock's probe).
 
 Snakemake's local executor answers SIGINT by waiting for every running job to finish, and
 its jobs may run for hours. The Snakemake process that drives a ring therefore relays the
@@ -47,6 +47,24 @@ def supervisors(pid: int | None = None) -> list[psutil.Process]:
     return found
 
 
+def srun_waiters(pid: int | None = None) -> list[psutil.Process]:
+    """Steps of the driver that wait on a SLURM job through `srun` (the lock's probe job):
+    the parents of the driver's `srun` descendants. Told SIGTERM, such a step has srun
+    cancel its job; Snakemake would otherwise wait for it to end."""
+    try:
+        children = psutil.Process(pid or os.getpid()).children(recursive=True)
+    except psutil.Error:
+        return []
+    found = []
+    for child in children:
+        try:
+            if child.name() == "srun" and (parent := child.parent()) is not None:
+                found.append(parent)
+        except psutil.Error:
+            continue
+    return found
+
+
 def _terminal_group() -> int | None:
     """The foreground process group of our terminal: Ctrl-C already reached it."""
     try:
@@ -61,11 +79,10 @@ def _terminal_group() -> int | None:
         os.close(fd)
 
 
-def relay(ring_root, signum: int) -> list[int]:
-    """Send SIGTERM to every in-flight execution's supervisor that did not get the signal."""
-    foreground = _terminal_group() if signum == signal.SIGINT else None
+def _terminate(procs: list[psutil.Process], foreground: int | None) -> list[int]:
+    """SIGTERM to each of `procs` the terminal's Ctrl-C did not reach; their pids."""
     sent = []
-    for proc in supervisors():
+    for proc in procs:
         try:
             if foreground is not None and os.getpgid(proc.pid) == foreground:
                 continue  # the terminal's Ctrl-C reached it already: a second would cut its grace
@@ -73,6 +90,17 @@ def relay(ring_root, signum: int) -> list[int]:
             sent.append(proc.pid)
         except (psutil.Error, OSError):
             continue
+    return sent
+
+
+def relay(ring_root, signum: int) -> list[int]:
+    """Send SIGTERM to every in-flight execution's supervisor that did not get the signal,
+    and to every step waiting on a SLURM job through srun."""
+    foreground = _terminal_group() if signum == signal.SIGINT else None
+    if waiting := _terminate(srun_waiters(), foreground):
+        print(f"ringflow: {signal.Signals(signum).name}: cancelling the SLURM job that "
+              f"{len(waiting)} step(s) wait for (the lock's probe)", file=sys.stderr)  # fmt: skip
+    sent = _terminate(supervisors(), foreground)
     if sent:
         name = signal.Signals(signum).name
         emit_event(ring_root, "interrupt_relayed", signal=name, supervisors=sent)
