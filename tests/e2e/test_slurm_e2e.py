@@ -18,7 +18,9 @@ import pytest
 
 from ringflow.cluster.jobs import ring_jobs
 from ringflow.cluster.slurm import controller_problem
+from ringflow.core.clock import load_ring
 from ringflow.core.layout import RingLayout
+from ringflow.selection.timekeeper import stage_of
 from ringtools import REPO, SNAKEMAKE, make_candidate, make_task, results, write_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
@@ -61,14 +63,16 @@ def slurm_ring(tmp_path: Path, ring_id: str, *extra: str, configfile: Path | Non
 def sacct_jobs(prefix: str) -> list[dict]:
     """Every job of this cluster's accounting whose name starts with `prefix`."""
     done = subprocess.run(
-        ["sacct", "-X", "-n", "-P", "-S", "now-1days", "-o", "JobID,JobName%100,State,Comment%300"],
+        ["sacct", "-X", "-n", "-P", "-S", "now-1days", "-o",
+         "JobID,JobName%100,State,ElapsedRaw,Comment%300"],
         capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     jobs = []
     for line in done.stdout.splitlines():
-        job_id, name, state, comment = [*line.split("|"), "", "", ""][:4]
+        job_id, name, state, elapsed, comment = [*line.split("|"), "", "", "", ""][:5]
         if name.startswith(prefix):
-            jobs.append({"id": job_id, "name": name, "state": state, "comment": comment})
+            jobs.append({"id": job_id, "name": name, "state": state, "comment": comment,
+                         "elapsed_s": int(elapsed or 0)})  # fmt: skip
     return jobs
 
 
@@ -110,6 +114,17 @@ def test_the_quick_ring_reaches_final_with_every_execution_a_named_slurm_job(tmp
     # The reserve counts what the partition holds at once (2 CPUs, 1 thread each), not
     # the profile's 50 jobs.
     assert json.loads((ring / "slots.json").read_text())["cluster_slots"] == 2
+    # What a stage of final selection took counts its jobs whole, from submission to end,
+    # not only the runs inside them (docs/slurm.md#the-reserve).
+    timing = json.loads((ring / "final_timing.json").read_text())
+    took = {s["stage"]: s["actual_s"] for s in timing["stages"] if s["executions"]}
+    by_id = {j["id"]: j for j in sacct_jobs(f"ringflow-{ring_id}_")}
+    locked = load_ring(ring)
+    for (_node, view, variant), record in executions.items():
+        stage = stage_of(locked, view, variant)
+        job = by_id.get(record["slurm_job_id"])
+        if stage in took and job is not None:
+            assert took[stage] >= job["elapsed_s"] - 1, (stage, took, job)
 
 
 def test_a_ring_no_node_can_run_is_refused_at_the_lock(tmp_path):
@@ -394,4 +409,51 @@ def test_sigterm_while_the_locks_probe_job_pends_cancels_it(tmp_path):
             driver.kill()
         left = [line.split("|")[0] for line in queued(probe)]
         subprocess.run(["scancel", blocker, *left], check=False, timeout=60)
+        log.close()
+
+
+def test_a_job_slurm_ends_while_no_driver_runs_is_recorded_when_the_driver_comes_back(tmp_path):
+    ring_id = f"sq-away-{os.getpid()}"
+    ring = tmp_path / "runs" / ring_id
+    config = slow_ring(tmp_path, ring_id, sleep_s=300, views=("proxy", "final"))
+    argv = slurm_argv(tmp_path, ring_id, configfile=config)
+    log = (tmp_path / "driver.log").open("w")
+    driver = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                              start_new_session=True)  # fmt: skip
+    said = lambda: (tmp_path / "driver.log").read_text()[-4000:]  # noqa: E731
+    try:
+        slow = wait_for(lambda: listed(ring, "slow"), 180)
+        assert slow, said()
+        job = slow[0]["job"]
+        # The driver dies without a word (its jobs run on); then SLURM ends one of them.
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=30)
+        subprocess.run(["scancel", job], check=True, timeout=60)
+        assert wait_for(
+            lambda: job not in [q.split("|")[0] for q in queued(f"ringflow-{ring_id}_")], 60
+        )
+        result_path = RingLayout(ring).result(slow[0]["node"], slow[0]["view"], "s0")
+        assert not result_path.exists()
+        # The driver again (Snakemake's lock of the dead one removed first): its start
+        # records what SLURM did meanwhile.
+        subprocess.run([*argv, "--unlock"], cwd=REPO, capture_output=True, timeout=300,
+                       check=True)  # fmt: skip
+        driver = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                  start_new_session=True)  # fmt: skip
+        assert wait_for(result_path.exists, 180), said()
+        result = json.loads(result_path.read_text())
+        assert result["status"] == "interrupted" and result["slurm_state"] == "CANCELLED"
+        assert result["slurm_job_id"] == job and "while no driver ran" in said()
+        events = [json.loads(x) for x in (ring / "events.jsonl").read_text().splitlines()]
+        assert any(e["kind"] == "slurm_job_killed" and e["job"] == job for e in events)
+    finally:
+        if driver.poll() is None:
+            driver.send_signal(signal.SIGTERM)
+            try:
+                driver.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                driver.kill()
+        left = [line.split("|")[0] for line in queued(f"ringflow-{ring_id}_")]
+        if left:
+            subprocess.run(["scancel", *left], check=False, timeout=60)
         log.close()

@@ -530,8 +530,11 @@ def _union_seconds(intervals: list[tuple[float, float]]) -> float:
 
 def stage_timing(ring: Ring, layout: RingLayout) -> dict:
     """Per stage of final selection: the share reserved when the search ended, and the
-    wall time its executions (and review commands) actually took."""
+    wall time its executions (and review commands) actually took. An execution that ran
+    as a SLURM job counts from the job's submission to its end (sacct), as the reserve
+    prices it: the job's start and the Snakemake starts inside it are the stage's time."""
     intervals: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    in_jobs: dict[str, tuple[str, tuple[float, float]]] = {}
     for _node, view, variant, path in layout.results():
         folder = path.parent
         stage = stage_of(ring, view, variant)
@@ -543,6 +546,15 @@ def stage_timing(ring: Ring, layout: RingLayout) -> dict:
         score = folder / "score.json"
         if score.exists():
             end += read_json(score).get("scoring_s") or 0.0
+        if result.slurm_job_id:
+            in_jobs[result.slurm_job_id] = (stage, (started, end))
+        else:
+            intervals[stage].append((started, end))
+    times = query_job_times(sorted(in_jobs)) if in_jobs else {}
+    for job, (stage, (started, end)) in in_jobs.items():
+        t = times.get(job)
+        if t is not None and t.submitted is not None and t.ended is not None:
+            started, end = min(started, t.submitted), max(end, t.ended)
         intervals[stage].append((started, end))
     for path in layout.reviews():
         for check in read_json(path).get("checks", []):

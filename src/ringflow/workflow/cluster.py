@@ -108,6 +108,7 @@ def start_on_slurm(workflow, rings) -> None:
         # A finished ring is immutable: nothing of it runs again, nothing is written to it.
         if not RingLayout(Path(ring.root)).stop_manifest.exists():
             write_target(ring.root, slurm_target(workflow, ring.prefix))
+            settle_jobs_ended_unheard(ring.root)
     name_slurm_jobs(workflow, rings[-1].root.name, rings[-1].root)
     executor = getattr(getattr(workflow, "scheduler", None), "_executor", None)
     if (job_name := getattr(executor, "run_uuid", None)) is not None:
@@ -212,6 +213,40 @@ def record_kill(ring_root, node: str, view: str, variant: str, job: str, end):
                state=parse_state(end.state), status=str(result.status),
                reason=result.reason)  # fmt: skip
     return result
+
+
+def settle_jobs_ended_unheard(ring_root) -> list:
+    """onstart: record the executions whose SLURM job SLURM ended (TIMEOUT, CANCELLED, …)
+    while no driver was there to hear it (killed, or its machine down), as the driver
+    would have; returns their records. The last job listed for each execution without a
+    record is asked about; the jobs a driver cancelled itself (its `slurm_jobs_cancelled`
+    events) are left out, so their executions run again."""
+    from ..cluster import jobs
+    from ..core.jsonio import read_jsonl_objects
+
+    layout = RingLayout(Path(ring_root))
+    if not layout.ring_json.exists():
+        return []
+    last = {(j["node"], j["view"], j["variant"]): j for j in jobs.unfinished_jobs(ring_root)}
+    cancelled = {
+        str(job)
+        for event in read_jsonl_objects(layout.events)
+        if event.get("kind") == "slurm_jobs_cancelled"
+        for job in event.get("jobs") or []
+    }
+    asked = [j for j in last.values() if str(j["job"]) not in cancelled]
+    ends = jobs.query_ends([str(j["job"]) for j in asked]) if asked else {}
+    settled = []
+    for item in asked:
+        end = ends.get(str(item["job"]))
+        if end is None or jobs.kill_status(end.state) is None:
+            continue  # still running, or ended by its own exit: Snakemake decides
+        result = record_kill(ring_root, item["node"], item["view"], item["variant"],
+                             str(item["job"]), end)  # fmt: skip
+        print(f"ringflow: {item['node']} {item['view']}/{item['variant']}: {result.reason} "
+              f"while no driver ran; recorded {result.status}", flush=True)  # fmt: skip
+        settled.append(result)
+    return settled
 
 
 def watch_slurm_jobs(executor, rings) -> None:
