@@ -31,6 +31,7 @@ from pathlib import Path
 from ..core import statuses
 from ..core.jsonio import atomic_write_bytes, atomic_write_json, read_json
 from ..core.layout import RingLayout
+from ..core.node_state import Node
 from ..core.query_record import settled_count
 from ..core.safetext import printable
 from ..core.safetree import read_head
@@ -54,9 +55,9 @@ SESSION_STATS = ("status", "started_at", "ended_at", "wall_s", "cpu_s", "exit_co
                  "budget_cut", "network")  # fmt: skip
 
 
-def is_resume(node: dict) -> bool:
+def is_resume(node: Node) -> bool:
     """A resume node (carryover/resume.py), without importing the import."""
-    return (node.get("origin") or {}).get("kind") == "resume"
+    return (node.origin or {}).get("kind") == "resume"
 
 
 def cut_workspace(layout: RingLayout, node_id: str) -> Path:
@@ -73,11 +74,8 @@ def keep_workspace(layout: RingLayout, node_id: str, workspace: Path) -> Path:
     return dest
 
 
-def is_carried_engineer(node: dict) -> bool:
-    return (
-        node.get("status") == statuses.CARRIED_OVER
-        and (node.get("carryover") or {}).get("kind") == KIND
-    )
+def is_carried_engineer(node: Node) -> bool:
+    return node.status == statuses.CARRIED_OVER and (node.carryover or {}).get("kind") == KIND
 
 
 # ---- redaction and logs -----------------------------------------------------------------
@@ -156,11 +154,11 @@ def changed_files(start: Path | None, workspace: Path) -> dict:
 # ---- where a session starts ---------------------------------------------------------------
 
 
-def parent_layout(layout: RingLayout, node: dict) -> RingLayout:
+def parent_layout(layout: RingLayout, node: Node) -> RingLayout:
     """The ring that holds a node's parent: its own, or for a resume node the ring where
     the carried work began."""
     if is_resume(node):
-        segments = (node.get("resume_origin") or {}).get("segments") or []
+        segments = _segments(node)
         if segments and segments[0].get("ring_dir"):
             return RingLayout(Path(segments[0]["ring_dir"]))
     return layout
@@ -175,28 +173,28 @@ def parent_ring_dir(sealing_ring: Path, handoff: dict) -> Path:
     return Path(sealing_ring)
 
 
-def parent_submission(layout: RingLayout, node: dict) -> Path | None:
+def parent_submission(layout: RingLayout, node: Node) -> Path | None:
     """The parent's submission (read-only view of the session), None when it has none."""
-    if not node.get("parent"):
+    if not node.parent:
         return None
-    folder = parent_layout(layout, node).submission(node["parent"])
+    folder = parent_layout(layout, node).submission(node.parent)
     return folder if folder.is_dir() else None
 
 
-def resume_snapshot(layout: RingLayout, node: dict) -> Path | None:
+def resume_snapshot(layout: RingLayout, node: Node) -> Path | None:
     """The verified copy of the snapshot a resume node continues (None for other nodes)."""
-    if not is_resume(node):
+    if not is_resume(node) or node.resume_origin is None:
         return None
-    return layout.root / node["resume_origin"]["snapshot"]
+    return layout.root / node.resume_origin["snapshot"]
 
 
-def session_start(ring: Ring, layout: RingLayout, node: dict) -> Path | None:
+def session_start(ring: Ring, layout: RingLayout, node: Node) -> Path | None:
     """What a session's workspace is made from: the snapshot's `solution/` (resume), the
     parent's submission (improve) or the template (draft); None for an empty workspace."""
     if is_resume(node):
-        return Path(node["origin"]["path"])
-    if node.get("parent"):
-        return layout.submission(node["parent"])
+        return Path(node.origin["path"])
+    if node.parent:
+        return layout.submission(node.parent)
     template = ring.config.engineer.template
     return Path(template) if template else None
 
@@ -204,10 +202,15 @@ def session_start(ring: Ring, layout: RingLayout, node: dict) -> Path | None:
 # ---- query quota across segments ----------------------------------------------------------
 
 
-def earlier_queries(node: dict) -> int | None:
+def _segments(node: Node) -> list[dict]:
+    """The earlier segments of a resume node's work, oldest first ([] for other nodes)."""
+    return list((node.resume_origin or {}).get("segments") or [])
+
+
+def earlier_queries(node: Node) -> int | None:
     """Queries every earlier segment of a resume node settled; None when any is unknown."""
     total = 0
-    for segment in (node.get("resume_origin") or {}).get("segments") or []:
+    for segment in _segments(node):
         used = (segment.get("quota") or {}).get("used")
         if not isinstance(used, int) or isinstance(used, bool) or used < 0:
             return None
@@ -215,7 +218,7 @@ def earlier_queries(node: dict) -> int | None:
     return total
 
 
-def queries_left(ring: Ring, node: dict) -> int:
+def queries_left(ring: Ring, node: Node) -> int:
     """A node's query quota (docs/contracts.md#engineer): queries_per_node, less every earlier
     segment's."""
     per_node = ring.config.search.queries_per_node
@@ -254,12 +257,12 @@ def not_sealable(layout: RingLayout, node_id: str) -> str | None:
     return None
 
 
-def engineer_request(ring: Ring, layout: RingLayout, node: dict) -> SealRequest:
+def engineer_request(ring: Ring, layout: RingLayout, node: Node) -> SealRequest:
     """The hand-over of a cut engineer session (docs/operations.md#carryover): workspace, plan, raw
     log."""
-    node_id = node["id"]
+    node_id = node.id
     workspace = cut_workspace(layout, node_id)
-    reason = (node.get("carryover") or {}).get("reason") or "no runnable program"
+    reason = (node.carryover or {}).get("reason") or "no runnable program"
     handoff = {
         "kind": KIND,
         **session_handoff(ring, layout, node, workspace),
@@ -282,10 +285,10 @@ def session_sources(layout: RingLayout, node_id: str, solution: Path) -> list[tu
     ]
 
 
-def session_handoff(ring: Ring, layout: RingLayout, node: dict, solution: Path) -> dict:
+def session_handoff(ring: Ring, layout: RingLayout, node: Node, solution: Path) -> dict:
     """The hand-over fields of a session cut at the hand-over point (docs/operations.md#carryover),
     with its solution as the session left it; redacts its raw log first (`engineer.env_pass`)."""
-    node_id = node["id"]
+    node_id = node.id
     trajectory = layout.trajectory(node_id)
     redact_tree(trajectory, ring.config.engineer.env_pass)
     session = read_json(layout.session(node_id))
@@ -293,7 +296,7 @@ def session_handoff(ring: Ring, layout: RingLayout, node: dict, solution: Path) 
     return {
         "ring_id": ring.ring_id,
         "node": node_id,
-        "name": node.get("name"),
+        "name": node.name,
         "session_reason": session.get("reason"),
         "deadline": session.get("deadline"),
         "cut_at": session.get("ended_at"),
@@ -305,16 +308,16 @@ def session_handoff(ring: Ring, layout: RingLayout, node: dict, solution: Path) 
         "queries_quota": session.get("queries_quota"),
         "session": {k: session.get(k) for k in SESSION_STATS},
         "last_messages": last_lines(trajectory / "stdout.log"),
-        "parent": node.get("parent"),
-        "origin": node.get("origin"),
-        "generation": (node.get("origin") or {}).get("generation"),
-        "operator": node.get("operator"),
-        "segments": (node.get("resume_origin") or {}).get("segments") or [],
+        "parent": node.parent,
+        "origin": dict(node.origin) if node.origin else None,
+        "generation": (node.origin or {}).get("generation"),
+        "operator": node.operator,
+        "segments": _segments(node),
         "sealed_at": time.time(),
     }
 
 
-def _start_if_present(ring: Ring, layout: RingLayout, node: dict) -> Path | None:
+def _start_if_present(ring: Ring, layout: RingLayout, node: Node) -> Path | None:
     start = session_start(ring, layout, node)
     return start if start is not None and start.is_dir() else None
 
@@ -356,10 +359,10 @@ def _copy_files(source: Path, dest: Path, skip: tuple[str, ...] = ()) -> None:
         shutil.copyfile(source / rel, dest / rel)
 
 
-def copy_earlier_logs(layout: RingLayout, node: dict, trajectory: Path) -> list[Path]:
+def copy_earlier_logs(layout: RingLayout, node: Node, trajectory: Path) -> list[Path]:
     """Every earlier segment's raw log into `trajectory/segments/`, oldest first, each
     marked with SEGMENT.json; the folders written."""
-    segments = node["resume_origin"]["segments"]
+    segments = _segments(node)
     latest = resume_snapshot(layout, node) / "trajectory"
     folders = []
     for number, segment in enumerate(segments, start=1):
@@ -392,10 +395,10 @@ def _marked(title: str, folder: Path) -> str:
     return "".join(parts)
 
 
-def write_transcript(ring: Ring, node: dict, trajectory: Path) -> Path:
+def write_transcript(ring: Ring, node: Node, trajectory: Path) -> Path:
     """trajectory/transcript.log: every earlier segment's log, oldest first, then this
     session's, each under its marker."""
-    segments = (node.get("resume_origin") or {}).get("segments") or []
+    segments = _segments(node)
     total = len(segments) + 1
     parts = []
     for number, segment in enumerate(segments, start=1):
@@ -404,7 +407,7 @@ def write_transcript(ring: Ring, node: dict, trajectory: Path) -> Path:
                  f"({segment.get('kind')}, sealed {stamp})")  # fmt: skip
         parts.append(_marked(title, trajectory / SEGMENTS_DIR / _segment_name(number, segment)))
     parts.append(_marked(f"segment {total} of {total} (this session): "
-                         f"{ring.ring_id}#{node['id']}", trajectory))  # fmt: skip
+                         f"{ring.ring_id}#{node.id}", trajectory))  # fmt: skip
     path = trajectory / TRANSCRIPT
     atomic_write_bytes(path, "".join(parts).encode())
     return path
@@ -416,14 +419,14 @@ def _segment_line(segment: dict, stamp) -> dict:
             "queries": (segment.get("quota") or {}).get("used")}  # fmt: skip
 
 
-def resume_context(layout: RingLayout, node: dict) -> dict | None:
+def resume_context(layout: RingLayout, node: Node) -> dict | None:
     """What a resume node's instructions say about the work it continues."""
     snapshot = resume_snapshot(layout, node)
     if snapshot is None:
         return None
     handoff_path = snapshot / "HANDOFF.json"
     handoff = read_json(handoff_path) if handoff_path.is_file() else {}
-    segments = node["resume_origin"]["segments"]
+    segments = _segments(node)
     latest = segments[-1]
 
     def stamp(value) -> str:
@@ -432,7 +435,7 @@ def resume_context(layout: RingLayout, node: dict) -> dict | None:
         return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(value))
 
     return {
-        "identity": node["resume_origin"]["identity"],
+        "identity": node.resume_origin["identity"],
         "ring": latest["ring"],
         "node": latest["node"],
         "cut_at": stamp(handoff.get("cut_at") or latest.get("sealed_at")),

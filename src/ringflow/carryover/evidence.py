@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ..core.jsonio import read_json
 from ..core.layout import RingLayout
+from ..core.node_state import Node
 from ..core.state import Ring
 from ..core.statuses import READY
 from .engineer import session_handoff, session_sources
@@ -32,9 +33,9 @@ def cut_with_program(layout: RingLayout, node_id: str) -> bool:
     return bool(session.get("budget_cut")) and session.get("node_status") == READY
 
 
-def evidence_request(ring: Ring, layout: RingLayout, node: dict) -> SealRequest:
+def evidence_request(ring: Ring, layout: RingLayout, node: Node) -> SealRequest:
     """The evidence seal of such a session: submission, plan, raw log, hand-over."""
-    node_id = node["id"]
+    node_id = node.id
     submission = layout.submission(node_id)
     handoff = {
         "kind": KIND,
@@ -46,8 +47,8 @@ def evidence_request(ring: Ring, layout: RingLayout, node: dict) -> SealRequest:
         "why": EVIDENCE_WHY,
         "run_py": (submission / "run.py").is_file(),
         "runs": True,
-        "command": (node.get("solution") or {}).get("command"),
-        "tree_hash": node.get("tree_hash"),
+        "command": (node.solution or {}).get("command"),
+        "tree_hash": node.tree_hash,
     }
     return SealRequest(node_id=node_id, kind=KIND, sources=session_sources(layout, node_id,
                        submission), handoff=handoff, target=EVIDENCE)  # fmt: skip

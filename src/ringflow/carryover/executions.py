@@ -19,7 +19,7 @@ from ..core.clock import load_ring
 from ..core.jsonio import atomic_write_json, read_json
 from ..core.layout import RingLayout
 from ..core.ledger import emit_event
-from ..core.node_state import read_node, read_result
+from ..core.node_state import Node, read_node, read_result
 from ..core.state import Ring
 from . import engineer, evidence
 from .checkpoint import AUTHORITATIVE_VARIANT, CHECKPOINT_DIR, is_carried_cut
@@ -55,8 +55,8 @@ def cut_runs(ring: Ring, layout: RingLayout, node_id: str) -> tuple[list[dict], 
     return cut, unreaped
 
 
-def execution_request(ring: Ring, layout: RingLayout, node: dict, cut: list[dict]) -> SealRequest:
-    node_id = node["id"]
+def execution_request(ring: Ring, layout: RingLayout, node: Node, cut: list[dict]) -> SealRequest:
+    node_id = node.id
     sources: list[tuple[str, Path]] = [("solution", layout.submission(node_id))]
     for run in cut:
         folder = layout.exec_dir(node_id, run["view"], run["variant"])
@@ -65,21 +65,21 @@ def execution_request(ring: Ring, layout: RingLayout, node: dict, cut: list[dict
         # The weights folders as the run left them, at their paths in the solution.
         sources.append((f"{inside}/solution", folder / CHECKPOINT_DIR))
         sources += [(f"{inside}/{name}", folder / name) for name in EXEC_FILES]
-    earlier = (node.get("resume_origin") or {}).get("segments") or []
+    earlier = list((node.resume_origin or {}).get("segments") or [])
     views = ", ".join(f"{r['view']}/{r['variant']}" for r in cut)
     handoff = {
         "kind": KIND,
         "ring_id": ring.ring_id,
         "node": node_id,
-        "name": node.get("name"),
+        "name": node.name,
         "summary": f"seed-0 run cut by the cutoff on {views}; the next ring executes the "
         "same submission again (a checkpoint is evidence only: it trains from scratch)",
         "cut": cut,
         "run_py": (layout.submission(node_id) / "run.py").is_file(),
-        "command": (node.get("solution") or {}).get("command"),
-        "tree_hash": node.get("tree_hash"),
-        "parent": node.get("parent"),
-        "origin": node.get("origin"),
+        "command": (node.solution or {}).get("command"),
+        "tree_hash": node.tree_hash,
+        "parent": node.parent,
+        "origin": dict(node.origin) if node.origin else None,
         "queries_used": None,
         "segments": earlier,
         "sealed_at": time.time(),
@@ -110,8 +110,7 @@ def seal_ring(ring_dir: str | Path) -> dict:
         if entry.get("imported"):
             # Imported scored work is not sealed: a cut rescore is an obligation instead.
             continue
-        # The seal requests take the node's record (carryover/engineer.py).
-        node = read_node(layout.node_json(entry["id"])).to_record()
+        node = read_node(layout.node_json(entry["id"]))
         if entry["status"] == statuses.CARRIED_OVER:
             request = _engineer_request(ring, layout, node, recorded, refused)
             if request is None:
@@ -146,19 +145,19 @@ def _seal_evidence(ring, layout, node_id: str, recorded: dict, refused: list) ->
             refused.append({"node": node_id, "reason": why})
             emit_event(layout.root, "evidence_refused", node=node_id, reason=why)
             return None
-    node = read_node(layout.node_json(node_id)).to_record()
+    node = read_node(layout.node_json(node_id))
     return seal_node(ring, evidence.evidence_request(ring, layout, node))
 
 
-def _engineer_request(ring, layout, node: dict, recorded: dict, refused: list):
+def _engineer_request(ring, layout, node: Node, recorded: dict, refused: list):
     """The seal request of a carried engineer session, or None (not that kind, or its
     writers may not have stopped: refused and listed)."""
     if not engineer.is_carried_engineer(node):
         return None
-    if node["id"] not in recorded:
-        why = engineer.not_sealable(layout, node["id"])
+    if node.id not in recorded:
+        why = engineer.not_sealable(layout, node.id)
         if why is not None:
-            refused.append({"node": node["id"], "reason": why})
-            emit_event(layout.root, "carryover_refused", node=node["id"], reason=why)
+            refused.append({"node": node.id, "reason": why})
+            emit_event(layout.root, "carryover_refused", node=node.id, reason=why)
             return None
     return engineer.engineer_request(ring, layout, node)

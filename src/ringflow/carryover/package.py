@@ -52,7 +52,7 @@ def ancestry(layout: RingLayout, node_id: str) -> list[tuple[RingLayout, dict]]:
         node = read_node(path)
         chain.append((where, node))
         parent = node.parent
-        current = (parent_layout(where, node.to_record()), parent) if parent else None
+        current = (parent_layout(where, node), parent) if parent else None
     return chain
 
 
@@ -60,7 +60,7 @@ def lineage_segments(chain: list[tuple[RingLayout, Node]]) -> list[dict]:
     """Every earlier segment of every resume node in the ancestry, oldest first, once."""
     segments: dict[str, dict] = {}
     for where, node in reversed(chain):
-        if not is_resume(node.to_record()):
+        if not is_resume(node):
             continue
         for segment in node.resume_origin["segments"]:
             identity = f"{segment['ring']}#{segment['node']}"

@@ -50,7 +50,3 @@ def resume_fields(ring: Ring, entry: dict) -> dict:
             "segments": entry["segments"],
         },
     }
-
-
-def is_resume(node: dict) -> bool:
-    return (node.get("origin") or {}).get("kind") == RESUME

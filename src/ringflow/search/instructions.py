@@ -15,7 +15,7 @@ from ..carryover.scores import imported_refuted
 from ..core import statuses
 from ..core.jsonio import read_json
 from ..core.layout import RingLayout
-from ..core.node_state import read_node
+from ..core.node_state import Node, read_node
 from ..core.state import Ring
 from ..selection.scores import node_mean
 from . import public_validator
@@ -63,11 +63,11 @@ def refuted_directions(ring: Ring, layout: RingLayout, index: dict) -> list[dict
     return refuted + [r for r in imported_refuted(layout, index) if r["node"] not in listed]
 
 
-def context(ring: Ring, layout: RingLayout, node: dict, deadline: float) -> dict:
+def context(ring: Ring, layout: RingLayout, node: Node, deadline: float) -> dict:
     """Everything the template needs; scores are only read by its feedback section. A
     resume node's parent lies in the ring where its work began (carryover/engineer.py)."""
     index = read_json(layout.nodes_index)
-    parent = node.get("parent")
+    parent = node.parent
     search = ring.config.search
     parents = carried.parent_layout(layout, node)
     if not parents.node_json(parent or "-").is_file():
@@ -75,8 +75,8 @@ def context(ring: Ring, layout: RingLayout, node: dict, deadline: float) -> dict
     else:
         parent_scores = node_mean(ring, parents, parent, "s0")
     return {
-        "node": node["id"],
-        "origin": node["origin"]["kind"],
+        "node": node.id,
+        "origin": node.origin["kind"],
         "task": ring.task["name"],
         "direction": ring.task["direction"],
         "search_views": ring.search_views,

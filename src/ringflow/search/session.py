@@ -36,7 +36,6 @@ from ..candidate import (
     workspace_limits,
 )
 from ..carryover import engineer as carried
-from ..carryover.resume import is_resume
 from ..core import statuses
 from ..core.clock import load_node, load_ring
 from ..core.errors import CandidateError, SandboxError
@@ -87,27 +86,26 @@ def run_session(ring_dir: str | Path, node_id: str) -> dict:
         return read_json(layout.session(node_id))
     box, held = open_box(layout.root)
     try:
-        # The session edits the node's record and settles it (`_settle`).
-        return _run_in_box(ring, layout, node.to_record(), box)
+        return _run_in_box(ring, layout, node, box)
     finally:
         close_box(box, held)
 
 
-def _run_in_box(ring: Ring, layout: RingLayout, node: dict, box: Path) -> dict:
+def _run_in_box(ring: Ring, layout: RingLayout, node: Node, box: Path) -> dict:
     engineer = ring.config.engineer
     workspace = box / "workspace"
     _make_workspace(ring, layout, node, workspace)
-    trajectory = layout.trajectory(node["id"])
+    trajectory = layout.trajectory(node.id)
     shutil.rmtree(trajectory, ignore_errors=True)
     trajectory.mkdir(parents=True)
-    if is_resume(node):
+    if carried.is_resume(node):
         carried.copy_earlier_logs(layout, node, trajectory)
     deadline_at = handover_at(ring)
     text = instructions.render(instructions.context(ring, layout, node, deadline_at))
     (box / "INSTRUCTIONS.md").write_text(text)
     (trajectory / "INSTRUCTIONS.md").write_text(text)
     started = time.time()
-    record = {"node": node["id"], "operator": node["operator"], "started_at": started,
+    record = {"node": node.id, "operator": node.operator, "started_at": started,
               "deadline": deadline_at, "network": engineer.network}  # fmt: skip
     if started >= deadline_at:
         record.update(status="not_started", budget_cut=True, exit_code=None,
@@ -115,18 +113,18 @@ def _run_in_box(ring: Ring, layout: RingLayout, node: dict, box: Path) -> dict:
     else:
         record.update(_run_engineer(ring, layout, node, box, trajectory))
     _redact(trajectory, engineer.env_pass)
-    if is_resume(node):
+    if carried.is_resume(node):
         carried.write_transcript(ring, node, trajectory)
     record["ended_at"] = time.time()
     return _settle(ring, layout, node, workspace, record)
 
 
-def _make_workspace(ring: Ring, layout: RingLayout, node: dict, workspace: Path) -> None:
+def _make_workspace(ring: Ring, layout: RingLayout, node: Node, workspace: Path) -> None:
     """An improvement starts from its parent's submission, a draft from the template, a
     resume node from the carried work's solution/ (absent when that workspace was empty)."""
     source = carried.session_start(ring, layout, node)
     if source is not None and not source.is_dir():
-        if not is_resume(node):
+        if not carried.is_resume(node):
             raise CandidateError(f"engineer.template {source} is not a folder")
         source = None
     if source is None:
@@ -150,7 +148,7 @@ def _command_argv(ring: Ring) -> tuple[list[str], list[Path]]:
     return ["/bin/sh", "-c", command], []
 
 
-def _session_env(ring: Ring, node: dict, paths: dict, deadline: float) -> dict[str, str]:
+def _session_env(ring: Ring, node: Node, paths: dict, deadline: float) -> dict[str, str]:
     engineer = ring.config.engineer
     python = ring.program["executable"]
     env = {
@@ -159,8 +157,8 @@ def _session_env(ring: Ring, node: dict, paths: dict, deadline: float) -> dict[s
         "HOME": paths["home"],
         "TMPDIR": paths["home"],
         "PYTHONDONTWRITEBYTECODE": "1",
-        "RINGFLOW_NODE": node["id"],
-        "RINGFLOW_ORIGIN": node["origin"]["kind"],
+        "RINGFLOW_NODE": node.id,
+        "RINGFLOW_ORIGIN": node.origin["kind"],
         "RINGFLOW_WORKSPACE": paths["workspace"],
         "RINGFLOW_INSTRUCTIONS": paths["instructions"],
         "RINGFLOW_INPUTS": paths["inputs"],
@@ -168,7 +166,7 @@ def _session_env(ring: Ring, node: dict, paths: dict, deadline: float) -> dict[s
         "RINGFLOW_PYTHON": python,
         "RINGFLOW_FEEDBACK": ring.config.search.feedback,
         "RINGFLOW_ENGINEER_DELAY_S": str(engineer.builtin_delay_s),
-        "RINGFLOW_ENGINEER_SEED": node["id"],
+        "RINGFLOW_ENGINEER_SEED": node.id,
         "RINGFLOW_QUERY_CLIENT": paths["query_client"],
     }
     if paths.get("socket"):
@@ -304,7 +302,7 @@ def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
     server = None
     try:
         if config.search.feedback == "native":
-            server = QueryServer(ring, layout, node["id"], box / "queries",
+            server = QueryServer(ring, layout, node.id, box / "queries",
                                  quota=carried.queries_left(ring, node),
                                  peer=(identity.host_uid, identity.host_gid))  # fmt: skip
         plan = _sandbox_plan(ring, layout, node, box, argv, deadline, server, identity)
@@ -344,7 +342,7 @@ def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
             plan.confirm_started()
     except SandboxError as exc:
         raise stop_ring(layout.root, f"the sandbox could not run the engineer session of "
-                        f"{node['id']}: {exc}", node=node["id"]) from None  # fmt: skip
+                        f"{node.id}: {exc}", node=node.id) from None  # fmt: skip
     finally:
         background.stop()  # cut at the session's end: it never delays the hand-over
         plan.finish()
@@ -390,7 +388,7 @@ def _redact(trajectory: Path, names: list[str]) -> None:
     carried.redact_tree(trajectory, names)
 
 
-def _settle(ring, layout, node: dict, workspace: Path, record: dict) -> dict:
+def _settle(ring, layout, node: Node, workspace: Path, record: dict) -> dict:
     """Submit a runnable workspace, carry over a cut one without, reject the rest."""
     max_bytes = int(ring.config.max_weights_gb * 1024**3)
     try:
@@ -403,7 +401,8 @@ def _settle(ring, layout, node: dict, workspace: Path, record: dict) -> dict:
     solution, problem = (None, refused) if refused else runnable_problem(
         workspace, max_bytes, workspace_limits(ring))  # fmt: skip
     record["runnable"] = solution is not None
-    node = dict(node)
+    # The settled node.json, made from the node's record and written once, typed, below.
+    node = node.to_record()
     node["timestamps"] = {**node.get("timestamps", {}), "session_started_at":
                           record["started_at"], "session_ended_at": record["ended_at"]}  # fmt: skip
     node["queries_used"] = record.get("queries_used", 0)

@@ -20,6 +20,7 @@ from ringflow.carryover.executions import seal_ring
 from ringflow.carryover.seal import STEPS, STOP_ENV, seal_problems
 from ringflow.core.clock import load_ring
 from ringflow.core.layout import RingLayout
+from ringflow.core.node_state import Node
 from ringflow.search import instructions
 from ringflow.search.queries import QueryServer
 from ringflow.search.query_client import ask, collect
@@ -121,15 +122,18 @@ def _segment(ring, node, used):
 
 def _resume_node(*used):
     segments = [_segment("ab"[i], f"n00{i}-x", count) for i, count in enumerate(used)]
-    return {"id": "n001-x", "origin": {"kind": "resume", "path": "/nowhere"}, "parent": None,
-            "resume_origin": {"identity": "b#n001-x", "snapshot": "carryover/imported/b--n001-x",
-                              "segments": segments}}  # fmt: skip
+    return Node.from_record(
+        {"id": "n001-x", "origin": {"kind": "resume", "path": "/nowhere"}, "parent": None,
+         "resume_origin": {"identity": "b#n001-x", "snapshot": "carryover/imported/b--n001-x",
+                           "segments": segments}}
+    )  # fmt: skip
 
 
 def test_a_resume_nodes_quota_is_what_its_earlier_segments_left(tmp_path, secret_env):
     ring, _node = ring_with_cut_session(tmp_path, secret_env)
     lock = load_ring(ring)
-    assert engineer.queries_left(lock, {"origin": {"kind": "improve"}}) == 5
+    improve = Node.from_record({"id": "n002-y", "origin": {"kind": "improve"}})
+    assert engineer.queries_left(lock, improve) == 5
     assert engineer.queries_left(lock, _resume_node(1, 2)) == 2
     assert engineer.queries_left(lock, _resume_node(4, 3)) == 0
     # A segment whose count is unknown leaves nothing.
@@ -160,8 +164,8 @@ def test_a_resumed_nodes_parent_is_looked_up_where_its_work_began(tmp_path):
     assert engineer.parent_ring_dir(first, sealed_once) == first
     # Re-carried in ring b, the parent it names is still ring a's node.
     assert engineer.parent_ring_dir(second, sealed_twice) == first
-    node = {"id": "n001-x", "parent": "n001-a", "origin": {"kind": "resume"},
-            "resume_origin": {"segments": sealed_twice["segments"]}}  # fmt: skip
+    node = Node.from_record({"id": "n001-x", "parent": "n001-a", "origin": {"kind": "resume"},
+                             "resume_origin": {"segments": sealed_twice["segments"]}})  # fmt: skip
     assert engineer.parent_layout(RingLayout(second), node).root == first
     assert engineer.parent_submission(RingLayout(second), node) is None  # not there: no view
     (first / "nodes" / "n001-a" / "solution").mkdir(parents=True)

@@ -22,6 +22,7 @@ from ringflow.carryover.rescoring import choose_rescores, obligations
 from ringflow.carryover.scores import HISTORY, comparable, refuted_among, s0_mean
 from ringflow.core.clock import load_ring
 from ringflow.core.layout import RingLayout
+from ringflow.core.node_state import Node
 from ringflow.core.records import write_record
 from ringflow.core.state import Ring
 from ringflow.nodes import import_static
@@ -215,7 +216,7 @@ def test_refuted_directions_include_imported_ones(tmp_path):
     assert (item["score"], item["parent_score"]) == (MEANS["delta"], MEANS["alpha"])
     assert item["ring"] == "a" and item["comparable"] is False
     # The engineers read it in their instructions.
-    draft = {"id": "n999-draft-g0", "origin": {"kind": "draft"}, "parent": None}
+    draft = Node.from_record({"id": "n999-draft-g0", "origin": {"kind": "draft"}, "parent": None})
     text = render(context(ring_b, layout, draft, time.time()))
     assert f"refuted {nodes['delta']['id']}: {MEANS['delta']}" in text
 

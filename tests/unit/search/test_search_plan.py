@@ -12,6 +12,7 @@ from collections import Counter
 from ringflow.core.clock import load_ring
 from ringflow.core.jsonio import atomic_write_json, read_json
 from ringflow.core.layout import RingLayout
+from ringflow.core.node_state import Node
 from ringflow.core.reserve import CutoffFile
 from ringflow.core.settings import RingConfig
 from ringflow.search import instructions
@@ -108,7 +109,7 @@ def test_native_and_blind_instructions_differ_only_in_the_feedback_section(tmp_p
     node_b = read_json(layout.node_json("n002-b"))
     atomic_write_json(layout.node_json("n002-b"), {**node_b, "parent": "n001-a"})
     ring = load_ring(ring_dir)
-    node = {"id": "n003-a-g0", "origin": {"kind": "improve"}, "parent": "n001-a"}
+    node = Node.from_record({"id": "n003-a-g0", "origin": {"kind": "improve"}, "parent": "n001-a"})
     texts = {}
     for mode in ("native", "blind"):
         config = copy.deepcopy(ring.config.to_mapping())
