@@ -274,6 +274,15 @@ def ring_processes(tmp_path: Path) -> list[str]:
     return found
 
 
+def start_driver(tmp_path: Path, argv: list[str]):
+    """The ring's driver in a session of its own, its output in tmp_path/driver.log: the
+    process, the open log, and what the log's end says (for assertion messages)."""
+    log = (tmp_path / "driver.log").open("a")
+    driver = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                              start_new_session=True)  # fmt: skip
+    return driver, log, lambda: (tmp_path / "driver.log").read_text()[-4000:]
+
+
 def listed(ring: Path, part: str, variant: str = "s0") -> list[dict]:
     return [j for j in ring_jobs(ring) if part in j["node"] and j["variant"] == variant]
 
@@ -284,11 +293,7 @@ def test_sigterm_cancels_the_rings_jobs_by_id_and_a_job_cancelled_from_outside_i
     ring_id = f"sq-term-{os.getpid()}"
     ring = tmp_path / "runs" / ring_id
     config = slow_ring(tmp_path, ring_id, sleep_s=300)
-    log = (tmp_path / "driver.log").open("w")
-    driver = subprocess.Popen(slurm_argv(tmp_path, ring_id, configfile=config), cwd=REPO,
-                              stdout=log, stderr=subprocess.STDOUT,
-                              start_new_session=True)  # fmt: skip
-    said = lambda: (tmp_path / "driver.log").read_text()[-4000:]  # noqa: E731
+    driver, log, said = start_driver(tmp_path, slurm_argv(tmp_path, ring_id, configfile=config))
     try:
         # The slow candidate's seed 0 runs, its job on record as it started.
         slow = wait_for(lambda: listed(ring, "slow"), 180)
@@ -332,25 +337,33 @@ def test_sigterm_cancels_the_rings_jobs_by_id_and_a_job_cancelled_from_outside_i
         log.close()
 
 
+def ring_to_final(tmp_path: Path, ring_id: str, config: Path, options: tuple[str, ...],
+                  name: str, what: str) -> tuple[list[dict], list[dict]]:  # fmt: skip
+    """Run a scripted ring through profiles/slurm to final/; the records of candidate
+    `name`'s two seed-0 runs, and every other record."""
+    ring = tmp_path / "runs" / ring_id
+    done, seconds = slurm_ring(tmp_path, ring_id, options=options, configfile=config, timeout=900)
+    print(f"ring with {what}: {seconds:.0f} s")
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-6000:])
+    assert (ring / "final" / "FINAL.json").is_file()
+    named = [r for k, r in results(ring).items() if name in k[0]]
+    assert len(named) == 2, results(ring)
+    return named, [r for r in results(ring).values() if r not in named]
+
+
 def test_quick_ring_with_a_job_slurm_kills_for_time_records_it_and_goes_on(tmp_path):
     ring_id = f"sq-time-{os.getpid()}"
-    ring = tmp_path / "runs" / ring_id
     config = slow_ring(tmp_path, ring_id, sleep_s=200, views=("proxy", "final"))
     # SLURM's limit below ringflow's own, so that SLURM's fires first.
     start = time.monotonic()
-    done, seconds = slurm_ring(tmp_path, ring_id, options=("--set-resources", "execute:runtime=1"),
-                               configfile=config, timeout=900)  # fmt: skip
-    print(f"ring with a job SLURM ended for time: {seconds:.0f} s")
-    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-6000:])
-    assert (ring / "final" / "FINAL.json").is_file()
+    limit = ("--set-resources", "execute:runtime=1")
+    slow, others = ring_to_final(tmp_path, ring_id, config, limit, "slow",
+                                 "a job SLURM ended for time")  # fmt: skip
     # Seed 0 of `slow` and its --ablate control outlived SLURM's limit.
-    slow = [r for k, r in results(ring).items() if "slow" in k[0]]
-    assert len(slow) == 2, results(ring)
     for record in slow:
         assert record["status"] == "interrupted" and record["slurm_state"] == "TIMEOUT", record
         assert "TIMEOUT" in record["reason"] and record["slurm_job_id"]
     # Every other execution ran in its job to the end, its job id on record.
-    others = [r for r in results(ring).values() if r not in slow]
     assert others and all(r["slurm_job_id"] and "slurm_state" not in r for r in others)
     assert time.monotonic() - start < 900
     assert not list((tmp_path / "runs" / ".boxes").glob("*"))
@@ -358,24 +371,18 @@ def test_quick_ring_with_a_job_slurm_kills_for_time_records_it_and_goes_on(tmp_p
 
 def test_a_job_over_slurms_memory_is_recorded_as_a_memory_kill_and_the_ring_goes_on(tmp_path):
     ring_id = f"sq-mem-{os.getpid()}"
-    ring = tmp_path / "runs" / ring_id
     # Seed 0 of `hog` (and its --ablate control) writes 1.5 GB: over the 1 GB SLURM gives
     # each execution job here, under ringflow's own limits.memory_gb.
     config = scripted_ring(tmp_path, ring_id, "hog", ("proxy", "final"),
                            seed_hog_mb={"0": 1536})  # fmt: skip
-    options = ("--set-resources", "execute:mem_mb=1024")
-    done, seconds = slurm_ring(tmp_path, ring_id, options=options, configfile=config, timeout=900)
-    print(f"ring with a job over SLURM's memory: {seconds:.0f} s")
-    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-6000:])
-    assert (ring / "final" / "FINAL.json").is_file()
-    hog = [r for k, r in results(ring).items() if "hog" in k[0]]
-    assert len(hog) == 2, results(ring)
+    limit = ("--set-resources", "execute:mem_mb=1024")
+    hog, others = ring_to_final(tmp_path, ring_id, config, limit, "hog",
+                                "a job over SLURM's memory")  # fmt: skip
     for record in hog:
         # A crash of the candidate's, naming the limit it met: SLURM's, not ringflow's.
         assert record["status"] == "crash", record
         assert "memory limit (SLURM's" in record["reason"], record["reason"]
         assert record["slurm_job_id"]
-    others = [r for r in results(ring).values() if r not in hog]
     assert others and all(r["status"] == "ok" for r in others), others
     assert not list((tmp_path / "runs" / ".boxes").glob("*"))
 
@@ -389,10 +396,7 @@ def test_sigterm_while_the_locks_probe_job_pends_cancels_it(tmp_path):
          "--wrap", "sleep 300"],
         capture_output=True, text=True, timeout=60, check=True,
     ).stdout.strip().split(";")[0]  # fmt: skip
-    log = (tmp_path / "driver.log").open("w")
-    driver = subprocess.Popen(slurm_argv(tmp_path, ring_id), cwd=REPO, stdout=log,
-                              stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-    said = lambda: (tmp_path / "driver.log").read_text()[-4000:]  # noqa: E731
+    driver, log, said = start_driver(tmp_path, slurm_argv(tmp_path, ring_id))
     probe = f"ringflow-{ring_id}_node-probe"
     try:
         assert wait_for(lambda: queued(probe), 120), said()
@@ -417,10 +421,7 @@ def test_a_job_slurm_ends_while_no_driver_runs_is_recorded_when_the_driver_comes
     ring = tmp_path / "runs" / ring_id
     config = slow_ring(tmp_path, ring_id, sleep_s=300, views=("proxy", "final"))
     argv = slurm_argv(tmp_path, ring_id, configfile=config)
-    log = (tmp_path / "driver.log").open("w")
-    driver = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                              start_new_session=True)  # fmt: skip
-    said = lambda: (tmp_path / "driver.log").read_text()[-4000:]  # noqa: E731
+    driver, log, said = start_driver(tmp_path, argv)
     try:
         slow = wait_for(lambda: listed(ring, "slow"), 180)
         assert slow, said()

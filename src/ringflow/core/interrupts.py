@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import psutil
 
@@ -32,7 +32,9 @@ def is_supervisor(cmdline: list[str]) -> bool:
     return any(cmdline[i : i + 4] == wanted for i in range(len(cmdline) - 3))
 
 
-def supervisors(pid: int | None = None) -> list[psutil.Process]:
+def _descendants(pid: int | None, pick: Callable[[psutil.Process], psutil.Process | None]):
+    """`pick(child)` of every descendant of `pid` (this process) where it gives one; a
+    process that ends while looked at is passed over."""
     try:
         children = psutil.Process(pid or os.getpid()).children(recursive=True)
     except psutil.Error:
@@ -40,29 +42,22 @@ def supervisors(pid: int | None = None) -> list[psutil.Process]:
     found = []
     for child in children:
         try:
-            if is_supervisor(child.cmdline()):
-                found.append(child)
+            if (picked := pick(child)) is not None:
+                found.append(picked)
         except psutil.Error:
             continue
     return found
+
+
+def supervisors(pid: int | None = None) -> list[psutil.Process]:
+    return _descendants(pid, lambda child: child if is_supervisor(child.cmdline()) else None)
 
 
 def srun_waiters(pid: int | None = None) -> list[psutil.Process]:
     """Steps of the driver that wait on a SLURM job through `srun` (the lock's probe job):
     the parents of the driver's `srun` descendants. Told SIGTERM, such a step has srun
     cancel its job; Snakemake would otherwise wait for it to end."""
-    try:
-        children = psutil.Process(pid or os.getpid()).children(recursive=True)
-    except psutil.Error:
-        return []
-    found = []
-    for child in children:
-        try:
-            if child.name() == "srun" and (parent := child.parent()) is not None:
-                found.append(parent)
-        except psutil.Error:
-            continue
-    return found
+    return _descendants(pid, lambda child: child.parent() if child.name() == "srun" else None)
 
 
 def _terminal_group() -> int | None:
