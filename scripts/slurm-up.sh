@@ -5,7 +5,10 @@
 # systemd needed. Idempotent: installs the packages only when missing (apt-get update
 # first), writes the configuration, and starts only the daemons not already running; each
 # daemon writes its PID file under /run, and scripts/slurm-down.sh stops them by PID.
-# Where NVIDIA device nodes exist (/dev/nvidia0, …) the node offers them as `gpu` gres.
+# Where NVIDIA device nodes exist (/dev/nvidia0, …) the node offers them as `gpu` gres;
+# on a machine without any, RINGFLOW_SLURM_FAKE_GPUS=N offers N stand-ins (character devices
+# like /dev/null under /run/ringflow-slurm/gpus/) so that jobs get GPU allocations and
+# CUDA_VISIBLE_DEVICES from SLURM, for the tests that run with tests/fake_nvml.
 set -euo pipefail
 if [ "$(id -u)" -ne 0 ]; then
   echo "slurm-up: run as root (it installs packages and starts system daemons)" >&2
@@ -79,10 +82,21 @@ shopt -s nullglob
 gpus=()
 for dev in /dev/nvidia[0-9]*; do gpus+=("$dev"); done
 shopt -u nullglob
-GRES_TYPES="" NODE_GRES=""
+FAKE_GPUS=${RINGFLOW_SLURM_FAKE_GPUS:-0}
+if [ ${#gpus[@]} -eq 0 ] && [ "$FAKE_GPUS" -gt 0 ]; then
+  mkdir -p /run/ringflow-slurm/gpus
+  for i in $(seq 0 $((FAKE_GPUS - 1))); do
+    dev=/run/ringflow-slurm/gpus/nvidia$i
+    [ -c "$dev" ] || mknod -m 666 "$dev" c 1 3
+    gpus+=("$dev")
+  done
+fi
+GPU_CONF="" NODE_GRES=""
 : >/etc/slurm/gres.conf
 if [ ${#gpus[@]} -gt 0 ]; then
-  GRES_TYPES="GresTypes=gpu"
+  # sacct lists each job's GPUs (AllocTRES) only where accounting tracks them.
+  GPU_CONF="GresTypes=gpu
+AccountingStorageTRES=gres/gpu"
   NODE_GRES="Gres=gpu:${#gpus[@]}"
   for dev in "${gpus[@]}"; do echo "NodeName=${HOST} Name=gpu File=${dev}" >>/etc/slurm/gres.conf; done
 fi
@@ -117,7 +131,7 @@ AccountingStoragePort=6819
 AccountingStoreFlags=job_comment
 JobAcctGatherType=jobacct_gather/linux
 JobCompType=jobcomp/none
-${GRES_TYPES}
+${GPU_CONF}
 NodeName=${HOST} NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=${MEM} ${NODE_GRES} State=UNKNOWN
 PartitionName=debug Nodes=${HOST} Default=YES MaxTime=INFINITE State=UP
 EOC

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
+from .core.yamlio import YAMLError, load_yaml
 
 SCALARS = {"integer", "number", "boolean", "null"}
 
@@ -34,8 +34,8 @@ def coerce(value: Any, schema: dict) -> Any:
         return None if value in ("null", "~") and "null" in types else value
     if isinstance(value, str) and types & SCALARS:
         try:
-            parsed = yaml.safe_load(value)
-        except yaml.YAMLError:
+            parsed = load_yaml(value)
+        except YAMLError:
             return value
         if parsed is None and "null" in types:
             return None
@@ -55,7 +55,7 @@ def coerce(value: Any, schema: dict) -> Any:
 def coerce_config(config: dict, schema_path: str) -> None:
     """Coerce a Snakemake config in place."""
     with open(schema_path) as handle:
-        schema = yaml.safe_load(handle)
+        schema = load_yaml(handle)
     config.update(coerce(dict(config), schema))
 
 
@@ -124,7 +124,7 @@ def check_config(config: dict, schema_path: str) -> None:
     from .core.errors import InputError
 
     with open(schema_path) as handle:
-        schema = yaml.safe_load(handle)
+        schema = load_yaml(handle)
     problems = config_problems(config, schema)
     if problems:
         raise InputError(
@@ -138,4 +138,4 @@ def check_config(config: dict, schema_path: str) -> None:
 def config_defaults(path: str) -> dict:
     """The defaults of every key (config/config.yaml)."""
     with open(path) as handle:
-        return yaml.safe_load(handle)
+        return load_yaml(handle)

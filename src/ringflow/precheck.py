@@ -16,13 +16,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import yaml
-
 from .candidate import load_solution
 from .check_guard import check_resampling, report_power
 from .core import statuses
 from .core.errors import InputError, RingflowError
 from .core.state import Ring
+from .core.yamlio import load_yaml
 from .reporting.digest import first_line, last_line
 
 REPO_CONFIG = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
@@ -54,7 +53,7 @@ class Report:
 def default_config() -> dict:
     if not REPO_CONFIG.is_file():
         raise InputError(f"check: the default configuration {REPO_CONFIG} is missing")
-    return yaml.safe_load(REPO_CONFIG.read_text())
+    return load_yaml(REPO_CONFIG.read_text())
 
 
 def solution_folders(paths: list[Path]) -> list[Path]:
@@ -209,8 +208,6 @@ def _overlay(base: dict, over: dict) -> dict:
 
 def _check_slurm(report: Report, profile: str | Path, configfile: str | Path | None) -> None:
     """What the lock refuses under the SLURM executor: executions no node can run."""
-    import yaml
-
     from .cluster.target import profile_target, slurm_problem
 
     try:
@@ -223,7 +220,7 @@ def _check_slurm(report: Report, profile: str | Path, configfile: str | Path | N
         return
     config = default_config()
     if configfile is not None:
-        config = _overlay(config, yaml.safe_load(Path(configfile).read_text()) or {})
+        config = _overlay(config, load_yaml(Path(configfile).read_text()) or {})
     report.head(f"SLURM partition {target.partition or '(the default)'}:")
     try:
         problem = slurm_problem(config, target)

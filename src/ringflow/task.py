@@ -51,15 +51,15 @@ class Task:
 
 def load_task(task_dir: str | Path) -> Task:
     """Read and check a task folder; every fault names the file and what is wrong."""
-    import yaml  # only the lock reads task.yaml; jobs need command_argv alone
+    from .core.yamlio import YAMLError, load_yaml  # only the lock reads task.yaml
 
     task_dir = Path(task_dir).resolve()
     spec_path = task_dir / "task.yaml"
     if not spec_path.is_file():
         raise InputError(f"task {task_dir}: task.yaml not found")
     try:
-        spec = yaml.safe_load(spec_path.read_text()) or {}
-    except yaml.YAMLError as exc:
+        spec = load_yaml(spec_path.read_text()) or {}
+    except YAMLError as exc:
         raise InputError(f"{spec_path}: malformed YAML: {exc}") from None
     if not isinstance(spec, dict):
         raise InputError(f"{spec_path}: expected a mapping at the top level")

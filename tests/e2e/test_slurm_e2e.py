@@ -64,15 +64,16 @@ def sacct_jobs(prefix: str) -> list[dict]:
     """Every job of this cluster's accounting whose name starts with `prefix`."""
     done = subprocess.run(
         ["sacct", "-X", "-n", "-P", "-S", "now-1days", "-o",
-         "JobID,JobName%100,State,ElapsedRaw,Comment%300"],
+         "JobID,JobName%100,State,ElapsedRaw,AllocTRES%200,Comment%300"],
         capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     jobs = []
     for line in done.stdout.splitlines():
-        job_id, name, state, elapsed, comment = [*line.split("|"), "", "", "", ""][:5]
+        job_id, name, state, elapsed, tres, comment = [*line.split("|"), *[""] * 6][:6]
+        gpus = dict(kv.split("=", 1) for kv in tres.split(",") if "=" in kv).get("gres/gpu", 0)
         if name.startswith(prefix):
             jobs.append({"id": job_id, "name": name, "state": state, "comment": comment,
-                         "elapsed_s": int(elapsed or 0)})  # fmt: skip
+                         "elapsed_s": int(elapsed or 0), "gpus": int(gpus)})  # fmt: skip
     return jobs
 
 
@@ -458,3 +459,58 @@ def test_a_job_slurm_ends_while_no_driver_runs_is_recorded_when_the_driver_comes
         if left:
             subprocess.run(["scancel", *left], check=False, timeout=60)
         log.close()
+
+
+# ---- a GPU partition (docs/slurm.md#gpu-partitions)
+
+
+def test_a_gpu_ring_takes_its_gpus_from_slurms_allocations(tmp_path, monkeypatch):
+    # The node's GPUs are gres (`make test-slurm` offers two stand-in devices where the
+    # machine has none) and NVML is tests/fake_nvml's, on the driver and in every job.
+    from test_gpu_profile_e2e import FAKE_DIR, GPU_PROGRAM
+
+    if "gpu:" not in subprocess.run(["sinfo", "-h", "-o", "%G"], capture_output=True,
+                                    text=True, timeout=60).stdout:  # fmt: skip
+        pytest.fail("the node offers no GPU: start SLURM with RINGFLOW_SLURM_FAKE_GPUS=2")
+    monkeypatch.setenv("PYTHONPATH", f"{FAKE_DIR}:{os.environ.get('PYTHONPATH', '')}")
+    monkeypatch.setenv("RINGFLOW_FAKE_GPUS", "2")
+    ring_id = f"sq-gpu-{os.getpid()}"
+    make_task(tmp_path, views=("proxy", "final"))
+    for name in ("a", "b"):
+        (tmp_path / "cands" / name).mkdir(parents=True)
+        (tmp_path / "cands" / name / "run.py").write_text(GPU_PROGRAM)
+    guard = {"enabled": False, "seeds": 2, "alpha": 0.05, "margin": 0.0}
+    config = write_config(tmp_path, ring_id=ring_id, task=str(tmp_path / "task"),
+                          candidates=str(tmp_path / "cands"), baseline=None,
+                          promote_top_k=1, gpus_per_execution=1, guard=guard)  # fmt: skip
+    ring = tmp_path / "runs" / ring_id
+    # The profile declares the GPUs the ring may hold at once, as docs/slurm.md says.
+    done, seconds = slurm_ring(tmp_path, ring_id, configfile=config,
+                               options=("--resources", "gpu=2"))  # fmt: skip
+    print(f"GPU ring on SLURM: {seconds:.0f} s")
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-6000:])
+    assert (ring / "final" / "FINAL.json").is_file()
+    # The lock's probe job read the GPU model and driver on the node.
+    assert json.loads((ring / "RING.json").read_text())["gpu"]["gpus"] == ["Fake GPU"]
+    executions = results(ring)
+    assert executions
+    jobs = {j["id"]: j for j in sacct_jobs(f"ringflow-{ring_id}_")}
+    runs = []
+    for (node, view, variant), result in executions.items():
+        assert result["status"] == "ok", result
+        # The program saw the GPU of its job's allocation, and only that one.
+        folder = RingLayout(ring).result(node, view, variant).parent
+        runs.append(json.loads((folder / "output" / "gpu.json").read_text()))
+        assert [g["uuid"] for g in result["gpus"]] == [runs[-1]["visible"]]
+        assert jobs[result["slurm_job_id"]]["gpus"] == 1, jobs[result["slurm_job_id"]]
+    assert {r["visible"] for r in runs} <= {"GPU-fake-0", "GPU-fake-1"}
+    # Two jobs on the node at once hold different GPUs.
+    overlapping = [
+        (x, y) for i, x in enumerate(runs) for y in runs[i + 1 :]
+        if x["start"] < y["end"] and y["start"] < x["end"]
+    ]  # fmt: skip
+    assert overlapping, "two executions ran at once"
+    assert all(x["visible"] != y["visible"] for x, y in overlapping)
+    assert json.loads((ring / "slots.json").read_text())["cluster_slots"] == 2
+    # The probe job asked for a GPU too; nothing else ran on the node.
+    assert sorted(j["gpus"] for j in jobs.values()) == [1] * len(jobs)

@@ -9,10 +9,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import yaml
-
 from ..core.errors import InputError
 from ..core.jsonio import atomic_write_json, read_json
+from ..core.yamlio import load_yaml
 from .slurm import (
     Partition,
     Request,
@@ -75,7 +74,7 @@ def profile_target(profile: Path) -> SlurmTarget | None:
     path = path / "config.yaml" if path.is_dir() else path
     if not path.is_file():
         raise InputError(f"--profile {profile}: no profile there (no config.yaml)")
-    config = yaml.safe_load(path.read_text()) or {}
+    config = load_yaml(path.read_text()) or {}
     if config.get("executor") != "slurm":
         return None
     defaults = _resource_items(config.get("default-resources"))

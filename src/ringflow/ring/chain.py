@@ -15,13 +15,12 @@ import os
 import sys
 from pathlib import Path
 
-import yaml
-
 from ..core.errors import InputError
 from ..core.jsonio import read_json
 from ..core.layout import RingLayout
 from ..core.settings import RingConfig
 from ..core.state import Ring
+from ..core.yamlio import YAMLError, load_yaml
 
 # Keys that name this ring, where it is or the chain around it, never inherited.
 OWN_KEYS = ("ring_id", "runs_dir", "continue_from", "resources_dir", "rings")
@@ -48,8 +47,8 @@ def command_line_keys(argv: list[str]) -> list[str]:
     for item in _split_config(argv)[1]:
         key, _, raw = item.partition("=")
         try:
-            value = yaml.safe_load(raw) if raw else None
-        except yaml.YAMLError:
+            value = load_yaml(raw) if raw else None
+        except YAMLError:
             value = raw
         names += _leaf_names(value, key.strip())
     return names

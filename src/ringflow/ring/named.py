@@ -24,10 +24,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from ..core.errors import InputError
 from ..core.layout import RingLayout
+from ..core.yamlio import load_yaml
 
 NAME_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9]*")
 # Rule names of the workflow itself, which a ring's name must not take.
@@ -67,7 +66,7 @@ def merge(base: dict, overrides: dict) -> dict:
 def load_chain_file(path: str | Path) -> dict:
     """The `rings:` mapping of a chain file."""
     with open(path) as handle:
-        data = yaml.safe_load(handle) or {}
+        data = load_yaml(handle) or {}
     rings = data.get("rings")
     if not isinstance(rings, dict) or not rings:
         raise InputError(f"{path}: a chain file names its rings under `rings:`")

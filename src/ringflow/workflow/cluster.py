@@ -7,6 +7,7 @@ everything here is a function evaluated as jobs are made or as the workflow star
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -55,11 +56,15 @@ def gpu_profile(workflow) -> bool:
 
 
 def execution_gpus(workflow, gpus_per_execution: int, local_gpus: int) -> int:
-    """GPUs one execution asks for. On SLURM: `gpus_per_execution` where the profile
-    declares the `gpu` resource (the plugin turns it into `--gpus`), 0 otherwise, whatever
-    the driver's own machine has; elsewhere what the local GPU slots allow (`local_gpus`)."""
-    if on_slurm(workflow):
+    """GPUs one execution asks for. On SLURM's driver: `gpus_per_execution` where the
+    profile declares the `gpu` resource (the plugin turns it into `--gpus`), 0 otherwise,
+    whatever the driver's own machine has. Inside the execution's job (Snakemake starts
+    again there, without the profile's resources): the GPUs SLURM allocated to the job.
+    Elsewhere what the local GPU slots allow (`local_gpus`)."""
+    if executor_name(workflow) == "slurm":
         return int(gpus_per_execution) if gpu_profile(workflow) else 0
+    if getattr(workflow, "remote_exec", False) and "SLURM_JOB_ID" in os.environ:
+        return int(os.environ.get("SLURM_GPUS_ON_NODE") or 0)
     return local_gpus
 
 

@@ -13,14 +13,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import yaml
-
 from ..config import check_config, coerce_config, config_defaults, config_problems
 from ..core.errors import InputError
 from ..core.interrupts import install_relay
 from ..core.layout import RingLayout
 from ..core.settings import RingConfig
 from ..core.stop import keep_stop_reserve
+from ..core.yamlio import load_yaml
 from ..reporting import notify
 from ..reporting.progress import ring_end, ring_start
 from ..ring.boxes import remove_abandoned_boxes
@@ -55,7 +54,7 @@ def prepare_ring_config(ring: NamedRing, schema_path: str, defaults_path: str) -
     config = dict(ring.config)
     if ring.prefix:
         with open(schema_path) as handle:
-            schema = yaml.safe_load(handle)
+            schema = load_yaml(handle)
         coerced = dict(config)
         coerce_config(coerced, schema_path)
         problems = config_problems(coerced, schema)

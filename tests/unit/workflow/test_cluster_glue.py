@@ -17,11 +17,13 @@ from ringflow.workflow.cluster import (
 )
 
 
-def fake_workflow(executor: str | None, resources=(), defaults=None, overrides=None):
+def fake_workflow(executor: str | None, resources=(), defaults=None, overrides=None,
+                  remote: bool = False):  # fmt: skip
     plugin = None if executor is None else SimpleNamespace(name=executor)
     settings = SimpleNamespace(default_resources=defaults, overwrite_resources=overrides or {})
     return SimpleNamespace(
         executor_plugin=plugin,
+        remote_exec=remote,
         global_resources={name: 1 for name in resources},
         resource_settings=settings,
     )
@@ -50,10 +52,24 @@ def test_gpus_on_slurm_follow_the_profile_not_the_driver_machine():
     # No `gpu` resource in the profile: no GPU asked, whatever gpus_per_execution says.
     assert execution_gpus(fake_workflow("slurm"), 1, 0) == 0
     assert execution_gpus(fake_workflow("slurm", ["gpu"]), 2, 0) == 2
-    assert execution_gpus(fake_workflow("slurm-jobstep", ["gpu"]), 2, 0) == 2
     # Elsewhere: the local GPU slots decide (ringflow.workflow.dag).
     assert execution_gpus(fake_workflow("local", ["gpu"]), 2, 1) == 1
     assert execution_gpus(fake_workflow(None), 2, 0) == 0
+
+
+def test_inside_a_slurm_job_an_execution_takes_the_gpus_of_its_allocation(monkeypatch):
+    # Snakemake starts again inside the job (the job step, then the rule under srun),
+    # without the profile's `gpu` resource: SLURM's allocation is what the job has.
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setenv("SLURM_GPUS_ON_NODE", "2")
+    assert execution_gpus(fake_workflow("slurm-jobstep", remote=True), 1, 0) == 2
+    assert execution_gpus(fake_workflow("local", remote=True), 1, 0) == 2
+    monkeypatch.delenv("SLURM_GPUS_ON_NODE")
+    assert execution_gpus(fake_workflow("slurm-jobstep", remote=True), 1, 0) == 0
+    # A driver run inside an interactive allocation keeps its own rule.
+    monkeypatch.setenv("SLURM_GPUS_ON_NODE", "2")
+    assert execution_gpus(fake_workflow("local", ["gpu"]), 2, 1) == 1
+    assert execution_gpus(fake_workflow("slurm", ["gpu"]), 1, 0) == 1
 
 
 def test_the_driver_finds_the_execute_rules_partition():
