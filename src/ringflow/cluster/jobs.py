@@ -91,6 +91,19 @@ def ring_jobs(ring_root) -> list[dict]:
     return [item for item in items if item.get("job")]
 
 
+def record_driver(ring_root, job_name: str) -> None:
+    """Append this driver run's job name to the ring's list (one whole line at once)."""
+    line = {"job_name": job_name, "host": os.uname().nodename, "pid": os.getpid(),
+            "at": time.time()}  # fmt: skip
+    append_jsonl(RingLayout(Path(ring_root)).cluster_drivers, line)
+
+
+def driver_job_names(ring_root) -> set[str]:
+    """The job names of every driver run that submitted the ring's jobs."""
+    items = read_jsonl_objects(RingLayout(Path(ring_root)).cluster_drivers)
+    return {str(item["job_name"]) for item in items if item.get("job_name")}
+
+
 def unfinished_jobs(ring_root, since: float | None = None) -> list[dict]:
     """The listed jobs (started at `since` or later, where given: one driver's) whose
     execution has no result.json: running, or ended without a record."""
@@ -195,6 +208,48 @@ def query_ends(jobs: list[str]) -> dict[str, JobEnd]:
     """SLURM's account of each job (sacct); {} where sacct is missing or fails."""
     text = _sacct(jobs, "JobID,State,ExitCode,Reason")
     return {} if text is None else parse_sacct(text)
+
+
+# SLURM states of a job not yet ended (squeue keeps ended ones a while, MinJobAge).
+LIVE_STATES = frozenset({
+    "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
+    "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED",
+})  # fmt: skip
+
+
+def parse_held(text: str) -> dict[str, str]:
+    """`squeue -h -o %i|%j|%T` output: {job id: job name} of the jobs not yet ended."""
+    held = {}
+    for line in text.splitlines():
+        job, name, state = [*line.strip().split("|"), "", ""][:3]
+        if job and parse_state(state) in LIVE_STATES:
+            held[job] = name
+    return held
+
+
+def held_jobs() -> dict[str, str] | None:
+    """This user's jobs SLURM holds and has not ended: {job id: job name}; None where
+    squeue is missing or fails."""
+    if shutil.which("squeue") is None:
+        return None
+    argv = ["squeue", "--me", "-h", "-o", "%i|%j|%T"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S,
+                              check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_held(done.stdout) if done.returncode == 0 else None
+
+
+def left_jobs(ring_root, job_name: str, held: dict[str, str]) -> list[str]:
+    """The ring's jobs that earlier driver runs left in SLURM (`held`, from held_jobs):
+    those under an earlier run's job name (pending ones too), and those an execution
+    listed without a record yet; never this run's (`job_name`)."""
+    names = driver_job_names(ring_root) - {job_name}
+    listed = {str(item["job"]) for item in unfinished_jobs(ring_root)}
+    left = {job for job, name in held.items() if name != job_name and
+            (name in names or job in listed)}  # fmt: skip
+    return sorted(left, key=lambda j: (len(j), j))
 
 
 def queued_ids(job_name: str) -> list[str]:

@@ -227,6 +227,13 @@ class RingLayout:
         return self.root / "cluster" / "jobs.jsonl"
 
     @property
+    def cluster_drivers(self) -> Path:
+        """The job name of every driver run that submitted the ring's jobs to SLURM, a line
+        each, so that the next run finds the jobs a dead driver left
+        (docs/slurm.md#job-ids-signals-and-kills)."""
+        return self.root / "cluster" / "drivers.jsonl"
+
+    @property
     def locks(self) -> Path:
         return self.root / ".locks"
 

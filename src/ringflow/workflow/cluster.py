@@ -104,19 +104,26 @@ def slurm_target(workflow, prefix: str = "") -> SlurmTarget:
 
 
 def start_on_slurm(workflow, rings) -> None:
-    """onstart: under the SLURM executor, record each unfinished ring's target
-    (cluster.json, which the lock checks against the partition) and name the jobs after the
-    last ring."""
+    """onstart: under the SLURM executor, name the jobs after the last ring; for each
+    unfinished ring, record its target (cluster.json, which the lock checks against the
+    partition), cancel the jobs an earlier driver left, list this run's job name, and record
+    the executions SLURM ended while no driver ran."""
+    from ..cluster import jobs
+
     if executor_name(workflow) != "slurm" or not rings:
         return
+    name_slurm_jobs(workflow, rings[-1].root.name, rings[-1].root)
+    executor = getattr(getattr(workflow, "scheduler", None), "_executor", None)
+    job_name = getattr(executor, "run_uuid", None)
     for ring in rings:
         # A finished ring is immutable: nothing of it runs again, nothing is written to it.
         if not RingLayout(Path(ring.root)).stop_manifest.exists():
             write_target(ring.root, slurm_target(workflow, ring.prefix))
+            if job_name is not None:
+                cancel_left_jobs(ring.root, job_name)
+                jobs.record_driver(ring.root, job_name)
             settle_jobs_ended_unheard(ring.root)
-    name_slurm_jobs(workflow, rings[-1].root.name, rings[-1].root)
-    executor = getattr(getattr(workflow, "scheduler", None), "_executor", None)
-    if (job_name := getattr(executor, "run_uuid", None)) is not None:
+    if job_name is not None:
         for ring in rings:
             watch_slurm_queue(ring.root, job_name)
     if executor is not None and hasattr(executor, "report_job_error"):
@@ -218,6 +225,40 @@ def record_kill(ring_root, node: str, view: str, variant: str, job: str, end):
                state=parse_state(end.state), status=str(result.status),
                reason=result.reason)  # fmt: skip
     return result
+
+
+# How long a new driver waits for the jobs an earlier one left to end once cancelled:
+# SLURM's KillWait (30 s by default) and the epilog.
+LEFT_JOBS_WAIT_S = 120
+
+
+def cancel_left_jobs(ring_root, job_name: str, wait_s: float = LEFT_JOBS_WAIT_S) -> list[str]:
+    """onstart: cancel, by id, the ring's jobs that an earlier driver left in SLURM (it was
+    killed, or its machine went down, while they pended or ran), and wait for them to end.
+    Left running, each would work on an execution this run submits again. Says so in the
+    events (`slurm_jobs_cancelled`), so that their executions run again rather than being
+    recorded as SLURM's kills; returns the ids."""
+    from ..cluster import jobs
+    from ..core.ledger import emit_event
+
+    held = jobs.held_jobs()
+    left = jobs.left_jobs(ring_root, job_name, held) if held else []
+    if not left:
+        return []
+    ids, problem = jobs.cancel(left)
+    print(f"ringflow: an earlier driver of the ring left {len(ids)} SLURM job(s) pending or "
+          f"running: cancelled {' '.join(ids)}" + (f" ({problem})" if problem else "")
+          + "; their executions run again", flush=True)  # fmt: skip
+    emit_event(ring_root, "slurm_jobs_cancelled", signal=None, reason="left by an earlier driver",
+               jobs=ids, problem=problem)  # fmt: skip
+    deadline = time.monotonic() + wait_s
+    while set(ids) & set(jobs.held_jobs() or {}):
+        if time.monotonic() > deadline:
+            print(f"ringflow: SLURM still holds job(s) {' '.join(ids)} {wait_s:.0f} s after "
+                  "they were cancelled; the ring goes on", flush=True)  # fmt: skip
+            break
+        time.sleep(1)
+    return ids
 
 
 def settle_jobs_ended_unheard(ring_root) -> list:

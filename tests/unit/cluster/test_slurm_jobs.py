@@ -267,6 +267,48 @@ def test_the_driver_cancels_exactly_its_runs_jobs_by_id(tmp_path, monkeypatch):
     assert events[0]["kind"] == "slurm_jobs_cancelled" and events[0]["signal"] == "SIGTERM"
 
 
+def test_squeue_lines_give_the_jobs_not_yet_ended():
+    text = ("70|ringflow-r1_old|RUNNING\n71|ringflow-r1_old|PENDING\n"
+            "72|ringflow-r1_old|CANCELLED\n73|other|COMPLETING\n74|x|COMPLETED\n\n")  # fmt: skip
+    assert jobs.parse_held(text) == {"70": "ringflow-r1_old", "71": "ringflow-r1_old",
+                                     "73": "other"}  # fmt: skip
+
+
+def test_a_new_driver_finds_the_jobs_an_earlier_one_left(tmp_path):
+    ring = tmp_path / "r1"
+    jobs.record_driver(ring, "ringflow-r1_old")
+    jobs.record_driver(ring, "ringflow-r1_new")
+    # 80 ran an execution and has no record; 81 ran one that has a record.
+    jobs.record_job(ring, "n001-a", "proxy", "s0", env={"SLURM_JOB_ID": "80"})
+    jobs.record_job(ring, "n001-a", "proxy", "s1", env={"SLURM_JOB_ID": "81"})
+    done = RingLayout(ring).result("n001-a", "proxy", "s1")
+    done.parent.mkdir(parents=True)
+    done.write_text("{}")
+    held = {"80": "ringflow-r0_gone", "81": "ringflow-r1_old", "82": "ringflow-r1_old",
+            "83": "ringflow-r1_new", "84": "someone-else"}  # fmt: skip
+    # The old run's jobs by name (pending 82 too), the listed one without a record; never
+    # this run's, never another's.
+    assert jobs.left_jobs(ring, "ringflow-r1_new", held) == ["80", "81", "82"]
+
+
+def test_the_driver_cancels_what_an_earlier_one_left_and_waits_for_it(tmp_path, monkeypatch):
+    ring = tmp_path / "r1"
+    jobs.record_driver(ring, "ringflow-r1_old")
+    polls = iter([{"90": "ringflow-r1_old", "91": "ringflow-r1_new"},
+                  {"90": "ringflow-r1_old"}, {}])  # fmt: skip
+    monkeypatch.setattr(jobs, "held_jobs", lambda: next(polls))
+    cancelled = []
+    monkeypatch.setattr(jobs, "cancel", lambda ids: (cancelled.extend(ids) or list(ids), None))
+    monkeypatch.setattr(cluster.time, "sleep", lambda s: None)
+    assert cluster.cancel_left_jobs(ring, "ringflow-r1_new") == cancelled == ["90"]
+    events = [json.loads(x) for x in (ring / "events.jsonl").read_text().splitlines()]
+    assert events[-1]["kind"] == "slurm_jobs_cancelled" and events[-1]["jobs"] == ["90"]
+    # Nothing left: nothing cancelled, nothing said.
+    monkeypatch.setattr(jobs, "held_jobs", lambda: {"91": "ringflow-r1_new"})
+    assert cluster.cancel_left_jobs(ring, "ringflow-r1_new") == []
+    assert len((ring / "events.jsonl").read_text().splitlines()) == len(events)
+
+
 def test_sigterm_to_the_driver_cancels_then_stops_snakemake(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(cluster, "cancel_ring_jobs", lambda ex, rings, why: calls.append(why))
