@@ -54,6 +54,9 @@ rule engineer:
     priority: DAG.session_priority
     conda:
         "../envs/ringflow.yaml"
+    resources:
+        # A scheduler's limit (SLURM's --time) for the session's job, from the ring's clock.
+        runtime=DAG.session_runtime,
     params:
         step=STEP,
         ring=RING.root,

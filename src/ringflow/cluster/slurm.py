@@ -112,6 +112,24 @@ def job_time_limit_min(limits: dict, config: dict, now: float, deadline: float |
     return max(1, minutes)
 
 
+# Minutes an engineer session's job runs after its engineer is stopped: the workspace
+# checked, copied and hashed into a submission (up to engineer.limits.workspace_gb).
+SESSION_SETTLE_MIN = 5
+
+
+def session_time_limit_min(config: dict, now: float, handover: float,
+                           stop_at: float | None = None) -> int:  # fmt: skip
+    """An engineer session's SLURM time limit as its job is submitted at `now`: until the
+    hand-over point (the session's own deadline; the cutoff it follows only moves
+    earlier), the supervisor's grace and the settling of the workspace, and a minute;
+    never past the ring's `stop_at`, and at least a minute."""
+    minutes = max(0.0, (handover - now) / 60) + config["exec_health"]["term_grace_s"] / 60
+    minutes = int(minutes + SESSION_SETTLE_MIN) + 1
+    if stop_at is not None:
+        minutes = min(minutes, int((stop_at - now) // 60))
+    return max(1, minutes)
+
+
 def controller_problem() -> str | None:
     """Why SLURM cannot run a ring from here (no plugin for this Python, no client tools,
     no controller answering), or None."""

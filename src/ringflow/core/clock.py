@@ -32,6 +32,11 @@ def current_cutoff(ring: Ring) -> float:
     return CutoffFile(ring.layout.cutoff).cutoff()
 
 
+def handover_at(ring: Ring) -> float:
+    """The engineer's hand-over point: cutoff - node_tail_min, from the live cutoff."""
+    return current_cutoff(ring) - ring.config.timeline.node_tail_min * 60
+
+
 def final_deadline(ring: Ring) -> float:
     return ring.stop_at - ring.config.timeline.stop_margin_s
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..carryover.engineer import operator
 from ..core import statuses
-from ..core.clock import current_cutoff, load_ring
+from ..core.clock import handover_at, load_ring
 from ..core.jsonio import atomic_write_json, read_json
 from ..core.layout import RingLayout, node_slug
 from ..core.ledger import Ledger
@@ -30,11 +30,6 @@ from .index import next_number, set_entry, update_index
 from .lottery import draw_parents, generation_rng, ranked, tickets
 
 DRAFT, IMPROVE = "draft", "improve"
-
-
-def handover_at(ring: Ring) -> float:
-    """The engineer's hand-over point: cutoff - node_tail_min, from the live cutoff."""
-    return current_cutoff(ring) - ring.config.timeline.node_tail_min * 60
 
 
 def parent_scores(ring: Ring, layout: RingLayout, index: dict) -> dict[str, float]:

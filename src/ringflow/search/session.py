@@ -37,7 +37,7 @@ from ..candidate import (
 )
 from ..carryover import engineer as carried
 from ..core import statuses
-from ..core.clock import load_node, load_ring
+from ..core.clock import handover_at, load_node, load_ring
 from ..core.errors import CandidateError, SandboxError
 from ..core.hashing import solution_tree_hash
 from ..core.jsonio import atomic_write_json, read_json
@@ -59,7 +59,7 @@ from ..weights.store import WeightsStore
 from ..workcopy import make_readonly_tree
 from . import best_so_far, instructions, public_validator
 from .index import add_keys, set_entry, update_index
-from .plan import ENGINEERING, handover_at
+from .plan import ENGINEERING
 from .queries import QueryServer
 
 CARRIED_OVER = "carried_over"

@@ -35,9 +35,14 @@ from snakemake.io import ancient
 
 from ..carryover.rescoring import rescore_rank
 from ..carryover.scores import imported_score
-from ..cluster.slurm import Request, execution_request, job_time_limit_min
+from ..cluster.slurm import (
+    Request,
+    execution_request,
+    job_time_limit_min,
+    session_time_limit_min,
+)
 from ..core import statuses
-from ..core.clock import deadline_for, view_limits
+from ..core.clock import deadline_for, handover_at, view_limits
 from ..core.errors import InputError
 from ..core.jsonio import read_json_cached as read_json
 from ..core.layout import RingLayout, is_guard_variant, is_review_variant
@@ -331,6 +336,17 @@ class RingDag:
             deadline = None
         return job_time_limit_min(self.execution_limits(wildcards), ring.config.to_mapping(),
                                   time.time(), deadline, ring.stop_at)  # fmt: skip
+
+    def session_runtime(self, wildcards) -> int:
+        """Minutes a scheduler allows an engineer session's job: until the hand-over point,
+        the grace and the settling of its workspace, never past the ring's stop_at."""
+        ring = self.lock()
+        try:
+            handover = handover_at(ring)
+        except (InputError, OSError, ValueError, KeyError):
+            handover = ring.stop_at or time.time()  # no cutoff yet: until stop_at
+        return session_time_limit_min(ring.config.to_mapping(), time.time(), handover,
+                                      ring.stop_at)  # fmt: skip
 
     # ---- search -----------------------------------------------------------------------
 

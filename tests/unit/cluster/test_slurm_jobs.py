@@ -17,7 +17,7 @@ import pytest
 
 from ringflow.cluster import jobs
 from ringflow.cluster.jobs import JobEnd
-from ringflow.cluster.slurm import job_time_limit_min
+from ringflow.cluster.slurm import SESSION_SETTLE_MIN, job_time_limit_min, session_time_limit_min
 from ringflow.core import statuses
 from ringflow.core.interrupts import stopped_by_signal
 from ringflow.core.layout import RingLayout
@@ -346,6 +346,18 @@ def test_the_job_time_limit_is_ringflows_deadline_plus_grace_and_scoring():
     assert job_time_limit_min(limits, config, now, stop_at=now + 5 * 60 + 30) == 5
     # A deadline already passed, stop_at close: still SLURM's smallest limit.
     assert job_time_limit_min(limits, config, now, deadline=now - 60, stop_at=now + 10) == 1
+
+
+def test_a_sessions_time_limit_runs_to_its_hand_over_not_the_profiles_hour():
+    config = full_config()  # 2 s grace
+    now = 1_000_000.0
+    # Hand-over in 3 hours: the job may run that long, the grace and the settling after it.
+    hours = session_time_limit_min(config, now, handover=now + 3 * 3600)
+    assert hours == int(180 + 2 / 60 + SESSION_SETTLE_MIN) + 1
+    # Never past stop_at; a hand-over already passed still settles the workspace.
+    assert session_time_limit_min(config, now, now + 3 * 3600, stop_at=now + 3600) == 60
+    assert session_time_limit_min(config, now, now - 60) == SESSION_SETTLE_MIN + 1
+    assert session_time_limit_min(config, now, now - 60, stop_at=now + 20) == 1
 
 
 def test_a_box_held_by_a_live_run_is_left_alone(ring):

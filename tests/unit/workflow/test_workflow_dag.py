@@ -3,14 +3,17 @@ each stage waits for, and the order in which its input functions reach the check
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from snakemake.io import is_flagged
 
-from ringflow.core.jsonio import atomic_write_json
+from ringflow.cluster.slurm import SESSION_SETTLE_MIN
+from ringflow.core.jsonio import atomic_write_json, read_json
 from ringflow.core.layout import RingLayout
+from ringflow.core.reserve import CutoffFile
 from ringflow.workflow.checkpoints import CHECKPOINT_OUTPUTS, CheckpointPending, FolderCheckpoints
 from ringflow.workflow.dag import RingDag
 from ringtools import full_config
@@ -282,6 +285,19 @@ def test_resources_follow_the_views_limits(tmp_path):
     assert dag.execution_mem_mb(one) == 1024 + 512
     assert dag.execution_runtime(one) == int(5 + 0.1 + 2) + 1
     assert dag.execution_gpus(one) == 0  # no GPU slots declared by the profile
+
+
+def test_a_sessions_job_may_run_to_its_hand_over_point(tmp_path):
+    layout = make_ring(tmp_path / "r")
+    ring = read_json(layout.ring_json)
+    now = time.time()
+    atomic_write_json(layout.ring_json, {**ring, "stop_at": now + 4 * 3600})
+    CutoffFile(layout.cutoff).ensure(now + 3 * 3600, reserve_min=60)
+    dag, _ = dag_over(layout)
+    # The cutoff in 3 h, the hand-over node_tail_min before it; grace 6 s; 5 min to settle.
+    tail = ring["config"]["timeline"]["node_tail_min"]
+    expected = int(180 - tail + 0.1 + SESSION_SETTLE_MIN) + 1
+    assert dag.session_runtime(w(node="n009-new")) in (expected - 1, expected)
 
 
 def test_review_and_guard_runs_follow_the_finalists_rank(tmp_path):
