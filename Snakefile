@@ -66,7 +66,7 @@ onstart:
         RINGS, CONFIGURED, workflow.dag_settings.targets
     )
     start_rings(INVOCATION, RING_CONFIGS, workflow)
-    start_on_slurm(workflow, INVOCATION)
+    start_on_slurm(workflow, INVOCATION, RING_CONFIGS)
 
 
 onsuccess:

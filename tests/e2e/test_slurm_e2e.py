@@ -524,3 +524,37 @@ def test_a_gpu_ring_takes_its_gpus_from_slurms_allocations(tmp_path, monkeypatch
     assert json.loads((ring / "slots.json").read_text())["cluster_slots"] == 2
     # The probe job asked for a GPU too; nothing else ran on the node.
     assert sorted(j["gpus"] for j in jobs.values()) == [1] * len(jobs)
+
+
+def test_an_engineer_session_slurm_ends_for_time_settles_its_node_and_the_ring_goes_on(tmp_path):
+    from engtools import engineer_config, search_config
+
+    ring_id = f"sq-eng-{os.getpid()}"
+    ring = tmp_path / "runs" / ring_id
+    make_task(tmp_path, views=("proxy", "final"))
+    make_candidate(tmp_path / "cands" / "a", mean=0.6)
+    make_candidate(tmp_path / "cands" / "b", mean=0.5)
+    # One engineered node (max_nodes counts the two static ones), whose engineer thinks
+    # far past SLURM's one-minute limit for its job, without writing a program.
+    engineer = engineer_config(tmp_path / "tools", "echo thinking\nsleep 600\n", env_pass=[])
+    guard = {"enabled": False, "seeds": 5, "alpha": 0.05, "margin": 0.0}
+    config = write_config(tmp_path, ring_id=ring_id, task=str(tmp_path / "task"),
+                          candidates=str(tmp_path / "cands"), baseline=None, promote_top_k=1,
+                          guard=guard, engineer=engineer, search=search_config(max_nodes=3))  # fmt: skip
+    done, seconds = slurm_ring(tmp_path, ring_id, configfile=config,
+                               options=("--set-resources", "engineer:runtime=1"))  # fmt: skip
+    print(f"ring with a session SLURM ended for time: {seconds:.0f} s")
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-6000:])
+    assert (ring / "final" / "FINAL.json").is_file()
+    (session_file,) = ring.glob("nodes/*/session.json")
+    session = json.loads(session_file.read_text())
+    assert session["status"] == "interrupted" and session["slurm_state"] == "TIMEOUT", session
+    assert "the engineer rule's runtime" in session["reason"] and session["slurm_job_id"]
+    node = json.loads((session_file.parent / "node.json").read_text())
+    assert node["status"] == "rejected" and node["error"].startswith("SLURM ended job")
+    assert "thinking" in (session_file.parent / "trajectory" / "stdout.log").read_text()
+    events = [json.loads(x) for x in (ring / "events.jsonl").read_text().splitlines()]
+    killed = [e for e in events if e["kind"] == "slurm_job_killed"]
+    assert [(e["rule"], e["job"]) for e in killed] == [("engineer", session["slurm_job_id"])]
+    assert "its node is rejected, the ring goes on" in done.stdout + done.stderr
+    assert not list((tmp_path / "runs" / ".boxes").glob("*"))

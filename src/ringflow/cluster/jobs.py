@@ -42,7 +42,7 @@ KILL_STATUSES = {
 }
 
 _WHY = {
-    "TIMEOUT": "its SLURM time limit (the execute rule's runtime) ran out",
+    "TIMEOUT": "its SLURM time limit (the {rule} rule's runtime) ran out",
     "CANCELLED": "it was cancelled (scancel or an administrator)",
     "NODE_FAIL": "its node failed",
     "PREEMPTED": "a job of higher priority preempted it",
@@ -151,14 +151,16 @@ def kill_status(state: str) -> str | None:
     return KILL_STATUSES.get(parse_state(state))
 
 
-def kill_reason(job: str, end: JobEnd) -> str:
-    """Why the execution ended, in SLURM's words (its state first)."""
+def kill_reason(job: str, end: JobEnd, rule: str = "execute") -> str:
+    """Why the execution (or the engineer session: `rule`) ended, in SLURM's words (its
+    state first)."""
     state = parse_state(end.state)
     if state == "OUT_OF_MEMORY":
         why = (f"memory limit (SLURM's, the job's --mem, fired before ringflow's own "
                f"limits.memory_gb): SLURM ended job {job} with OUT_OF_MEMORY")  # fmt: skip
     else:
-        why = f"SLURM ended job {job} with {state}: {_WHY.get(state, 'ended by SLURM')}"
+        said = _WHY.get(state, "ended by SLURM").format(rule=rule)
+        why = f"SLURM ended job {job} with {state}: {said}"
     details = [f"exit code {end.exit_code}" if end.exit_code else "",
                f"reason {end.reason}" if end.reason else ""]  # fmt: skip
     details = [d for d in details if d]

@@ -317,7 +317,10 @@ class Notify(Section):
 
 @section
 class Slurm(Section):
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"status_poll_max_s"})
+
     pending_warn_min: float
+    status_poll_max_s: float | None  # rings locked before it existed: the default
 
 
 @section

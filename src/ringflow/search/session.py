@@ -63,6 +63,7 @@ from .plan import ENGINEERING
 from .queries import QueryServer
 
 CARRIED_OVER = "carried_over"
+SESSION_MARK = "SESSION.json"  # in the session's box, never shown to the engineer
 BUILTIN_SCRIPT = Path(__file__).with_name("builtin_engineer.py")
 
 WORKSPACE = INSIDE / "workspace"
@@ -86,9 +87,64 @@ def run_session(ring_dir: str | Path, node_id: str) -> dict:
         return read_json(layout.session(node_id))
     box, held = open_box(layout.root)
     try:
+        # Which node the box is for: where SLURM ends the session's job, the driver settles
+        # the node from this workspace (settle_killed_session).
+        atomic_write_json(box / SESSION_MARK, {"ring": str(layout.root), "node": node.id,
+                                               "started_at": time.time()})  # fmt: skip
         return _run_in_box(ring, layout, node, box)
     finally:
         close_box(box, held)
+
+
+def settle_killed_session(ring_dir: str | Path, node_id: str, job: str, end) -> dict:
+    """Settle the node of a session whose SLURM job SLURM ended (its time or memory limit,
+    scancel, a failed node, preemption; `end` is cluster.jobs.JobEnd), as the session would
+    have after its engineer crashed: its workspace's runnable program is submitted, else
+    the node is rejected with SLURM's reason. Run by the driver, which hears of the end
+    (ringflow.workflow.cluster). A session that settled its node itself stands."""
+    from ..cluster.jobs import kill_reason, kill_status, parse_state
+    from ..ring.boxes import remove_abandoned_boxes
+
+    ring = load_ring(ring_dir)
+    layout = RingLayout(Path(ring.ring_dir))
+    node = load_node(ring, node_id)
+    if node.status != ENGINEERING and layout.session(node_id).exists():
+        return read_json(layout.session(node_id))
+    box = _session_box(layout, node_id)
+    empty, held = (None, None) if box is not None else open_box(layout.root)
+    try:
+        workspace = (box or empty) / "workspace"
+        workspace.mkdir(exist_ok=True)
+        mark = read_json(box / SESSION_MARK) if box is not None else {}
+        now = time.time()
+        record = {
+            "node": node.id, "operator": node.operator,
+            "started_at": mark.get("started_at", now), "deadline": handover_at(ring),
+            "network": ring.config.engineer.network, "status": str(kill_status(end.state)),
+            "budget_cut": False, "exit_code": None,
+            "reason": kill_reason(job, end, rule="engineer"),
+            "slurm_job_id": job, "slurm_state": parse_state(end.state), "ended_at": now,
+        }  # fmt: skip
+        record = _settle(ring, layout, node, workspace, record)
+    finally:
+        close_box(empty, held)
+    remove_abandoned_boxes(layout.root)  # the killed job's box, its workspace settled
+    return record
+
+
+def _session_box(layout: RingLayout, node_id: str) -> Path | None:
+    """The box of the node's last session, where it is still there (the boxes folder is
+    shared by the rings of one runs folder)."""
+    found = []
+    for mark in layout.boxes.glob(f"*/{SESSION_MARK}"):
+        try:
+            record = read_json(mark)
+        except (OSError, ValueError):
+            continue
+        ours = isinstance(record, dict) and record.get("ring") == str(layout.root)
+        if ours and record.get("node") == node_id:
+            found.append((float(record.get("started_at") or 0), mark.parent))
+    return max(found)[1] if found else None
 
 
 def _run_in_box(ring: Ring, layout: RingLayout, node: Node, box: Path) -> dict:
@@ -428,7 +484,10 @@ def _settle(ring, layout, node: Node, workspace: Path, record: dict) -> dict:
         node.update(status=CARRIED_OVER, carryover={"kind": carried.KIND, "reason": reason})
     else:
         what = "a workspace that cannot be submitted" if refused else "no runnable program"
-        node.update(status=REJECTED, error=f"the engineer session left {what}: {problem}")
+        error = f"the engineer session left {what}: {problem}"
+        if record.get("slurm_state"):  # the driver settles a session SLURM ended
+            error = f"{record['reason']}; {error}"
+        node.update(status=REJECTED, error=error)
     node["timestamps"]["settled_at"] = time.time()
     write_node(layout.root, layout.node_json(node["id"]), Node.from_record(node))
 

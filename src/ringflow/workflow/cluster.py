@@ -103,7 +103,46 @@ def slurm_target(workflow, prefix: str = "") -> SlurmTarget:
     return SlurmTarget(pick("slurm_partition"), pick("gpu_model"), gpu_profile(workflow))
 
 
-def start_on_slurm(workflow, rings) -> None:
+# Where a ring's configuration predates slurm.status_poll_max_s (config/config.yaml).
+STATUS_POLL_MAX_S = 30
+
+
+def status_poll_max_s(configs: dict | None) -> float:
+    """The shortest slurm.status_poll_max_s among the rings' configurations."""
+    found = [
+        float(poll)
+        for config in (configs or {}).values()
+        if (poll := (config.get("slurm") or {}).get("status_poll_max_s")) is not None
+    ]
+    return min(found, default=STATUS_POLL_MAX_S)
+
+
+def cap_status_polls(executor, max_s: float) -> bool:
+    """Keep the SLURM plugin's wait between two status queries at most `max_s` seconds.
+    The plugin adds 10 s after each query that found no job ended, up to 180 s: after a
+    long execution, the next stage would start up to three minutes late. The wait is a
+    property of the executor's class, so the instance gets a subclass whose setter caps
+    it; returns whether it could."""
+    cls = type(executor)
+    prop = getattr(cls, "next_seconds_between_status_checks", None)
+    if not isinstance(prop, property) or prop.fset is None:
+        return False
+    if getattr(cls, "_ringflow_poll_cap", None) is not None:
+        cls._ringflow_poll_cap = max_s
+        return True
+
+    def capped(self, value):
+        cap = type(self)._ringflow_poll_cap
+        prop.fset(self, value if value is None else min(value, cap))
+
+    executor.__class__ = type(cls.__name__, (cls,), {
+        "next_seconds_between_status_checks": property(prop.fget, capped, prop.fdel),
+        "_ringflow_poll_cap": max_s,
+    })  # fmt: skip
+    return True
+
+
+def start_on_slurm(workflow, rings, configs: dict | None = None) -> None:
     """onstart: under the SLURM executor, name the jobs after the last ring; for each
     unfinished ring, record its target (cluster.json, which the lock checks against the
     partition), cancel the jobs an earlier driver left, list this run's job name, and record
@@ -127,6 +166,7 @@ def start_on_slurm(workflow, rings) -> None:
         for ring in rings:
             watch_slurm_queue(ring.root, job_name)
     if executor is not None and hasattr(executor, "report_job_error"):
+        cap_status_polls(executor, status_poll_max_s(configs))
         DRIVER.started_at = time.time()
         watch_slurm_jobs(executor, rings)
         cancel_on_signals(executor, rings)
@@ -149,25 +189,25 @@ DRIVER = _Driver()
 
 
 def _ring_of(job, rings):
-    """(ring, node, view, variant) of an execute job of one of `rings`, else None."""
+    """(ring, rule, wildcards) of an execute or engineer job of one of `rings`, the rule
+    without the ring's prefix; else None."""
     rule = getattr(getattr(job, "rule", None), "name", None)
     wildcards = getattr(job, "wildcards", None)
     if rule is None or wildcards is None:
         return None
     for ring in rings:
-        if rule == f"{ring.prefix}execute":
-            try:
-                return ring, wildcards["node"], wildcards["view"], wildcards["variant"]
-            except (KeyError, TypeError, AttributeError):
-                return None
+        for kind in CLUSTER_RULES:
+            if rule == f"{ring.prefix}{kind}":
+                return ring, kind, wildcards
     return None
 
 
 def settle_killed_job(job_info, msg, rings):
-    """An execute job the plugin reports failed: where SLURM ended it from outside
-    (TIMEOUT, OUT_OF_MEMORY, CANCELLED, NODE_FAIL, PREEMPTED), write its execution's record
-    (cluster/jobs.py) and return it; None for any other failure (the job's own exit), which
-    stays the machinery's failure."""
+    """An execute or engineer job the plugin reports failed: where SLURM ended it from
+    outside (TIMEOUT, OUT_OF_MEMORY, CANCELLED, NODE_FAIL, PREEMPTED), write its
+    execution's record (cluster/jobs.py), or settle its session's node, and return that;
+    None for any other failure (the job's own exit), which stays the machinery's
+    failure."""
     from ..cluster import jobs
 
     if DRIVER.cancelled_by is not None:
@@ -181,11 +221,35 @@ def settle_killed_job(job_info, msg, rings):
         end = jobs.JobEnd(state)  # no accounting: the state squeue gave the plugin
     if end is None or jobs.kill_status(end.state) is None:
         return None
-    ring, node, view, variant = found
-    result = record_kill(ring.root, node, view, variant, str(job), end)
-    print(f"ringflow: {node} {view}/{variant}: {result.reason}; recorded "
-          f"{result.status}, the ring goes on", flush=True)  # fmt: skip
+    ring, kind, wildcards = found
+    try:
+        node = wildcards["node"]
+        where = "" if kind == "engineer" else f" {wildcards['view']}/{wildcards['variant']}"
+    except (KeyError, TypeError, AttributeError):
+        return None
+    if kind == "engineer":
+        result = record_session_kill(ring.root, node, str(job), end)
+        said = f"{result['reason']}; its node is {result['node_status']}"
+    else:
+        result = record_kill(ring.root, node, wildcards["view"], wildcards["variant"],
+                             str(job), end)  # fmt: skip
+        said = f"{result.reason}; recorded {result.status}"
+    print(f"ringflow: {node}{where}: {said}, the ring goes on", flush=True)
     return result
+
+
+def record_session_kill(ring_root, node: str, job: str, end) -> dict:
+    """Settle the node of an engineer session SLURM ended (search/session.py) and say so
+    in the events; returns the session's record."""
+    from ..cluster.jobs import parse_state
+    from ..core.ledger import emit_event
+    from ..search.session import settle_killed_session
+
+    record = settle_killed_session(ring_root, node, job, end)
+    emit_event(ring_root, "slurm_job_killed", node=node, rule="engineer", job=job,
+               state=parse_state(end.state), status=record.get("status"),
+               reason=record.get("reason"))  # fmt: skip
+    return record
 
 
 def record_kill(ring_root, node: str, view: str, variant: str, job: str, end):
