@@ -538,9 +538,10 @@ def test_an_engineer_session_slurm_ends_for_time_settles_its_node_and_the_ring_g
     # far past SLURM's one-minute limit for its job, without writing a program.
     engineer = engineer_config(tmp_path / "tools", "echo thinking\nsleep 600\n", env_pass=[])
     guard = {"enabled": False, "seeds": 5, "alpha": 0.05, "margin": 0.0}
+    search = search_config(max_nodes=3)
     config = write_config(tmp_path, ring_id=ring_id, task=str(tmp_path / "task"),
                           candidates=str(tmp_path / "cands"), baseline=None, promote_top_k=1,
-                          guard=guard, engineer=engineer, search=search_config(max_nodes=3))  # fmt: skip
+                          guard=guard, engineer=engineer, search=search)  # fmt: skip
     done, seconds = slurm_ring(tmp_path, ring_id, configfile=config,
                                options=("--set-resources", "engineer:runtime=1"))  # fmt: skip
     print(f"ring with a session SLURM ended for time: {seconds:.0f} s")
