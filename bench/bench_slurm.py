@@ -98,7 +98,8 @@ def main() -> int:
         slurm_id = f"bench-slurm-{int(datetime.now().timestamp())}"
         slurm = ring(work / "slurm", "slurm", slurm_id)
         folder = work / "slurm" / "runs" / slurm_id
-        jobs = sacct(f"ringflow-{slurm_id}_")
+        # The executions' jobs (the lock's probe job carries the ring's name too).
+        jobs = [j for j in sacct(f"ringflow-{slurm_id}_") if j["comment"].startswith("rule_")]
         log = max((work / "slurm" / ".snakemake" / "log").glob("*.snakemake.log"))
         seen = noticed(log)
         locked = (folder / "RING.json").stat().st_mtime

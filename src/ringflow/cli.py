@@ -275,9 +275,7 @@ def cmd_digest(args) -> int:
     if not args.send:
         print(ring_digest(args.ring_dir)["text"], end="")
         return 0
-    configured = load_ring(args.ring_dir).config.notify
-    settings = None if configured is None else configured.to_mapping()
-    lines = notify(args.ring_dir, settings, "sent by hand")
+    lines = notify(args.ring_dir, load_ring(args.ring_dir).config.notify, "sent by hand")
     for line in lines:
         print(f"{line['channel']}: " + (f"sent to {line['to']}" if line["ok"] else line["error"]))
     if not lines:

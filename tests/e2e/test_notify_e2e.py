@@ -5,6 +5,8 @@ of each stage, the last with the decision."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -45,7 +47,16 @@ def test_a_ring_sends_its_digests(tmp_path, monkeypatch):
             notify=notify,
         )
         snakemake(tmp_path, config)
-    ring = tmp_path / "runs" / "told"
+        ring = tmp_path / "runs" / "told"
+        # By hand, on the ring's channels (its configuration as RING.json holds it).
+        told, posted = len(inbox.messages), len(inbox.posts)
+        sent = subprocess.run([sys.executable, "-m", "ringflow", "digest", str(ring), "--send"],
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert sent.returncode == 0, sent.stdout + sent.stderr
+        assert "email: sent to you@example.org" in sent.stdout, sent.stdout
+        assert [m["Subject"] for m in inbox.messages[told:]] == ["ringflow told: sent by hand"]
+        inbox.messages[told:] = []
+        inbox.posts[posted:] = []
     subjects = [m["Subject"] for m in inbox.messages]
     assert subjects and all(s.startswith("ringflow told: ") for s in subjects)
     said = [reason for s in subjects for reason in s.removeprefix("ringflow told: ").split("; ")]

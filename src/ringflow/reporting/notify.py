@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..core.jsonio import append_jsonl, atomic_write_json, atomic_write_text, read_json
 from ..core.layout import RingLayout
+from ..core.settings import Email, Notify, Webhook
 from .health_digest import ring_digest
 
 TIMEOUT_S = 15.0
@@ -50,36 +51,36 @@ def _secret(name: str | None, what: str) -> str | None:
     return value
 
 
-def send_email(settings: dict, subject: str, text: str) -> str:
-    """One message to settings['to'] through settings['smtp_host']; returns to whom."""
-    recipients = settings["to"] if isinstance(settings["to"], list) else [settings["to"]]
+def send_email(settings: Email, subject: str, text: str) -> str:
+    """One message to `settings.to` through `settings.smtp_host`; returns to whom."""
+    recipients = [settings.to] if isinstance(settings.to, str) else list(settings.to)
     message = EmailMessage()
-    message["Subject"], message["From"] = subject, settings["from"]
+    message["Subject"], message["From"] = subject, settings.from_
     message["To"] = ", ".join(recipients)
     message.set_content(text)
-    password = _secret(settings.get("password_env"), "email")
+    password = _secret(settings.password_env, "email")
     try:
-        with smtplib.SMTP(settings["smtp_host"], int(settings.get("smtp_port") or 25),
+        with smtplib.SMTP(settings.smtp_host, int(settings.smtp_port or 25),
                           timeout=TIMEOUT_S) as smtp:  # fmt: skip
-            if settings.get("starttls"):
+            if settings.starttls:
                 smtp.starttls()
-            if settings.get("username"):
-                smtp.login(settings["username"], password or "")
+            if settings.username:
+                smtp.login(settings.username, password or "")
             smtp.send_message(message)
     except (OSError, smtplib.SMTPException) as exc:
-        raise ChannelError(f"email via {settings['smtp_host']}: {exc}") from None
+        raise ChannelError(f"email via {settings.smtp_host}: {exc}") from None
     return ", ".join(recipients)
 
 
-def send_webhook(settings: dict, subject: str, text: str, digest: dict) -> str:
+def send_webhook(settings: Webhook, subject: str, text: str, digest: dict) -> str:
     """POST the digest as JSON ({subject, text, digest}); returns the host it went to."""
-    url = settings.get("url") or _secret(settings.get("url_env"), "webhook")
+    url = settings.url or _secret(settings.url_env, "webhook")
     if not url:
         raise ChannelError("webhook: neither url nor url_env is set")
     body = json.dumps({"subject": subject, "text": text, "digest": digest}).encode()
     request = urllib.request.Request(url, data=body, method="POST")
     request.add_header("Content-Type", "application/json")
-    token = _secret(settings.get("token_env"), "webhook")
+    token = _secret(settings.token_env, "webhook")
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     host = urllib.request.urlparse(url).hostname or "?"
@@ -92,7 +93,7 @@ def send_webhook(settings: dict, subject: str, text: str, digest: dict) -> str:
     return host
 
 
-def notify(ring_dir: str | Path, settings: dict | None, why: str, now: float | None = None):
+def notify(ring_dir: str | Path, settings: Notify | None, why: str, now: float | None = None):
     """Write the digest to RING_DIR/digest.txt and send it on every configured channel;
     each delivery (or its failure) is one line of notify.jsonl. Returns those lines."""
     root = Path(ring_dir)
@@ -104,13 +105,12 @@ def notify(ring_dir: str | Path, settings: dict | None, why: str, now: float | N
     subject = f"ringflow {digest['ring_id']}: {why}"
     text = digest["text"]
     atomic_write_text(root / DIGEST, f"{subject}\n\n{text}")
-    settings = settings or {}
     channels = []
-    if email_on(settings):
-        channels.append(("email", lambda: send_email(settings["email"], subject, text)))
-    if webhook_on(settings):
+    if settings is not None and email_on(settings):
+        channels.append(("email", lambda: send_email(settings.email, subject, text)))
+    if settings is not None and webhook_on(settings):
         channels.append(
-            ("webhook", lambda: send_webhook(settings["webhook"], subject, text, digest["data"]))
+            ("webhook", lambda: send_webhook(settings.webhook, subject, text, digest["data"]))
         )
     lines = []
     for name, send in channels:
@@ -152,7 +152,7 @@ def due(root: Path, state: dict, every_h: float, now: float, ended: list[str]) -
     return reasons
 
 
-def check(root: str | Path, settings: dict | None, now: float | None = None) -> list[str]:
+def check(root: str | Path, settings: Notify | None, now: float | None = None) -> list[str]:
     """Send the digests due now and remember them (RING_DIR/notify_state.json)."""
     root = Path(root)
     now = time.time() if now is None else now
@@ -167,7 +167,8 @@ def check(root: str | Path, settings: dict | None, now: float | None = None) -> 
     # The stages are looked at once: one that ends while this digest is being sent is
     # told by the next look, not marked as told (docs/report.md#notifications).
     ended = ended_stages(root)
-    reasons = due(root, state, float((settings or {}).get("digest_every_h") or 0), now, ended)
+    every_h = float(settings.digest_every_h or 0) if settings is not None else 0.0
+    reasons = due(root, state, every_h, now, ended)
     if not reasons:
         if not path.exists():
             atomic_write_json(path, state)
@@ -183,7 +184,7 @@ def check(root: str | Path, settings: dict | None, now: float | None = None) -> 
 class Watcher:
     """A thread of the Snakemake process that checks for due digests every `poll_s`."""
 
-    def __init__(self, root: str | Path, settings: dict, poll_s: float = 60.0):
+    def __init__(self, root: str | Path, settings: Notify, poll_s: float = 60.0):
         self.root, self.settings, self.poll_s = Path(root), settings, poll_s
         self.stopped = threading.Event()
         # One check at a time: the last one (at the ring's end) must not race the thread's.
@@ -208,25 +209,24 @@ class Watcher:
 _watchers: dict[str, Watcher] = {}
 
 
-def email_on(settings: dict | None) -> bool:
+def email_on(settings: Notify | None) -> bool:
     """E-mail is sent when notify.email.to names someone."""
-    return bool(((settings or {}).get("email") or {}).get("to"))
+    return settings is not None and bool(settings.email.to)
 
 
-def webhook_on(settings: dict | None) -> bool:
+def webhook_on(settings: Notify | None) -> bool:
     """The webhook is called when notify.webhook.url or url_env is set."""
-    hook = (settings or {}).get("webhook") or {}
-    return bool(hook.get("url") or hook.get("url_env"))
+    return settings is not None and bool(settings.webhook.url or settings.webhook.url_env)
 
 
-def enabled(settings: dict | None) -> bool:
+def enabled(settings: Notify | None) -> bool:
     return email_on(settings) or webhook_on(settings)
 
 
-def ring_start(root: str | Path, settings: dict | None) -> None:
+def ring_start(root: str | Path, settings: Notify | None) -> None:
     """onstart: watch the ring for due digests (only when a channel is configured)."""
-    if enabled(settings) and str(root) not in _watchers:
-        watcher = Watcher(root, settings, float(settings.get("poll_s") or 60.0))
+    if settings is not None and enabled(settings) and str(root) not in _watchers:
+        watcher = Watcher(root, settings, float(settings.poll_s or 60.0))
         _watchers[str(root)] = watcher
         watcher.thread.start()
 

@@ -120,7 +120,7 @@ def start_rings(rings: list[NamedRing], configs: dict[str, dict], workflow) -> N
         ring_start(
             ring.root, config.terminal, 0 if config.slurm is None else config.slurm.pending_warn_min
         )
-        notify.ring_start(ring.root, None if config.notify is None else config.notify.to_mapping())
+        notify.ring_start(ring.root, config.notify)
 
 
 def gpu_slots_here(workflow) -> tuple[bool, int | None]:

@@ -12,26 +12,34 @@ import yaml
 from test_report import START, decided, finished, hand_ring, write
 
 from mailtools import local_servers
+from ringflow.core.settings import Notify
 from ringflow.reporting import notify
 from ringtools import REPO
 
 PASSWORD, TOKEN = "s3cret-pass-word", "t0ken-for-the-hook"
 
 
-def settings(smtp_port: int, url: str, **more) -> dict:
-    return {
-        "digest_every_h": 3,
-        "email": {
-            "to": ["you@example.org"],
-            "from": "ringflow@example.org",
-            "smtp_host": "127.0.0.1",
-            "smtp_port": smtp_port,
-            "username": "you",
-            "password_env": "TEST_RINGFLOW_SMTP_PASSWORD",
-        },
-        "webhook": {"url": url, "token_env": "TEST_RINGFLOW_HOOK_TOKEN"},
-        **more,
+DEFAULTS = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["notify"]
+
+
+def settings(smtp_port: int, url: str, webhook: bool = True, **more) -> Notify:
+    """The notify section with both channels on 127.0.0.1 (e-mail only: `webhook=False`),
+    the defaults' other keys."""
+    email = {
+        "to": ["you@example.org"],
+        "from": "ringflow@example.org",
+        "smtp_host": "127.0.0.1",
+        "smtp_port": smtp_port,
+        "username": "you",
+        "password_env": "TEST_RINGFLOW_SMTP_PASSWORD",
     }
+    hook = {"url": url, "token_env": "TEST_RINGFLOW_HOOK_TOKEN"} if webhook else {}
+    return Notify.from_mapping({
+        **DEFAULTS, "digest_every_h": 3,
+        "email": {**DEFAULTS["email"], **email},
+        "webhook": {**DEFAULTS["webhook"], **hook},
+        **more,
+    })  # fmt: skip
 
 
 @pytest.fixture
@@ -117,7 +125,7 @@ def test_a_missing_secret_names_its_variable(tmp_path, monkeypatch):
     monkeypatch.delenv("TEST_RINGFLOW_SMTP_PASSWORD", raising=False)
     ring = troubled_ring(tmp_path)
     with local_servers() as (inbox, port, url):
-        lines = notify.notify(ring, {"email": settings(port, url)["email"]}, "search ended")
+        lines = notify.notify(ring, settings(port, url, webhook=False), "search ended")
     assert not lines[0]["ok"]
     assert "environment variable TEST_RINGFLOW_SMTP_PASSWORD is not set" in lines[0]["error"]
     assert inbox.messages == []
@@ -179,7 +187,7 @@ def test_a_stage_that_ends_while_a_digest_is_sent_is_told_by_the_next(
 
 
 def test_without_channels_nothing_is_watched_or_sent(tmp_path):
-    defaults = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["notify"]
+    defaults = Notify.from_mapping(DEFAULTS)
     assert not notify.enabled(defaults)
     notify.ring_start(tmp_path, defaults)
     assert str(tmp_path) not in notify._watchers
