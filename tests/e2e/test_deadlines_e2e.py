@@ -163,8 +163,11 @@ def test_the_reserve_moves_the_cutoff_earlier_and_it_survives_a_restart(tmp_path
     try:
         assert wait_until(lambda: any(ring.glob("nodes/*/exec/*/s0/score.json")), 120)
         lock = json.loads((ring / "RING.json").read_text())
+        # The cutoff starts final_reserve_min before stop_at and only ever moves earlier: the
+        # ring's own timekeeper may have moved it already (a busy machine).
+        initial = lock["stop_at"] - 60
         before = CutoffFile(ring / "cutoff.json").cutoff()
-        assert before == pytest.approx(lock["stop_at"] - 60)
+        assert before <= initial + 1e-3
         tick = subprocess.run(
             [sys.executable, "-m", "ringflow", "reserve", "--json", str(ring)],
             capture_output=True,
@@ -174,8 +177,8 @@ def test_the_reserve_moves_the_cutoff_earlier_and_it_survives_a_restart(tmp_path
         moved = json.loads(tick.stdout)
         assert moved["reserve_min"] >= 3
         after = CutoffFile(ring / "cutoff.json").cutoff()
-        # Moved by this tick, or by the ring's own timekeeper a moment before it.
-        assert after < before
+        # Moved by this tick, or by the ring's own timekeeper before it.
+        assert after <= before and after < initial
         assert after >= lock["start"] + (lock["stop_at"] - lock["start"]) / 2
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait()
