@@ -25,6 +25,10 @@ from ringtools import full_config, make_candidate, make_task
 
 START = 1_000.0
 
+# Moments are epoch seconds (about 1.8e9): pytest.approx's default relative tolerance
+# would let them be half an hour apart.
+EPOCH_ABS = 1e-3
+
 
 def make_ring(tmp_path: Path, cands: dict[str, bool], *, big_final: int = 1, **overrides) -> Path:
     """A locked ring with imported nodes: candidates (name -> trains weights) and a baseline."""
@@ -237,10 +241,14 @@ def test_a_tick_plans_stage_deadlines_backwards_and_jobs_follow_them(tmp_path):
     out = tick(ring)
     stages = out["stages"]
     hard_end = lock.stop_at - lock.config.timeline.stop_margin_s
-    assert stages["final"]["deadline"] == pytest.approx(hard_end)
-    assert stages["guard"]["deadline"] == pytest.approx(hard_end - stages["final"]["share_s"])
+    assert stages["final"]["deadline"] == pytest.approx(hard_end, abs=EPOCH_ABS)
+    assert stages["guard"]["deadline"] == pytest.approx(
+        hard_end - stages["final"]["share_s"], abs=EPOCH_ABS
+    )
     assert stages["review"]["deadline"] < stages["guard"]["deadline"] < hard_end
-    assert stage_deadline(lock, "guard") == pytest.approx(stages["guard"]["deadline"])
+    assert stage_deadline(lock, "guard") == pytest.approx(
+        stages["guard"]["deadline"], abs=EPOCH_ABS
+    )
     persisted = CutoffFile(ring / "cutoff.json").read()
     assert persisted["stages"] == stages and persisted["breakdown"] == out["terms"]
     # What was reserved at the end of the search is recorded beside what each stage took.
@@ -265,7 +273,9 @@ def test_a_short_ring_plans_no_stage_deadline_before_its_cutoff(tmp_path):
     cutoff = CutoffFile(ring / "cutoff.json").cutoff()
     hard_end = lock.stop_at - lock.config.timeline.stop_margin_s
     deadlines = [out["stages"][stage]["deadline"] for stage in FINAL_STAGES]
-    assert deadlines == sorted(deadlines) and deadlines[-1] == pytest.approx(hard_end)
+    assert deadlines == sorted(deadlines) and deadlines[-1] == pytest.approx(
+        hard_end, abs=EPOCH_ABS
+    )
     assert out["stages"]["promotion"]["deadline"] - out["stages"]["promotion"]["share_s"] >= (
         cutoff - 1e-6
     )
@@ -296,8 +306,10 @@ def test_final_selection_executions_and_the_review_command_follow_their_stage_de
     )
     for view, variant, stage in (("proxy", "s1", "promotion"), ("x3", "blind-s0", "review"),
                                  ("proxy", "g3", "guard"), ("final", "s0", "final")):  # fmt: skip
-        assert deadline_for(lock, view, variant)() == pytest.approx(plan[stage])
-        assert scoring_deadline_for(lock, view, variant)() == pytest.approx(plan[stage])
+        assert deadline_for(lock, view, variant)() == pytest.approx(plan[stage], abs=EPOCH_ABS)
+        assert scoring_deadline_for(lock, view, variant)() == pytest.approx(
+            plan[stage], abs=EPOCH_ABS
+        )
     check = _review_command(lock, _layout(ring), "n001-a")
     assert time.time() - now < 5  # stopped at the review deadline, not after 30 s
     assert check["passed"] is False and check["budget_cut"] is True
@@ -305,7 +317,7 @@ def test_final_selection_executions_and_the_review_command_follow_their_stage_de
     late = {"final": {"deadline": lock.stop_at + 600}}
     CutoffFile(ring / "cutoff.json").note_estimate(reserve_min=1, estimate_s=1, stages=late)
     hard_end = lock.stop_at - lock.config.timeline.stop_margin_s
-    assert deadline_for(lock, "final", "s0")() == pytest.approx(hard_end)
+    assert deadline_for(lock, "final", "s0")() == pytest.approx(hard_end, abs=EPOCH_ABS)
 
 
 def test_without_the_guard_only_the_top_finalist_and_the_baseline_run_the_final_view(tmp_path):
