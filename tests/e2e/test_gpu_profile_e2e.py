@@ -87,8 +87,14 @@ def test_two_executions_at_once_under_the_gpu_profile_get_different_gpus(tmp_pat
     ring = tmp_path / "runs" / "gpus"
     lock = json.loads((ring / "RING.json").read_text())
     assert lock["gpu"]["gpus"] == ["Fake GPU"]
-    runs = []
-    for key, result in results(ring).items():
+    assert_each_run_held_its_own_gpu(ring)
+
+
+def assert_each_run_held_its_own_gpu(ring: Path) -> dict:
+    """Every execution of the ring (GPU_PROGRAM) ran `ok`, saw one stand-in GPU, the one its
+    record names, and two that ran at once saw different ones; returns the records."""
+    runs, records = [], results(ring)
+    for key, result in records.items():
         assert result["status"] == "ok", result
         folder = ring / "nodes" / key[0] / "exec" / key[1] / key[2]
         runs.append(json.loads((folder / "output" / "gpu.json").read_text()))
@@ -100,3 +106,4 @@ def test_two_executions_at_once_under_the_gpu_profile_get_different_gpus(tmp_pat
     ]  # fmt: skip
     assert overlapping, "two executions ran at once"
     assert all(x["visible"] != y["visible"] for x, y in overlapping)
+    return records

@@ -477,7 +477,7 @@ def test_a_job_slurm_ends_while_no_driver_runs_is_recorded_when_the_driver_comes
 def test_a_gpu_ring_takes_its_gpus_from_slurms_allocations(tmp_path, monkeypatch):
     # The node's GPUs are gres (`make test-slurm` offers two stand-in devices where the
     # machine has none) and NVML is tests/fake_nvml's, on the driver and in every job.
-    from test_gpu_profile_e2e import FAKE_DIR, GPU_PROGRAM
+    from test_gpu_profile_e2e import FAKE_DIR, GPU_PROGRAM, assert_each_run_held_its_own_gpu
 
     if "gpu:" not in subprocess.run(["sinfo", "-h", "-o", "%G"], capture_output=True,
                                     text=True, timeout=60).stdout:  # fmt: skip
@@ -502,25 +502,11 @@ def test_a_gpu_ring_takes_its_gpus_from_slurms_allocations(tmp_path, monkeypatch
     assert (ring / "final" / "FINAL.json").is_file()
     # The lock's probe job read the GPU model and driver on the node.
     assert json.loads((ring / "RING.json").read_text())["gpu"]["gpus"] == ["Fake GPU"]
-    executions = results(ring)
-    assert executions
+    # Each program saw the GPU of its job's allocation, and only that one.
+    executions = assert_each_run_held_its_own_gpu(ring)
     jobs = {j["id"]: j for j in sacct_jobs(f"ringflow-{ring_id}_")}
-    runs = []
-    for (node, view, variant), result in executions.items():
-        assert result["status"] == "ok", result
-        # The program saw the GPU of its job's allocation, and only that one.
-        folder = RingLayout(ring).result(node, view, variant).parent
-        runs.append(json.loads((folder / "output" / "gpu.json").read_text()))
-        assert [g["uuid"] for g in result["gpus"]] == [runs[-1]["visible"]]
+    for result in executions.values():
         assert jobs[result["slurm_job_id"]]["gpus"] == 1, jobs[result["slurm_job_id"]]
-    assert {r["visible"] for r in runs} <= {"GPU-fake-0", "GPU-fake-1"}
-    # Two jobs on the node at once hold different GPUs.
-    overlapping = [
-        (x, y) for i, x in enumerate(runs) for y in runs[i + 1 :]
-        if x["start"] < y["end"] and y["start"] < x["end"]
-    ]  # fmt: skip
-    assert overlapping, "two executions ran at once"
-    assert all(x["visible"] != y["visible"] for x, y in overlapping)
     assert json.loads((ring / "slots.json").read_text())["cluster_slots"] == 2
     # The probe job asked for a GPU too; nothing else ran on the node.
     assert sorted(j["gpus"] for j in jobs.values()) == [1] * len(jobs)
