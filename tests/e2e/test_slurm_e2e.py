@@ -328,13 +328,6 @@ def test_sigterm_cancels_the_rings_jobs_by_id_and_a_job_cancelled_from_outside_i
         ids = {line.split("|")[0] for line in before}
         assert ids <= set(cancelled[0]["jobs"]), (ids, cancelled)
         assert any(e["kind"] == "slurm_job_killed" and e["job"] == job for e in events)
-        # The new driver cancelled, by id, the jobs the dead one left, before its own: their
-        # executions run again rather than twice at once.
-        cancelled = [e for e in events if e["kind"] == "slurm_jobs_cancelled"]
-        assert [e["reason"] for e in cancelled] == ["left by an earlier driver"], cancelled
-        assert set(left) <= set(cancelled[0]["jobs"]) and job not in cancelled[0]["jobs"]
-        assert not set(left) & {q.split("|")[0] for q in queued(f"ringflow-{ring_id}_")}
-        assert "an earlier driver of the ring left" in said()
     finally:
         if driver.poll() is None:
             driver.kill()
@@ -458,6 +451,13 @@ def test_a_job_slurm_ends_while_no_driver_runs_is_recorded_when_the_driver_comes
         assert result["slurm_job_id"] == job and "while no driver ran" in said()
         events = [json.loads(x) for x in (ring / "events.jsonl").read_text().splitlines()]
         assert any(e["kind"] == "slurm_job_killed" and e["job"] == job for e in events)
+        # The new driver cancelled, by id, the jobs the dead one left, before its own: their
+        # executions run again rather than twice at once.
+        cancelled = [e for e in events if e["kind"] == "slurm_jobs_cancelled"]
+        assert [e["reason"] for e in cancelled] == ["left by an earlier driver"], cancelled
+        assert set(left) <= set(cancelled[0]["jobs"]) and job not in cancelled[0]["jobs"]
+        assert not set(left) & {q.split("|")[0] for q in queued(f"ringflow-{ring_id}_")}
+        assert "an earlier driver of the ring left" in said()
     finally:
         if driver.poll() is None:
             driver.send_signal(signal.SIGTERM)
