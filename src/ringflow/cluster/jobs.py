@@ -66,15 +66,18 @@ def current_job_id(env=None) -> str | None:
     return job or None
 
 
-def record_job(ring_root, node: str, view: str, variant: str, env=None) -> str | None:
-    """Append this execution's SLURM job to the ring's list (one whole line, appended at
-    once); returns the job id, None (and nothing written) outside SLURM."""
+def record_job(ring_root, node: str, view: str | None, variant: str | None, env=None,
+               rule: str = "execute") -> str | None:  # fmt: skip
+    """Append this execution's SLURM job (or this engineer session's: `rule` "engineer",
+    no view or variant) to the ring's list (one whole line, appended at once); returns the
+    job id, None (and nothing written) outside SLURM."""
     env = os.environ if env is None else env
     job = current_job_id(env)
     if job is None:
         return None
     line = {
         "job": job,
+        "rule": rule,
         "node": node,
         "view": view,
         "variant": variant,
@@ -83,6 +86,12 @@ def record_job(ring_root, node: str, view: str, variant: str, env=None) -> str |
     }
     append_jsonl(RingLayout(Path(ring_root)).cluster_jobs, line)
     return job
+
+
+def is_session(item: dict) -> bool:
+    """Whether a line of the job list is an engineer session's (lines written before the
+    list named rules are executions')."""
+    return item.get("rule") == "engineer"
 
 
 def ring_jobs(ring_root) -> list[dict]:
@@ -106,13 +115,19 @@ def driver_job_names(ring_root) -> set[str]:
 
 def unfinished_jobs(ring_root, since: float | None = None) -> list[dict]:
     """The listed jobs (started at `since` or later, where given: one driver's) whose
-    execution has no result.json: running, or ended without a record."""
+    execution has no result.json (a session: no session.json): running, or ended without
+    a record."""
     layout = RingLayout(Path(ring_root))
+
+    def recorded(item: dict) -> bool:
+        if is_session(item):
+            return layout.session(item["node"]).exists()
+        return layout.result(item["node"], item["view"], item["variant"]).exists()
+
     return [
         item
         for item in ring_jobs(ring_root)
-        if (since is None or float(item.get("at") or 0) >= since)
-        and not layout.result(item["node"], item["view"], item["variant"]).exists()
+        if (since is None or float(item.get("at") or 0) >= since) and not recorded(item)
     ]
 
 

@@ -36,6 +36,7 @@ from ..candidate import (
     workspace_limits,
 )
 from ..carryover import engineer as carried
+from ..cluster.jobs import record_job
 from ..core import statuses
 from ..core.clock import handover_at, load_node, load_ring
 from ..core.errors import CandidateError, SandboxError
@@ -85,6 +86,7 @@ def run_session(ring_dir: str | Path, node_id: str) -> dict:
     node = load_node(ring, node_id)
     if node.status != ENGINEERING and layout.session(node_id).exists():
         return read_json(layout.session(node_id))
+    record_job(layout.root, node.id, None, None, rule="engineer")  # under SLURM only
     box, held = open_box(layout.root)
     try:
         # Which node the box is for: where SLURM ends the session's job, the driver settles

@@ -326,18 +326,22 @@ def cancel_left_jobs(ring_root, job_name: str, wait_s: float = LEFT_JOBS_WAIT_S)
 
 
 def settle_jobs_ended_unheard(ring_root) -> list:
-    """onstart: record the executions whose SLURM job SLURM ended (TIMEOUT, CANCELLED, …)
-    while no driver was there to hear it (killed, or its machine down), as the driver
-    would have; returns their records. The last job listed for each execution without a
-    record is asked about; the jobs a driver cancelled itself (its `slurm_jobs_cancelled`
-    events) are left out, so their executions run again."""
+    """onstart: record the executions (and settle the engineer sessions' nodes) whose
+    SLURM job SLURM ended (TIMEOUT, CANCELLED, …) while no driver was there to hear it
+    (killed, or its machine down), as the driver would have; returns their records. The
+    last job listed for each execution or session without a record is asked about; the
+    jobs a driver cancelled itself (its `slurm_jobs_cancelled` events) are left out, so
+    their executions and sessions run again."""
     from ..cluster import jobs
     from ..core.jsonio import read_jsonl_objects
 
     layout = RingLayout(Path(ring_root))
     if not layout.ring_json.exists():
         return []
-    last = {(j["node"], j["view"], j["variant"]): j for j in jobs.unfinished_jobs(ring_root)}
+    last = {
+        (j.get("rule"), j["node"], j["view"], j["variant"]): j
+        for j in jobs.unfinished_jobs(ring_root)
+    }
     cancelled = {
         str(job)
         for event in read_jsonl_objects(layout.events)
@@ -351,6 +355,12 @@ def settle_jobs_ended_unheard(ring_root) -> list:
         end = ends.get(str(item["job"]))
         if end is None or jobs.kill_status(end.state) is None:
             continue  # still running, or ended by its own exit: Snakemake decides
+        if jobs.is_session(item):
+            session = record_session_kill(ring_root, item["node"], str(item["job"]), end)
+            print(f"ringflow: {item['node']}: {session['reason']} while no driver ran; its "
+                  f"node is {session['node_status']}", flush=True)  # fmt: skip
+            settled.append(session)
+            continue
         result = record_kill(ring_root, item["node"], item["view"], item["variant"],
                              str(item["job"]), end)  # fmt: skip
         print(f"ringflow: {item['node']} {item['view']}/{item['variant']}: {result.reason} "

@@ -8,11 +8,13 @@ import json
 import time
 
 from engtools import engineer_config, search_config
+from ringflow.cluster import jobs
 from ringflow.cluster.jobs import JobEnd
 from ringflow.core.jsonio import atomic_write_json
 from ringflow.core.layout import RingLayout
 from ringflow.search.plan import plan_generation
 from ringflow.search.session import SESSION_MARK, settle_killed_session
+from ringflow.workflow import cluster
 from ringtools import locked_ring, make_candidate
 
 
@@ -68,3 +70,23 @@ def test_another_rings_box_is_not_taken_for_the_sessions(tmp_path):
                                              "started_at": time.time()})  # fmt: skip
     record = settle_killed_session(ring, node, "44", JobEnd("NODE_FAIL"))
     assert record["node_status"] == "rejected", record
+
+
+def test_a_session_slurm_ended_while_no_driver_ran_is_settled_when_the_driver_starts(
+    tmp_path, monkeypatch
+):
+    ring, node = engineering_node(tmp_path)
+    # The session's job listed itself as it started, then SLURM ended it unheard.
+    assert jobs.record_job(ring, node, None, None, env={"SLURM_JOB_ID": "45"},
+                           rule="engineer") == "45"  # fmt: skip
+    assert [j["job"] for j in jobs.unfinished_jobs(ring)] == ["45"]
+    monkeypatch.setattr(jobs, "query_ends", lambda ids: {"45": JobEnd("NODE_FAIL")})
+    (session,) = cluster.settle_jobs_ended_unheard(ring)
+    assert session["slurm_state"] == "NODE_FAIL" and session["node_status"] == "rejected"
+    assert jobs.unfinished_jobs(ring) == []  # its session.json is the record
+    events = [json.loads(x) for x in (ring / "events.jsonl").read_text().splitlines()]
+    assert [(e["rule"], e["job"]) for e in events if e["kind"] == "slurm_job_killed"] == [
+        ("engineer", "45")
+    ]
+    # Outside SLURM a session lists nothing.
+    assert jobs.record_job(ring, node, None, None, env={}, rule="engineer") is None
