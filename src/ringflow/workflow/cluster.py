@@ -18,6 +18,7 @@ from ..cluster.target import SlurmTarget, cluster_slots, write_target
 from ..core.errors import InputError
 from ..core.layout import RingLayout
 from ..reporting.progress import watch_slurm_queue
+from .status_polls import poll_sooner, status_poll_max_s
 
 # The only rules that become cluster jobs: a program's execution and an engineer session.
 # Every other step is bookkeeping that takes a second on the driver; as a SLURM job it
@@ -103,45 +104,6 @@ def slurm_target(workflow, prefix: str = "") -> SlurmTarget:
     return SlurmTarget(pick("slurm_partition"), pick("gpu_model"), gpu_profile(workflow))
 
 
-# Where a ring's configuration predates slurm.status_poll_max_s (config/config.yaml).
-STATUS_POLL_MAX_S = 30
-
-
-def status_poll_max_s(configs: dict | None) -> float:
-    """The shortest slurm.status_poll_max_s among the rings' configurations."""
-    found = [
-        float(poll)
-        for config in (configs or {}).values()
-        if (poll := (config.get("slurm") or {}).get("status_poll_max_s")) is not None
-    ]
-    return min(found, default=STATUS_POLL_MAX_S)
-
-
-def cap_status_polls(executor, max_s: float) -> bool:
-    """Keep the SLURM plugin's wait between two status queries at most `max_s` seconds.
-    The plugin adds 10 s after each query that found no job ended, up to 180 s: after a
-    long execution, the next stage would start up to three minutes late. The wait is a
-    property of the executor's class, so the instance gets a subclass whose setter caps
-    it; returns whether it could."""
-    cls = type(executor)
-    prop = getattr(cls, "next_seconds_between_status_checks", None)
-    if not isinstance(prop, property) or prop.fset is None:
-        return False
-    if getattr(cls, "_ringflow_poll_cap", None) is not None:
-        cls._ringflow_poll_cap = max_s
-        return True
-
-    def capped(self, value):
-        cap = type(self)._ringflow_poll_cap
-        prop.fset(self, value if value is None else min(value, cap))
-
-    executor.__class__ = type(cls.__name__, (cls,), {
-        "next_seconds_between_status_checks": property(prop.fget, capped, prop.fdel),
-        "_ringflow_poll_cap": max_s,
-    })  # fmt: skip
-    return True
-
-
 def start_on_slurm(workflow, rings, configs: dict | None = None) -> None:
     """onstart: under the SLURM executor, name the jobs after the last ring; for each
     unfinished ring, record its target (cluster.json, which the lock checks against the
@@ -166,7 +128,7 @@ def start_on_slurm(workflow, rings, configs: dict | None = None) -> None:
         for ring in rings:
             watch_slurm_queue(ring.root, job_name)
     if executor is not None and hasattr(executor, "report_job_error"):
-        cap_status_polls(executor, status_poll_max_s(configs))
+        poll_sooner(executor, status_poll_max_s(configs))
         DRIVER.started_at = time.time()
         watch_slurm_jobs(executor, rings)
         cancel_on_signals(executor, rings)

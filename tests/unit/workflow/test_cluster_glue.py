@@ -9,13 +9,11 @@ from types import SimpleNamespace
 
 from ringflow.cluster.target import SlurmTarget, profile_target, read_target, write_target
 from ringflow.workflow.cluster import (
-    cap_status_polls,
     driver_rules,
     execution_gpus,
     job_prefix,
     slurm_nice,
     slurm_target,
-    status_poll_max_s,
 )
 
 
@@ -142,51 +140,3 @@ def test_a_cluster_driver_keeps_the_profiles_gpu_slots_whatever_gpus_it_has(monk
     here = profile(non_local=False)
     assert gpu_slots_here(here) == (True, 2)
     assert here.global_resources["gpu"].value == 2
-
-
-class PollingExecutor:
-    """The plugin's executor as far as its polling goes: the wait between status queries
-    is a property of the class (snakemake_interface_executor_plugins' RemoteExecutor)."""
-
-    def __init__(self):
-        self._wait = None
-
-    @property
-    def next_seconds_between_status_checks(self):
-        return 2 if self._wait is None else self._wait
-
-    @next_seconds_between_status_checks.setter
-    def next_seconds_between_status_checks(self, value):
-        self._wait = value
-
-    def back_off(self):  # what the plugin does after a query that found no job ended
-        self.next_seconds_between_status_checks = min(
-            self.next_seconds_between_status_checks + 10, 180
-        )
-
-
-def test_the_plugins_growing_wait_between_status_queries_is_capped():
-    executor, other = PollingExecutor(), PollingExecutor()
-    assert cap_status_polls(executor, 30)
-    for _ in range(20):
-        executor.back_off()
-        other.back_off()
-    assert executor.next_seconds_between_status_checks == 30
-    assert other.next_seconds_between_status_checks == 180  # only that executor
-    executor.next_seconds_between_status_checks = 2  # a job ended: back to the start
-    assert executor.next_seconds_between_status_checks == 2
-    assert isinstance(executor, PollingExecutor)
-    # Capped again (another ring of the run): the new cap holds.
-    assert cap_status_polls(executor, 15)
-    executor.back_off()
-    executor.back_off()
-    assert executor.next_seconds_between_status_checks == 15
-    # An executor without the property is left as it is.
-    assert not cap_status_polls(SimpleNamespace(next_seconds_between_status_checks=5), 30)
-
-
-def test_the_shortest_poll_cap_of_the_rings_holds():
-    assert status_poll_max_s(None) == 30
-    assert status_poll_max_s({"a": {"slurm": {"status_poll_max_s": 20}},
-                              "b": {"slurm": {"status_poll_max_s": 45}}}) == 20  # fmt: skip
-    assert status_poll_max_s({"a": {"slurm": {"pending_warn_min": 5}}}) == 30
