@@ -17,6 +17,7 @@ test-slurm`'s environment) and a controller; without them it says so and exits 0
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import statistics
 import subprocess
@@ -54,6 +55,13 @@ def sacct(prefix: str) -> list[dict]:
             jobs.append({"id": job_id, "comment": comment, "submit": _t(submit),
                          "start": _t(start), "end": _t(end)})  # fmt: skip
     return jobs
+
+
+STAGE_FIGURES = ("reserved_s", "priced_ran_s", "actual_s")
+
+
+def _round(value):
+    return None if value is None else round(value, 1)
 
 
 def _t(text: str) -> float:
@@ -108,6 +116,7 @@ def main() -> int:
         waits, _runs = overheads(jobs)
         polls = [seen[j["id"]] - j["end"] for j in jobs if j["id"] in seen]
         executions = len(_ring.results(folder))
+        timing = json.loads((folder / "final_timing.json").read_text())
     ratio = slurm.wall_s / local.wall_s
     record = {
         "local_wall_s": round(local.wall_s, 1),
@@ -120,6 +129,13 @@ def main() -> int:
         "start_overhead_max_s": max(waits) if waits else None,
         "poll_latency_median_s": statistics.median(polls) if polls else None,
         "poll_latency_max_s": max(polls) if polls else None,
+        # Per stage of final selection on SLURM: reserved (the worst case), what those prices
+        # came to for the runs that ran, and what the stage took (docs/slurm.md#the-reserve).
+        "stages": {
+            row["stage"]: {key: _round(row.get(key)) for key in STAGE_FIGURES}
+            for row in timing["stages"]
+            if row["executions"]
+        },
     }
     _ring.print_table(
         "The quick ring: profiles/slurm (one-node SLURM) against profiles/local",
@@ -133,6 +149,9 @@ def main() -> int:
              f"{record['start_overhead_median_s']} / {record['start_overhead_max_s']} s", ""),
             ("job end to Snakemake noticing, median / max",
              f"{record['poll_latency_median_s']} / {record['poll_latency_max_s']} s", ""),
+            *[(f"{stage}: reserved / priced / actual",
+               " / ".join(f"{row[key]} s" for key in STAGE_FIGURES), "priced <= 1.5x actual")
+              for stage, row in record["stages"].items()],
         ],
     )  # fmt: skip
     print(f"wrote {_ring.write_results(NAME, record)}")

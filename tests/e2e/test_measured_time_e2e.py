@@ -69,6 +69,11 @@ def test_a_candidate_that_replays_on_seed_0_gets_its_slow_cold_start_reserved(tm
     assert all(term["basis"] in ("measured", "assumed") and term["how"] for term in breakdown)
     html = (ring / "report.html").read_text()
     assert 'id="stage-times"' in html and "reserved when it started" in html
+    # Each stage that ran also has what its reserved prices came to for the runs it did,
+    # and the final view's cold start is among them (priced as a training, so at least
+    # the replay's time).
+    assert final["priced_ran_s"] is not None and final["priced_ran_s"] >= replay_s, timing
+    assert "priced for what ran" in html
 
 
 def test_a_guard_that_would_overrun_leaves_the_final_view_runs_their_time(tmp_path):

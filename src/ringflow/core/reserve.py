@@ -175,6 +175,37 @@ def estimate(batches: Iterable[Batch]) -> list[Term]:
     return sorted(terms.values(), key=lambda t: order[t.stage])
 
 
+def batch_record(batch: Batch) -> dict:
+    """A batch as the reserve's snapshot keeps it: each job's name and its two prices
+    (program, scoring), the slots and the review command's price."""
+    return {
+        "stage": batch.stage,
+        "slots": batch.slots,
+        "after_s": None if batch.after is None else batch.after.seconds,
+        "jobs": {job.name: [job.program.seconds, job.scoring.seconds] for job in batch.jobs},
+    }
+
+
+def priced_for_what_ran(batches: Iterable[Mapping], ran: set[str]) -> dict[str, float]:
+    """Per stage, what the snapshot's batches (`batch_record`) come to for the jobs named in
+    `ran` only: the same side-by-side bounds as `estimate`, the review command counted
+    where one of its batch's jobs ran. The reserve prices the worst case (every finalist
+    reviewed and guarded); this is its price for the work that was done, so that how well
+    it prices runs is told apart from the work it reserved for and never needed."""
+    out = dict.fromkeys(STAGES, 0.0)
+    for batch in batches:
+        prices = [p for name, p in batch["jobs"].items() if name in ran]
+        if not prices:
+            continue
+        slots = batch["slots"]
+        out[batch["stage"]] += (
+            parallel_seconds([program for program, _ in prices], slots)
+            + parallel_seconds([scoring for _, scoring in prices], slots)
+            + (batch.get("after_s") or 0.0)
+        )
+    return out
+
+
 def stage_seconds(terms: Iterable[Term]) -> dict[str, float]:
     """Seconds per stage (every stage present, 0 when nothing is left)."""
     out = dict.fromkeys(STAGES, 0.0)

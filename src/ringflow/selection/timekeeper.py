@@ -302,7 +302,7 @@ class Planner:
         if (overhead := self.measured.job_overhead_s) is not None:
             price = Price(price.seconds + overhead, price.basis,
                           f"{price.how}, + {overhead:.1f} s per SLURM job (measured)")  # fmt: skip
-        return Job(f"{node} {view}/{variant}", price, self.measured.scoring_price(view))
+        return Job(job_name(node, view, variant), price, self.measured.scoring_price(view))
 
     def batch(self, stage: str, runs, label: str, after: Price | None = None) -> Batch:
         runs = [r for r in runs if self.pending(*r[:3])]
@@ -408,6 +408,11 @@ class Planner:
         return eligible
 
 
+def job_name(node: str, view: str, variant: str) -> str:
+    """An execution's name in the reserve's batches and snapshot."""
+    return f"{node} {view}/{variant}"
+
+
 def screened_variants(layout: RingLayout, node: str) -> list[str]:
     from .final import review_variants
 
@@ -458,12 +463,13 @@ def estimate_ring(ring_dir: str | Path) -> dict:
         read_json(layout.ranking)["finalists"] if layout.ranking.exists() else planner.promoted()
     )
     k_plan = plan_final_k(ring, layout, planner, ordered)
-    terms = _terms_for(
-        planner,
-        planner.finalists(k_plan["k"]) if layout.ranking.exists() else ordered[: k_plan["k"]],
+    batches = planner.batches(
+        planner.finalists(k_plan["k"]) if layout.ranking.exists() else ordered[: k_plan["k"]]
     )
+    terms = reserve.estimate(batches)
     return {
         "terms": [t.to_dict() for t in terms],
+        "batches": [reserve.batch_record(batch) for batch in batches],
         "stages": reserve.stage_seconds(terms),
         "estimate_s": reserve.total_seconds(terms),
         "measured_executions": planner.measured.count,
@@ -529,19 +535,23 @@ def _union_seconds(intervals: list[tuple[float, float]]) -> float:
 
 
 def stage_timing(ring: Ring, layout: RingLayout) -> dict:
-    """Per stage of final selection: the share reserved when the search ended, and the
-    wall time its executions (and review commands) actually took. An execution that ran
+    """Per stage of final selection: the share reserved when the search ended, what its
+    prices came to for the executions that ran (`priced_ran_s`: the reserve holds the
+    worst case, this tells how well it priced the work that was done), and the wall time
+    its executions (and review commands) actually took. An execution that ran
     as a SLURM job counts from the job's submission to its end (sacct), as the reserve
     prices it: the job's start and the Snakemake starts inside it are the stage's time."""
     intervals: dict[str, list[tuple[float, float]]] = defaultdict(list)
     in_jobs: dict[str, tuple[str, tuple[float, float]]] = {}
-    for _node, view, variant, path in layout.results():
+    ran: dict[str, set[str]] = defaultdict(set)
+    for node, view, variant, path in layout.results():
         folder = path.parent
         stage = stage_of(ring, view, variant)
         result = read_result(path)
         started = result.started_at
         if stage not in FINAL_STAGES or not isinstance(started, int | float):
             continue
+        ran[stage].add(job_name(node, view, variant))
         end = result.ended_at or started
         score = folder / "score.json"
         if score.exists():
@@ -567,6 +577,14 @@ def stage_timing(ring: Ring, layout: RingLayout) -> dict:
     decided = read_json(layout.decision).get("decided_at") if layout.decision.exists() else None
     ends = [stop for spans in intervals.values() for _, stop in spans]
     ended = decided or (max(ends) if ends else None)
+    # Rings whose snapshot predates the per-job prices have no priced_ran_s.
+    priced_batches = (reserved or {}).get("batches")
+    every_ran = set().union(*ran.values())
+    priced = (
+        None if priced_batches is None
+        else reserve.priced_for_what_ran(priced_batches, every_ran)
+    )  # fmt: skip
+    planned = {name for batch in priced_batches or () for name in batch["jobs"]}
     stages = []
     for stage in FINAL_STAGES:
         spans = intervals.get(stage, [])
@@ -575,8 +593,10 @@ def stage_timing(ring: Ring, layout: RingLayout) -> dict:
                 "stage": stage,
                 "reserved_s": None if reserved is None else reserved["stages"].get(stage),
                 "reserved_at_start_s": before_start.get(stage),
+                "priced_ran_s": None if priced is None else priced[stage],
                 "actual_s": _union_seconds(spans),
                 "executions": len(spans),
+                "unpriced_executions": (None if priced is None else len(ran[stage] - planned)),
             }
         )
     return {
@@ -691,6 +711,8 @@ def tick(ring_dir: str | Path, now: float | None = None) -> dict:
         "reserve_min": reserve_min,
         "estimate_s": estimate_s,
         "stages": {s: plan["stages"][s] for s in FINAL_STAGES},
+        # Each job's price: what the work that ran was priced at (stage_timing).
+        "batches": plan["batches"],
     }
     if layout.search.exists() and measured:
         record_timing(ring, layout, snapshot, plan["stages"])

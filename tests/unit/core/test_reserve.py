@@ -17,10 +17,12 @@ from ringflow.core.reserve import (
     CutoffFile,
     Job,
     Price,
+    batch_record,
     estimate,
     fit_final_k,
     next_cutoff,
     parallel_seconds,
+    priced_for_what_ran,
     reserve_minutes,
     settle_deadline,
     stage_deadlines,
@@ -85,6 +87,27 @@ def test_estimate_prices_each_stage_and_says_what_is_measured():
     assert stages["review"] == pytest.approx(40 + 1 + 300)
     assert stages["search"] == 0.0
     assert total_seconds(estimate(batches)) == pytest.approx(sum(stages.values()))
+
+
+def test_the_snapshot_prices_the_runs_that_ran_as_the_estimate_would():
+    review = Batch("review", [job("a x/blind-s0", 40), job("a x/blind2-s0", 30)], slots=2,
+                   after=Price(300, ASSUMED, "reserve.review_command_min"))  # fmt: skip
+    first = Batch("guard", [job(f"a x/g{s}", 5) for s in range(3, 6)], slots=1)
+    second = Batch("guard", [job(f"b x/g{s}", 7) for s in range(3, 6)], slots=1)
+    batches = [batch_record(b) for b in (review, first, second)]
+    batches = json.loads(json.dumps(batches))  # as final_timing.json keeps it
+    # Everything ran: the estimate itself.
+    every = {name for b in batches for name in b["jobs"]}
+    assert priced_for_what_ran(batches, every) == pytest.approx(
+        stage_seconds(estimate([review, first, second]))
+    )
+    # Only the first finalist was guarded (it passed): the second's batch counts nothing.
+    ran = {"a x/g3", "a x/g4", "a x/g5", "a x/blind-s0"}
+    priced = priced_for_what_ran(batches, ran)
+    assert priced["guard"] == pytest.approx(3 * (5 + 1))
+    assert priced["review"] == pytest.approx(40 + 1 + 300)  # its batch ran: the command too
+    assert priced["promotion"] == 0.0
+    assert priced_for_what_ran(batches, set())["review"] == 0.0
 
 
 def test_batches_add_up_in_order_and_reject_bad_input():

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ringflow.core.clock import FINAL_STAGES, final_top_k, load_ring, stage_deadline
-from ringflow.core.reserve import ASSUMED, MEASURED, CutoffFile
+from ringflow.core.reserve import ASSUMED, MEASURED, CutoffFile, priced_for_what_ran
 from ringflow.nodes import import_static
 from ringflow.ring.lock import lock_ring
 from ringflow.selection.timekeeper import (
@@ -261,6 +261,17 @@ def test_a_tick_plans_stage_deadlines_backwards_and_jobs_follow_them(tmp_path):
     guard = next(row for row in timed["stages"] if row["stage"] == "guard")
     assert guard["actual_s"] == pytest.approx(26.5 - 20)  # the union of the two intervals
     assert guard["reserved_s"] == pytest.approx(timing["reserved"]["stages"]["guard"])
+    # What the snapshot's prices come to for the two runs that ran: the worst case reserved
+    # every finalist's guard and the baseline's, so it is less than the stage's share.
+    ran = {f"n001-a proxy/g{seed}", f"n001-a x3/g{seed}"}
+    priced = priced_for_what_ran(timing["reserved"]["batches"], ran)["guard"]
+    assert guard["priced_ran_s"] == pytest.approx(priced)
+    assert 0 < guard["priced_ran_s"] < guard["reserved_s"]
+    assert guard["unpriced_executions"] == 0
+    promotion = next(row for row in timed["stages"] if row["stage"] == "promotion")
+    # Its runs were there before the snapshot: nothing was left to reserve or price.
+    assert promotion["priced_ran_s"] == 0
+    assert promotion["unpriced_executions"] == promotion["executions"] > 0
 
 
 def test_a_short_ring_plans_no_stage_deadline_before_its_cutoff(tmp_path):
