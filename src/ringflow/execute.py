@@ -259,7 +259,7 @@ def _check_view(ex: Execution, inputs: Path, when: str) -> None:
     if ex.blind:
         return  # a disguised copy is ringflow's own, made from the checked snapshot
     manifest = ex.ring.views[ex.view]
-    problem = check_inputs(inputs, manifest["inputs_files"])
+    problem = check_inputs(inputs, manifest.inputs_files)
     if problem is not None:
         raise stop_ring(
             ex.layout.root,
@@ -458,7 +458,7 @@ def _sandbox_request(ex: Execution, inputs: Path, writable: tuple[Path, ...]):
 def _run_program(ex: Execution, inputs: Path, training: bool) -> dict:
     health_dir = reset_dir(ex.dir / "health")
     # Every run reads a fresh copy of its inputs, made alike for real and view-blind runs.
-    real = Path(ex.ring.views[ex.view]["inputs_snapshot"])
+    real = ex.ring.views[ex.view].snapshot
     shutil.rmtree(ex.box / "inputs", ignore_errors=True)
     inputs = fresh_inputs(inputs, ex.box / "inputs", real)
     weights_rel = weights_dirs(ex.node.solution["per_view_paths"])

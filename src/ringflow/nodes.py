@@ -83,8 +83,8 @@ def execution_spec(ring: Ring, solution: Solution, tree: str, view: str, variant
     key, components = keys.weights_key(
         tree_hash=tree,
         train_seed=train_seed,
-        view_hash=ring.views[view]["inputs_hash"],
-        env_key=ring.views[view].get("env_key", ring.env_key),
+        view_hash=ring.views[view].inputs_hash,
+        env_key=ring.views[view].env_key or ring.env_key,
         train_args=["--ablate"] if ablate else [],
         interpreter=keys.command_interpreter(
             list(solution.command), ring.environment["variables"].get("PATH")

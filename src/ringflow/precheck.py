@@ -191,7 +191,7 @@ def _views_line(ring: Ring) -> str:
     guard = ", ".join(ring.guard_views or []) or "none (the guard re-uses search rows)"
     return (
         f"search {', '.join(ring.search_views)}; guard {guard}; final {ring.final_view}; "
-        f"{sum(v['files'] for v in ring.views.values())} files hashed"
+        f"{sum(v.files or 0 for v in ring.views.values())} files hashed"
     )
 
 

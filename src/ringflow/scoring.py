@@ -199,7 +199,7 @@ def _evaluate(
     refused = refuse_pointers(pred)
     if refused is not None:
         return {"valid": False, "reason": f"invalid: {refused}"}
-    view_dir = Path(ring.views[view]["dir"])
+    view_dir = Path(ring.views[view].dir)
     inputs = program_inputs(ring, view, variant)
     info = evaluator_sandbox(ring)
     limits = {**config.evaluator.to_mapping(), "uid": config.sandbox.uid,

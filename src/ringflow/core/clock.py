@@ -115,7 +115,7 @@ def scoring_deadline_for(ring: Ring, view: str, variant: str):
 def view_limits(ring: Ring, view: str) -> dict:
     """One view's limits (docs/operations.md#health-supervision): as locked in RING.json, `limits`
     with that view's `limits_per_view` entry laid over it."""
-    locked = ring.views.get(view, {}).get("limits")
+    locked = ring.views[view].limits if view in ring.views else None
     if locked is not None:
         return dict(locked)
     config = ring.config

@@ -68,7 +68,7 @@ def disguised_inputs(ring: Ring, view: str, copy: str = "disguised") -> Path:
     with FileLock(str(layout.locks / f"disguise-{view}.lock")):
         if dest.is_dir():
             return dest
-        source = Path(ring.views[view]["inputs_snapshot"])
+        source = ring.views[view].snapshot
         staging = dest.with_name(dest.name + ".tmp")
         if staging.exists():
             shutil.rmtree(staging)

@@ -2,9 +2,9 @@
 
 `ring/lock.py` writes the record once; every job reads it through `Ring.from_record` (via
 `core.clock.load_ring`). The top-level keys are typed fields, the configuration a
-`core.settings.RingConfig`; nested free-form records (views, task, program, environment,
-evaluation, …) stay mappings. `to_record()` gives back exactly the record that was read,
-so a lock written back or hashed is the same.
+`core.settings.RingConfig`, each view a `LockedView`; the other nested records (task,
+program, environment, evaluation, …) stay mappings. `to_record()` gives back exactly the
+record that was read, so a lock written back or hashed is the same.
 """
 
 from __future__ import annotations
@@ -27,6 +27,64 @@ _REQUIRED = ("ring_id", "ring_dir")
 
 
 @dataclass(frozen=True)
+class LockedView:
+    """One view as the lock fixed it (RING.json `views`, written by ring/lock.py): where its
+    data is, what it hashed to, the snapshot the programs read, and its limits. Every
+    field may be absent from a record (None then); unknown keys are kept in `extra`."""
+
+    name: str | None = None
+    dir: str | None = None
+    # The hash of everything in the view (inputs and labels), which tells a view by content.
+    content_hash: str | None = None
+    # Weights keys take the inputs only; the labels belong to the evaluation.
+    inputs_hash: str | None = None
+    labels_hash: str | None = None
+    files: int | None = None
+    bytes: int | None = None
+    input_bytes: int | None = None
+    limits: Mapping[str, Any] | None = None
+    # The read-only copy of the inputs that programs see, and its listing as taken
+    # ([path, size, mtime_ns, ctime_ns, inode, sha256] each) to check it against.
+    inputs_snapshot: str | None = None
+    inputs_files: Any = None
+    env_key: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    _keys: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any], where: str = "view") -> LockedView:
+        if not isinstance(record, Mapping):
+            raise InputError(f"{where}: a locked view must be a JSON object")
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra", "_keys"}
+        values = {key: value for key, value in record.items() if key in names}
+        extra = {key: value for key, value in record.items() if key not in names}
+        return cls(**values, extra=extra, _keys=frozenset(record))
+
+    def to_record(self) -> dict[str, Any]:
+        """The record it was read from, key for key."""
+        out = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in ("extra", "_keys")
+            and (f.name in self._keys or getattr(self, f.name) != field_default(f))
+        }
+        out.update(self.extra)
+        return out
+
+    @property
+    def snapshot(self) -> Path:
+        """The read-only copy of the view's inputs that programs read."""
+        if self.inputs_snapshot is None:
+            raise InputError(f"view {self.name}: the lock recorded no inputs snapshot")
+        return Path(self.inputs_snapshot)
+
+    @property
+    def size_bytes(self) -> int | None:
+        """The inputs' size (what a run reads), or the whole view's in older locks."""
+        return self.input_bytes if self.input_bytes is not None else self.bytes
+
+
+@dataclass(frozen=True)
 class Ring:
     ring_id: str
     ring_dir: str
@@ -40,7 +98,7 @@ class Ring:
     candidates_dir: str | None = None
     baseline_dir: str | None = None
     store: str | None = None
-    views: Mapping[str, Any] = field(default_factory=dict)
+    views: Mapping[str, LockedView] = field(default_factory=dict)
     search_views: tuple[str, ...] = ()
     guard_views: tuple[str, ...] = ()
     guard_view_history: Mapping[str, Any] | None = None
@@ -85,6 +143,11 @@ class Ring:
                 values[key] = tuple(value) if listed else value
         if record.get("config") is not None:
             values["config"] = RingConfig.from_mapping(record["config"])
+        if isinstance(record.get("views"), Mapping):
+            values["views"] = {
+                name: LockedView.from_record(view, f"{where}: views.{name}")
+                for name, view in record["views"].items()
+            }
         extra = {key: value for key, value in record.items() if key not in names}
         return cls(**values, extra=extra, _keys=frozenset(record))
 
@@ -99,6 +162,8 @@ class Ring:
                 continue
             if isinstance(value, RingConfig):
                 value = value.to_mapping()
+            elif f.name == "views" and isinstance(value, Mapping):
+                value = {name: view.to_record() for name, view in value.items()}
             out[f.name] = list(value) if isinstance(value, tuple) else value
         out.update(self.extra)
         return out

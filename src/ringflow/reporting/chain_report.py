@@ -83,7 +83,9 @@ def ring_entry(files: RingFiles, ring: Ring, offset: float) -> dict:
         "root": str(root),
         "start": ring.start,
         "offset": offset,
-        "proxy_hash": ((ring.views or {}).get(progress["view"]) or {}).get("content_hash"),
+        "proxy_hash": (
+            view.content_hash if (view := (ring.views or {}).get(progress["view"])) else None
+        ),
         "progress": progress,
         "decision": decision,
         "improvement": None if decision is None else improvement(decision),

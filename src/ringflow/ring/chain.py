@@ -214,7 +214,7 @@ def fresh_guard_views(
     used: dict[str, str] = {}
     for ancestor in chain_rings(previous):
         for view in ancestor.guard_views or []:
-            content = (ancestor.views or {}).get(view, {}).get("content_hash")
+            content = locked.content_hash if (locked := (ancestor.views or {}).get(view)) else None
             if content:
                 used.setdefault(content, ancestor.ring_id)
     before = {v: used[views[v]["content_hash"]] for v in guard_views

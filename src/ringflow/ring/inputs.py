@@ -137,4 +137,4 @@ def program_inputs(ring: Ring, view: str, variant: str) -> Path:
         from ..core.disguise import BLIND_COPIES, disguised_inputs
 
         return disguised_inputs(ring, view, BLIND_COPIES[variant])
-    return Path(ring.views[view]["inputs_snapshot"])
+    return ring.views[view].snapshot

@@ -278,7 +278,7 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
     workspace = box / "workspace"
     parent = carried.parent_submission(layout, node)
     snapshot = carried.resume_snapshot(layout, node)
-    views = {view: Path(ring.views[view]["inputs_snapshot"]) for view in ring.search_views}
+    views = {view: ring.views[view].snapshot for view in ring.search_views}
     library = draft_library(ring)
     if ring.sandbox["mode"] == "none":
         inputs = box / "inputs"

@@ -466,7 +466,7 @@ def guarded_before(ring: Ring, node_id: str) -> dict | None:
     guard view with the same content, if any: it is not guarded again on those rows."""
     if not ring.continue_from:
         return None
-    mine = {ring.views[v]["content_hash"] for v in guard_views(ring)}
+    mine = {ring.views[v].content_hash for v in guard_views(ring)}
     tree = load_node(ring, node_id).tree_hash
     previous = (Path(ring.ring_dir) / ring.continue_from).resolve()
     for ancestor in chain_rings(previous):
@@ -481,7 +481,7 @@ def guarded_before(ring: Ring, node_id: str) -> dict | None:
             if not old.get("eligible") or not guard.get("ran", True) or old_tree != tree:
                 continue
             views = guard.get("views") or list(ancestor.search_views)
-            hashes = {ancestor.views[v]["content_hash"] for v in views if v in ancestor.views}
+            hashes = {ancestor.views[v].content_hash for v in views if v in ancestor.views}
             if hashes & mine:
                 return {"ring": ancestor.ring_id, "node": old["node"], "views": views}
     return None

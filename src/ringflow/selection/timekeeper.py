@@ -148,9 +148,7 @@ class Measurements:
             for check in read_json(path).get("checks", []):
                 if check.get("check") == "review_command" and "wall_s" in check:
                     self.review_command.append(float(check["wall_s"]))
-        self.bytes = {
-            name: view.get("input_bytes", view.get("bytes")) for name, view in ring.views.items()
-        }
+        self.bytes = {name: view.size_bytes for name, view in ring.views.items()}
         self.train_replay_ratio = self._train_replay_ratio()
         # Under SLURM: what each execution costs as a job beyond its own run.
         self.job_overhead_s = (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -11,7 +12,7 @@ from ringflow.core.clock import load_ring
 from ringflow.core.errors import InputError
 from ringflow.core.jsonio import atomic_write_json, sha256_json
 from ringflow.core.layout import RingLayout
-from ringflow.core.state import Ring
+from ringflow.core.state import LockedView, Ring
 from ringflow.ring.lock import lock_ring
 from ringtools import scripted_config
 
@@ -44,7 +45,11 @@ def test_fields_are_typed(locked):
     )
     assert isinstance(ring.guard_seeds, tuple) and list(ring.guard_seeds) == record["guard_seeds"]
     assert ring.config.to_mapping() == record["config"]
-    assert ring.views == record["views"]
+    for name, view in ring.views.items():
+        assert isinstance(view, LockedView) and view.to_record() == record["views"][name]
+        assert view.name == name and view.content_hash == record["views"][name]["content_hash"]
+        assert view.snapshot == Path(record["views"][name]["inputs_snapshot"])
+        assert view.size_bytes == record["views"][name]["input_bytes"]
     assert ring.layout == RingLayout(ring.root)
     assert ring.extra == {}
 
@@ -58,6 +63,18 @@ def test_a_partial_record_gets_defaults():
     assert ring.guard_views_reused is False
     # Only the keys it held are written back.
     assert ring.to_record() == {"ring_id": "r", "ring_dir": "/runs/r", "search_views": ["a"]}
+
+
+def test_a_view_keeps_its_record_key_for_key_and_says_what_it_lacks():
+    old = {"name": "proxy", "dir": "/task/views/proxy", "bytes": 120, "custom": [1, 2]}
+    view = LockedView.from_record(old)
+    assert view.to_record() == old  # no key added, the unknown one kept
+    assert view.extra == {"custom": [1, 2]} and view.inputs_snapshot is None
+    assert view.size_bytes == 120  # older locks: the whole view's size
+    with pytest.raises(InputError, match="no inputs snapshot"):
+        _ = view.snapshot
+    with pytest.raises(InputError, match=r"views\.proxy"):
+        Ring.from_record({"ring_id": "r", "ring_dir": "/r", "views": {"proxy": ["not", "a"]}})
 
 
 def test_unknown_keys_are_kept():

@@ -32,7 +32,7 @@ def test_a_ring_is_locked_once_with_its_clock_and_views(tmp_path, config):
     assert ring.stop_at == 1000.0 + 60 * config["timeline"]["duration_min"]
     assert list(ring.search_views) == ["proxy", "x3"] and ring.final_view == "final"
     manifest = json.loads((tmp_path / "runs" / "locked" / "views" / "proxy.json").read_text())
-    assert manifest["content_hash"] == ring.views["proxy"]["content_hash"]
+    assert manifest["content_hash"] == ring.views["proxy"].content_hash
     assert manifest["limits"] == config["limits"]
     cutoff = json.loads((tmp_path / "runs" / "locked" / "cutoff.json").read_text())
     assert cutoff["cutoff"] == ring.stop_at - 60 * config["timeline"]["final_reserve_min"]
@@ -112,12 +112,12 @@ def test_locking_changes_nothing_in_the_task_and_snapshots_its_inputs(tmp_path, 
     labels.chmod(0o755)
     ring = lock_ring(config, tmp_path)
     assert labels.stat().st_mode & 0o777 == 0o755
-    snapshot = Path(ring.views["proxy"]["inputs_snapshot"])
+    snapshot = Path(ring.views["proxy"].inputs_snapshot)
     assert snapshot.parent == Path(ring.ring_dir) / "inputs"
     assert re.fullmatch(r"view-[0-9a-f]{8}", snapshot.name), "a name that does not say proxy"
     original = Path(config["task"]) / "views" / "proxy" / "inputs" / "data.txt"
     assert (snapshot / "data.txt").read_text() == original.read_text()
-    assert check_inputs(snapshot, ring.views["proxy"]["inputs_files"]) is None
+    assert check_inputs(snapshot, ring.views["proxy"].inputs_files) is None
 
 
 def test_an_input_rewritten_in_place_after_the_lock_is_noticed(tmp_path, config):
@@ -126,8 +126,8 @@ def test_an_input_rewritten_in_place_after_the_lock_is_noticed(tmp_path, config)
     original = Path(config["task"]) / "views" / "proxy" / "inputs" / "data.txt"
     st = original.stat()
     text = original.read_text()
-    snapshot = Path(ring.views["proxy"]["inputs_snapshot"])
-    records = ring.views["proxy"]["inputs_files"]
+    snapshot = Path(ring.views["proxy"].inputs_snapshot)
+    records = ring.views["proxy"].inputs_files
     original.write_text(text)  # the same bytes again: a new ctime, no change
     assert check_inputs(snapshot, records) is None
     original.write_text(text.upper() if text.upper() != text else text.lower())

@@ -10,6 +10,7 @@ import pytest
 
 from ringflow.core.clock import FINAL_STAGES, final_top_k, load_ring, stage_deadline
 from ringflow.core.reserve import ASSUMED, MEASURED, CutoffFile, priced_for_what_ran
+from ringflow.core.state import LockedView
 from ringflow.nodes import import_static
 from ringflow.ring.lock import lock_ring
 from ringflow.selection.timekeeper import (
@@ -79,12 +80,12 @@ def test_trainings_are_priced_from_trainings_and_replays_from_replays(tmp_path):
     assert guard.program.seconds == pytest.approx(1.0) and guard.program.basis == MEASURED
     assert guard.scoring.seconds == pytest.approx(0.5) and guard.scoring.basis == MEASURED
     other_view = planner.job("n001-a", "x3", "g3").program  # scaled by the inputs' size
-    sizes = {view: load_ring(ring).views[view]["input_bytes"] for view in ("proxy", "x3")}
+    sizes = {view: load_ring(ring).views[view].input_bytes for view in ("proxy", "x3")}
     assert other_view.seconds == pytest.approx(1.0 * sizes["x3"] / sizes["proxy"])
     assert other_view.basis == ASSUMED
     # The cold start on the final view is a training, on four times the inputs, x 1.5.
     cold = planner.job("n001-a", "final", "s0", cold_start=True).program
-    final = load_ring(ring).views["final"]["input_bytes"]
+    final = load_ring(ring).views["final"].input_bytes
     assert final == 4 * len("data of final\n")
     scaled = [10.0 * final / sizes[view] for view in ("proxy", "x3")]
     assert cold.seconds == pytest.approx(sum(scaled) / 2 * 1.5)
@@ -130,9 +131,9 @@ def test_guard_views_train_once_then_replay_priced_by_size(tmp_path):
     record(ring, "n001-a", "proxy", "s0", 10.0, "train")
     record(ring, "n001-a", "proxy", "s1", 1.0, "replay")
     # A ring with a guard view "holdout" three times the proxy's inputs.
-    size = lock.views["proxy"]["input_bytes"]
+    size = lock.views["proxy"].input_bytes
     limits = lock.config.limits.to_mapping()
-    holdout = {"name": "holdout", "input_bytes": 3 * size, "limits": limits}
+    holdout = LockedView(name="holdout", input_bytes=3 * size, limits=limits)
     lock = dataclasses.replace(
         lock, views={**lock.views, "holdout": holdout}, guard_views=("holdout",)
     )

@@ -90,7 +90,7 @@ def test_a_rewrite_that_restores_the_mtime_still_changes_the_view_hash(tmp_path)
     os.utime(data, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert (data.stat().st_size, data.stat().st_ino) == (before.st_size, before.st_ino)
     second = ring_over(tmp_path, "r2")
-    assert second.views["proxy"]["inputs_hash"] != first.views["proxy"]["inputs_hash"]
+    assert second.views["proxy"].inputs_hash != first.views["proxy"].inputs_hash
     assert s0_key(second) != s0_key(first)
 
 
@@ -102,7 +102,7 @@ def test_fixing_a_label_retrains_nothing_but_changes_the_evaluation(tmp_path):
     (tmp_path / "task" / "views" / "proxy" / "labels" / "truth.txt").write_text("fixed\n")
     second = ring_over(tmp_path, "r2")
     assert s0_key(second) == s0_key(first)
-    assert second.views["proxy"]["labels_hash"] != first.views["proxy"]["labels_hash"]
+    assert second.views["proxy"].labels_hash != first.views["proxy"].labels_hash
     assert second.search_hash != first.search_hash
 
 
