@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import subprocess
 import sys
@@ -28,10 +27,10 @@ from pathlib import Path
 import _ring
 from ringflow.cluster.slurm import controller_problem
 
+sys.path.insert(0, str(_ring.REPO / "tests"))
+from slurmtools import noticed  # the log parser the SLURM tests use
+
 NAME = "bench_slurm"
-STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$")
-SUBMITTED = re.compile(r"Job (\d+) has been submitted with SLURM jobid (\d+)")
-FINISHED = re.compile(r"Finished jobid: (\d+) ")
 
 
 def ring(work: Path, profile: str, ring_id: str) -> _ring.Timed:
@@ -66,19 +65,6 @@ def _round(value):
 
 def _t(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
-
-
-def noticed(log: Path) -> dict[str, float]:
-    """SLURM job id -> when Snakemake's log says the job finished."""
-    when, slurm_of, seen = 0.0, {}, {}
-    for line in log.read_text().splitlines():
-        if m := STAMP.match(line.strip()):
-            when = datetime.strptime(m.group(1), "%a %b %d %H:%M:%S %Y").timestamp()
-        elif m := SUBMITTED.search(line):
-            slurm_of[m.group(1)] = m.group(2)
-        elif (m := FINISHED.search(line)) and m.group(1) in slurm_of:
-            seen[slurm_of[m.group(1)]] = when
-    return seen
 
 
 def overheads(jobs: list[dict]) -> tuple[list[float], list[float]]:

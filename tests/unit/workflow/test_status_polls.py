@@ -119,3 +119,20 @@ def test_the_executors_sleep_wakes_for_a_finished_jobs_outputs(tmp_path):
 
     took = asyncio.run(write_then_sleep())
     assert took < 10, f"slept {took:.1f} s of 20 although the job's outputs were written"
+
+
+def test_the_executor_base_of_snakemakes_plugins_has_what_the_early_wake_replaces():
+    """The SLURM plugin's executor inherits its polling loop from Snakemake's RemoteExecutor:
+    the loop awaits `self.sleep()` between questions, the wait is a settable property, and
+    each job in flight is a SubmittedJobInfo with its job (outputs) and SLURM id."""
+    import dataclasses
+    import inspect
+
+    from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+    from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
+
+    assert inspect.iscoroutinefunction(RemoteExecutor.sleep)
+    assert "await self.sleep()" in inspect.getsource(RemoteExecutor._wait_for_jobs)
+    wait = RemoteExecutor.__dict__["next_seconds_between_status_checks"]
+    assert isinstance(wait, property) and wait.fset is not None
+    assert {"job", "external_jobid"} <= {f.name for f in dataclasses.fields(SubmittedJobInfo)}
