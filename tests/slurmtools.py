@@ -10,7 +10,6 @@ from pathlib import Path
 STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$")
 SUBMITTED = re.compile(r"Job (\d+) has been submitted with SLURM jobid (\d+)")
 FINISHED = re.compile(r"Finished jobid: (\d+) ")
-COMPLETE_LOG = re.compile(r"Complete log\(s\): (\S+\.snakemake\.log)")
 
 
 def noticed(log: Path) -> dict[str, float]:
@@ -26,7 +25,12 @@ def noticed(log: Path) -> dict[str, float]:
     return seen
 
 
-def driver_log(output: str) -> Path | None:
-    """The Snakemake log a driver's output names at its end."""
-    found = COMPLETE_LOG.findall(output)
-    return Path(found[-1]) if found else None
+def driver_log(workdir: Path, ring_id: str) -> Path | None:
+    """The newest Snakemake log under `workdir` of a driver run for `ring_id` (its command
+    line, near the top of the log, names the ring)."""
+    logs = sorted((workdir / ".snakemake" / "log").glob("*.snakemake.log"), reverse=True)
+    for log in logs:
+        with log.open(errors="replace") as head:
+            if f"ring_id={ring_id} " in head.read(20_000):
+                return log
+    return None

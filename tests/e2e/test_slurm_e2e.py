@@ -116,8 +116,8 @@ def test_the_quick_ring_reaches_final_with_every_execution_a_named_slurm_job(tmp
     # The driver noticed each job's end within seconds (docs/slurm.md#polling): it asks
     # SLURM once a job's outputs are written, not after the plugin's growing wait (7 s in
     # the median, 12 s at most, before it did).
-    log = driver_log(done.stdout + done.stderr)
-    assert log is not None, done.stderr[-2000:]
+    log = driver_log(REPO, ring_id)
+    assert log is not None, ring_id
     seen = noticed(log)
     late = sorted(seen[j["id"]] - j["ended_at"] for j in jobs if j["id"] in seen and j["ended_at"])
     assert len(late) == len(jobs), (len(late), len(jobs))
