@@ -430,7 +430,7 @@ def _program_env(ex: Execution) -> dict[str, str]:
 def _hidden_paths(ring: Ring) -> tuple[Path, ...]:
     """Never visible, even where a system folder or a declared mount would show them."""
     ring_dir = Path(ring.ring_dir)
-    return (ring_dir.parent, Path(ring.task["dir"]), Path(ring.store))
+    return (ring_dir.parent, Path(ring.task.dir), Path(ring.store))
 
 
 def _sandbox_request(ex: Execution, inputs: Path, writable: tuple[Path, ...]):

@@ -25,7 +25,7 @@ from .core.jsonio import read_json
 from .core.layout import RingLayout, is_guard_variant, variant_seed
 from .core.node_state import read_result
 from .core.records import write_record
-from .core.state import Ring
+from .core.state import LockedTask, Ring
 from .core.stop import stop_ring
 from .ring.inputs import program_inputs
 from .sandbox.evaluator import (
@@ -129,10 +129,10 @@ def _check_rows(raw: object, path: Path) -> dict:
 BOOTSTRAP_SEED_BASE = 1_000_000
 
 
-def scorer_mode(task: dict) -> str:
+def scorer_mode(task: LockedTask) -> str:
     """ "resample", "rows" or "fixed" (task.yaml, docs/guard.md#scorer-modes); a ring locked
     before modes were declared resamples."""
-    return task.get("scorer_mode") or "resample"
+    return task.mode
 
 
 def row_resample(rows: int, seed: int) -> list[int]:
@@ -153,12 +153,12 @@ def rows_bootstrap(values: list[float], count: int) -> list[float]:
     ]
 
 
-def bootstrap_calls(task: dict, count: int) -> list[tuple[int, list[str]]]:
+def bootstrap_calls(task: LockedTask, count: int) -> list[tuple[int, list[str]]]:
     """(seed, extra arguments) of each scorer call that yields the `count` bootstrap
     scores: one call with `--bootstrap N` where the task's scorer declares it
     (`scorer_bootstrap: true`), else one call per resample."""
     first = BOOTSTRAP_SEED_BASE
-    if task.get("scorer_bootstrap"):
+    if task.scorer_bootstrap:
         return [(first, ["--bootstrap", str(count)])]
     return [(first + b, []) for b in range(count)]
 
@@ -205,7 +205,7 @@ def _evaluate(
     limits = {**config.evaluator.to_mapping(), "uid": config.sandbox.uid,
               "gid": config.sandbox.gid}  # fmt: skip
     env = evaluator_env(config.limits.threads)
-    task_dir = Path(task["dir"])
+    task_dir = Path(task.dir)
     confined = info["mode"] != "none"
     # Confined, the evaluator sees its folders at neutral paths from the task folder (the
     # sandbox's chdir); unconfined (sandbox.mode: none) it gets the host paths.
@@ -216,8 +216,8 @@ def _evaluate(
     }
     cwd = "/" if confined else str(task_dir)
     with open(exec_dir / "scorer.log", "w") as log:
-        if task["validator"]:
-            command = [*command_argv(task["validator"]), "--pred", str(seen["pred"]),
+        if task.validator:
+            command = [*command_argv(task.validator), "--pred", str(seen["pred"]),
                        "--inputs", str(seen["inputs"])]  # fmt: skip
             argv = evaluator_argv(info, command, task_dir=task_dir, pred=pred, inputs=inputs,
                                   limits=limits)  # fmt: skip
@@ -237,7 +237,7 @@ def _evaluate(
             loan = _lend(info, record_dir, limits)
             out = (INSIDE_RECORD if confined else record_dir) / "score.json"
             command = [
-                *command_argv(task["scorer"]),
+                *command_argv(task.scorer),
                 *("--pred", str(seen["pred"]), "--labels", str(seen["labels"])),
                 *("--seed", str(call_seed), "--out", str(out)),
                 *extra,

@@ -85,7 +85,7 @@ def import_scored(ring: Ring, layout: RingLayout, previous: Path, out: dict) -> 
     never ranked here, nor counted as a refuted direction or a reason to rescore."""
     parent = load_ring(previous)
     hidden = {*(ring.guard_views or []), ring.final_view}
-    direction = ring.task["direction"]
+    direction = ring.task.direction
     evidence = RingEvidence(previous)
     entries = []
     for entry in exported(previous):

@@ -74,7 +74,7 @@ def disguised_inputs(ring: Ring, view: str, copy: str = "disguised") -> Path:
             shutil.rmtree(staging)
         shutil.copytree(source, staging)
         seed = int(hashlib.sha256(alias(ring, view, copy).encode()).hexdigest()[:8], 16)
-        for name in ring.task["reorder_rows"]:
+        for name in ring.task.rows_reordered:
             path = staging / name
             if path.is_file():
                 atomic_write_bytes(path, _reorder_csv(path.read_bytes(), seed))

@@ -2,9 +2,9 @@
 
 `ring/lock.py` writes the record once; every job reads it through `Ring.from_record` (via
 `core.clock.load_ring`). The top-level keys are typed fields, the configuration a
-`core.settings.RingConfig`, each view a `LockedView`; the other nested records (task,
-program, environment, evaluation, …) stay mappings. `to_record()` gives back exactly the
-record that was read, so a lock written back or hashed is the same.
+`core.settings.RingConfig`, the task a `LockedTask`, each view a `LockedView`; the other
+nested records (program, environment, evaluation, …) stay mappings. `to_record()` gives
+back exactly the record that was read, so a lock written back or hashed is the same.
 """
 
 from __future__ import annotations
@@ -26,11 +26,40 @@ _SEQUENCES = frozenset(
 _REQUIRED = ("ring_id", "ring_dir")
 
 
+class LockedRecord:
+    """A nested record of the lock as a frozen dataclass: its keys as fields (None where a
+    record lacks one), unknown keys kept in `extra`, and `to_record()` giving back the
+    record it was read from, key for key. Subclasses declare their fields, then `extra`
+    and `_keys`."""
+
+    KIND = "record"
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any], where: str | None = None):
+        if not isinstance(record, Mapping):
+            raise InputError(f"{where or cls.KIND}: a locked {cls.KIND} must be a JSON object")
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra", "_keys"}
+        values = {key: value for key, value in record.items() if key in names}
+        extra = {key: value for key, value in record.items() if key not in names}
+        return cls(**values, extra=extra, _keys=frozenset(record))
+
+    def to_record(self) -> dict[str, Any]:
+        out = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in ("extra", "_keys")
+            and (f.name in self._keys or getattr(self, f.name) != field_default(f))
+        }
+        out.update(self.extra)
+        return out
+
+
 @dataclass(frozen=True)
-class LockedView:
+class LockedView(LockedRecord):
     """One view as the lock fixed it (RING.json `views`, written by ring/lock.py): where its
-    data is, what it hashed to, the snapshot the programs read, and its limits. Every
-    field may be absent from a record (None then); unknown keys are kept in `extra`."""
+    data is, what it hashed to, the snapshot the programs read, and its limits."""
+
+    KIND = "view"
 
     name: str | None = None
     dir: str | None = None
@@ -51,26 +80,6 @@ class LockedView:
     extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
     _keys: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
-    @classmethod
-    def from_record(cls, record: Mapping[str, Any], where: str = "view") -> LockedView:
-        if not isinstance(record, Mapping):
-            raise InputError(f"{where}: a locked view must be a JSON object")
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra", "_keys"}
-        values = {key: value for key, value in record.items() if key in names}
-        extra = {key: value for key, value in record.items() if key not in names}
-        return cls(**values, extra=extra, _keys=frozenset(record))
-
-    def to_record(self) -> dict[str, Any]:
-        """The record it was read from, key for key."""
-        out = {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if f.name not in ("extra", "_keys")
-            and (f.name in self._keys or getattr(self, f.name) != field_default(f))
-        }
-        out.update(self.extra)
-        return out
-
     @property
     def snapshot(self) -> Path:
         """The read-only copy of the view's inputs that programs read."""
@@ -85,6 +94,38 @@ class LockedView:
 
 
 @dataclass(frozen=True)
+class LockedTask(LockedRecord):
+    """The task as the lock fixed it (RING.json `task`, `task.Task.to_dict()`): its folder,
+    name and direction, the scorer's and validator's commands and how the scorer scores."""
+
+    KIND = "task"
+
+    dir: str | None = None
+    name: str | None = None
+    direction: str | None = None
+    scorer: str | None = None
+    validator: str | None = None
+    views: Any = None
+    reorder_rows: Any = None
+    roles: Mapping[str, Any] | None = None
+    scorer_bootstrap: bool | None = None
+    # "resample", "rows" or "fixed" (docs/guard.md#scorer-modes); rings locked before modes
+    # were declared resample.
+    scorer_mode: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    _keys: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+
+    @property
+    def mode(self) -> str:
+        return self.scorer_mode or "resample"
+
+    @property
+    def rows_reordered(self) -> tuple[str, ...]:
+        """The view files whose rows a disguised copy reorders."""
+        return tuple(self.reorder_rows or ())
+
+
+@dataclass(frozen=True)
 class Ring:
     ring_id: str
     ring_dir: str
@@ -94,7 +135,7 @@ class Ring:
     initial_cutoff: float | None = None
     config: RingConfig | None = None
     config_sha256: str | None = None
-    task: Mapping[str, Any] = field(default_factory=dict)
+    task: LockedTask = field(default_factory=LockedTask)
     candidates_dir: str | None = None
     baseline_dir: str | None = None
     store: str | None = None
@@ -143,7 +184,11 @@ class Ring:
                 values[key] = tuple(value) if listed else value
         if record.get("config") is not None:
             values["config"] = RingConfig.from_mapping(record["config"])
-        if isinstance(record.get("views"), Mapping):
+        if record.get("task") is not None:
+            values["task"] = LockedTask.from_record(record["task"], f"{where}: task")
+        if record.get("views") is not None:
+            if not isinstance(record["views"], Mapping):
+                raise InputError(f"{where}: views must be a JSON object of views")
             values["views"] = {
                 name: LockedView.from_record(view, f"{where}: views.{name}")
                 for name, view in record["views"].items()
@@ -162,6 +207,8 @@ class Ring:
                 continue
             if isinstance(value, RingConfig):
                 value = value.to_mapping()
+            elif isinstance(value, LockedRecord):
+                value = value.to_record()
             elif f.name == "views" and isinstance(value, Mapping):
                 value = {name: view.to_record() for name, view in value.items()}
             out[f.name] = list(value) if isinstance(value, tuple) else value

@@ -17,7 +17,7 @@ from ..core.errors import InputError
 from ..core.jsonio import atomic_write_text
 from ..core.layout import RingLayout
 from ..core.seeds import chain_rings
-from ..core.state import Ring
+from ..core.state import LockedTask, Ring
 from ..search.best_so_far import ring_progress
 from ..selection.incumbent import history as incumbent_history
 from .charts import Chart
@@ -96,7 +96,7 @@ def ring_entry(files: RingFiles, ring: Ring, offset: float) -> dict:
     }
 
 
-def chain_chart(rings: list[dict], direction: str, task: dict) -> dict:
+def chain_chart(rings: list[dict], direction: str, task: LockedTask) -> dict:
     """Every ring's valid results on its proxy view against time since the first ring
     started; each ring's own best-so-far line, and the boundaries between rings."""
     points, lines = [], []
@@ -111,7 +111,7 @@ def chain_chart(rings: list[dict], direction: str, task: dict) -> dict:
     if not points:
         return data
     end = max(p["t"] for p in points)
-    ylabel = score_label(task["direction"], f"score on {rings[-1]['progress']['view']}")
+    ylabel = score_label(task.direction, f"score on {rings[-1]['progress']['view']}")
     xlabel = "wall time since the chain's first ring started"
     chart = Chart(620, 280, end, [p["score"] for p in points], xlabel=xlabel, ylabel=ylabel)
     data.update(chart.frame())
@@ -155,9 +155,9 @@ def chain_context(ring_dir: str | Path, now: float | None = None) -> dict:
         "task": task,
         "rings": rings,
         "boundaries": boundaries,
-        "chart": chain_chart(rings, task["direction"], task),
+        "chart": chain_chart(rings, task.direction, task),
         "history": incumbent_history(root),
-        "best": chain_best(rings, task["direction"]),
+        "best": chain_best(rings, task.direction),
         "root": str(root),
         "now": time.time() if now is None else now,
         "problems": files.problems,

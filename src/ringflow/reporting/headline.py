@@ -158,7 +158,7 @@ def headline(ctx: dict) -> dict:
         )
     final_view = (decision or {}).get("final_view") or {}
     chosen_fv, base_fv = final_view.get("chosen"), final_view.get("baseline")
-    direction = ctx["ring"].task["direction"]
+    direction = ctx["ring"].task.direction
     sign = -1.0 if direction == "minimize" else 1.0
     return {
         "state": state,

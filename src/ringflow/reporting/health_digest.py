@@ -69,7 +69,7 @@ def ring_digest(ring_root: str | Path, now: float | None = None) -> dict:
             said += f" -> {decision['chosen']}"
         said += f" ({decision.get('reason', '')})"
     lines = [
-        f"ring {ring.ring_id} ({ring.task['name']}): {data['stage']}",
+        f"ring {ring.ring_id} ({ring.task.name}): {data['stage']}",
         f"  folder {root}",
         said,
         f"time left: to the cutoff {left(clock['to_cutoff'])}, to stop_at {left(clock['to_stop'])}",

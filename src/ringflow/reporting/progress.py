@@ -64,7 +64,7 @@ def snapshot(ring_root: str | Path, now: float | None = None) -> dict:
     )
     index = _read(layout.nodes_index) or {}
     views = ring.search_views
-    direction = (ring.task or {}).get("direction", "maximize")
+    direction = ring.task.direction or "maximize"
     known = set()
     for node in index.get("nodes", []):
         if node.get("status") != statuses.READY:

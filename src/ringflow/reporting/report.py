@@ -345,7 +345,7 @@ def node_lineage(node: dict) -> str:
 
 def node_rows(ctx: dict) -> list[dict]:
     ring, nodes, by_key = ctx["ring"], ctx["nodes"], ctx["by_key"]
-    views, direction = ring.search_views, ring.task["direction"]
+    views, direction = ring.search_views, ring.task.direction
     promoted = set((ctx["promotion"] or {}).get("promoted", []))
     finalists = set((ctx["ranking"] or {}).get("finalists", []))
     ranked = {r["node"]: r["score"] for r in (ctx["ranking"] or {}).get("ranked", [])}
@@ -398,7 +398,7 @@ def node_rows(ctx: dict) -> list[dict]:
 def score_tables(ctx: dict) -> list[dict]:
     """One table per view: every node's score per seed (the final view has seed 0 only)."""
     ring, by_key = ctx["ring"], ctx["by_key"]
-    direction = ring.task["direction"]
+    direction = ring.task.direction
     final_view = ring.final_view
     found = {e.variant for e in ctx["executions"]}
     columns = _variant_columns(ring, found)
@@ -525,7 +525,7 @@ def curve(ctx: dict, width: int = 640, height: int = 270) -> dict:
     step line is the best node's seed-0 mean, counted from when its last view's seed 0 ended.
     """
     ring, by_key = ctx["ring"], ctx["by_key"]
-    start, direction = ring.start, ring.task["direction"]
+    start, direction = ring.start, ring.task.direction
     views = list(ring.search_views)
     better = _better(direction)
     points, fails = [], []
@@ -567,7 +567,7 @@ def curve(ctx: dict, width: int = 640, height: int = 270) -> dict:
         height,
         max(times),
         values,
-        ylabel=score_label(ring.task["direction"], "seed-0 score"),
+        ylabel=score_label(ring.task.direction, "seed-0 score"),
     )
     data.update(chart.frame())
     data["points"] = [{**p, "x": chart.x(p["t"]), "y": chart.y(p["score"])} for p in points]
@@ -604,7 +604,7 @@ def selection_gap(ctx: dict) -> dict:
     """The ring's choice against the best node on the final view (nodes that ran there),
     by the one definition FINAL.json uses (`ringflow.selection.gap`)."""
     ring = ctx["ring"]
-    direction, view = ring.task["direction"], ring.final_view
+    direction, view = ring.task.direction, ring.final_view
     rows = []
     for e in ctx["executions"]:
         if e.view == view and e.variant == "s0":

@@ -117,8 +117,7 @@ def render_status(ring_dir: str | Path, now: float | None = None) -> str:
     now, ring = ctx["now"], ctx["ring"]
     task = ring.task
     lines = [
-        f"ring {ring.ring_id}  task {task.get('name')} ({task.get('direction')})"
-        f"  at {format_time(now)}",
+        f"ring {ring.ring_id}  task {task.name} ({task.direction})  at {format_time(now)}",
         *_clock_lines(ctx["clock"], now, _finished_at(ctx)),
         "",
     ]

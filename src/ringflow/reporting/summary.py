@@ -243,7 +243,7 @@ def decision_lines(ring: Ring, layout: RingLayout) -> list[str]:
         seeds = guard.get("seeds") or []
         views = ", ".join(guard.get("views") or []) or "the search views"
         confidence = 100 * (1 - float(guard["alpha"]))
-        better = "better" if ring.task["direction"] == "maximize" else "lower (better)"
+        better = "better" if ring.task.direction == "maximize" else "lower (better)"
         mean = f"{guard['mean']:+.4f} on average, " if guard.get("mean") is not None else ""
         lines.append(
             f"  how much better: {mean}at least {guard['lcb']:+.4f} {better} with "
@@ -315,10 +315,10 @@ def render_summary(ring_dir) -> str:
     index = read_json(layout.nodes_index) if layout.nodes_index.exists() else {"nodes": []}
     ranking = read_json(layout.ranking) if layout.ranking.exists() else {"ranked": []}
     three_seed = {row["node"]: row["score"] for row in ranking["ranked"]}
-    better = "higher" if ring.task["direction"] == "maximize" else "lower"
+    better = "higher" if ring.task.direction == "maximize" else "lower"
     digest = failure_digest(layout.root, index["nodes"])
     lines = [
-        f"ring {ring.ring_id}  task {ring.task['name']} ({ring.task['direction']}): "
+        f"ring {ring.ring_id}  task {ring.task.name} ({ring.task.direction}): "
         f"{better} scores are better",
         *decision_lines(ring, layout),
         *stop_lines(layout),

@@ -130,7 +130,7 @@ def parent_paths(config: RingConfig, parent: Ring) -> RingConfig:
     """config with task, candidates and baseline taken from the parent when left empty."""
     return dataclasses.replace(
         config,
-        task=config.task or parent.task["dir"],
+        task=config.task or parent.task.dir,
         candidates=config.candidates or parent.candidates_dir,
         baseline=parent.baseline_dir if config.baseline == "" else config.baseline,
     )
@@ -139,11 +139,11 @@ def parent_paths(config: RingConfig, parent: Ring) -> RingConfig:
 def check_same_task(parent: Ring, task_name: str, direction: str, task_dir: Path) -> None:
     """A continuation runs its parent's task: another task or direction is refused."""
     theirs = parent.task
-    if (theirs["name"], theirs["direction"]) == (task_name, direction):
+    if (theirs.name, theirs.direction) == (task_name, direction):
         return
     raise InputError(
-        f"refusing to continue from {parent.ring_dir}: it ran task {theirs['name']!r} "
-        f"({theirs['direction']}) from {theirs['dir']}, and this ring names task "
+        f"refusing to continue from {parent.ring_dir}: it ran task {theirs.name!r} "
+        f"({theirs.direction}) from {theirs.dir}, and this ring names task "
         f"{task_name!r} ({direction}) from {task_dir}. Scores and guard seeds of a chain "
         "belong to one task: leave task empty to continue it, or start a new chain "
         "(no continue_from) for another task."
@@ -172,7 +172,7 @@ def describe(parent: Ring | None, config: RingConfig, paths: dict) -> dict | Non
         if key.split(".")[0] not in skip and mine.get(key) != theirs.get(key)
     }
     where = {
-        "task": (parent.task["dir"], str(paths["task"])),
+        "task": (parent.task.dir, str(paths["task"])),
         "candidates": (parent.candidates_dir, str(paths["candidates"])),
         "baseline": (
             parent.baseline_dir,

@@ -66,7 +66,7 @@ def _candidate_entries(candidates_dir: Path) -> list[str]:
 def fingerprint(ring: Ring, nodes: list[Node]) -> dict:
     """What the ring was given, as it is now (`nodes`: every node.json, rejected included)."""
     memo = HashMemo(Path(ring.store) / "cache" / "hashmemo.json")
-    task_dir = Path(ring.task["dir"])
+    task_dir = Path(ring.task.dir)
     views = {}
     for view in [*ring.search_views, ring.final_view]:
         view_dir = task_dir / "views" / view

@@ -381,7 +381,7 @@ def ring_progress(ring: Ring, layout: RingLayout) -> dict:
     node the count of background evaluations and of those scored. Files being written are
     skipped, never an error: this runs on live rings."""
     view, start = ring.search_views[0], ring.start
-    direction = ring.task["direction"]
+    direction = ring.task.direction
     points: list[dict] = []
     background: dict[str, dict] = {}
     for node_dir in sorted(layout.root.glob("nodes/*/")):

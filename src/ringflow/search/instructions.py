@@ -44,7 +44,7 @@ def method_of(layout: RingLayout, node: str) -> str:
 
 def refuted_directions(ring: Ring, layout: RingLayout, index: dict) -> list[dict]:
     """Ready nodes whose seed-0 mean is worse than their parent's, with both scores."""
-    sign = 1.0 if ring.task["direction"] == "maximize" else -1.0
+    sign = 1.0 if ring.task.direction == "maximize" else -1.0
     refuted = []
     for entry in index["nodes"]:
         if entry["status"] != statuses.READY:
@@ -77,8 +77,8 @@ def context(ring: Ring, layout: RingLayout, node: Node, deadline: float) -> dict
     return {
         "node": node.id,
         "origin": node.origin["kind"],
-        "task": ring.task["name"],
-        "direction": ring.task["direction"],
+        "task": ring.task.name,
+        "direction": ring.task.direction,
         "search_views": ring.search_views,
         "deadline": deadline,
         "parent": parent,
@@ -91,7 +91,7 @@ def context(ring: Ring, layout: RingLayout, node: Node, deadline: float) -> dict
         "queries_left": carried.queries_left(ring, node),
         "queries_per_node": search.queries_per_node,
         "queries_earlier": carried.earlier_queries(node) if carried.is_resume(node) else 0,
-        "validator": bool(ring.task.get("validator")),
+        "validator": bool(ring.task.validator),
         "validator_withheld": public_validator.refusal(ring.task),
     }
 

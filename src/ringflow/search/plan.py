@@ -91,7 +91,7 @@ def plan_generation(ring_dir: str | Path, generation: int) -> dict:
     search = ring.config.search
     slots = min(search.max_concurrent_nodes, search.max_nodes - own_nodes(index))
     scores = parent_scores(ring, layout, index)
-    order = ranked(scores, ring.task["direction"])
+    order = ranked(scores, ring.task.direction)
     plan["lottery"] = [
         {"node": node, "score": scores[node], "tickets": t}
         for node, t in zip(order, tickets(len(order)), strict=True)
@@ -99,7 +99,7 @@ def plan_generation(ring_dir: str | Path, generation: int) -> dict:
     rng = generation_rng(ring.ring_id, generation)
     kinds = [DRAFT if not scores or rng.random() < search.draft_fraction else IMPROVE
              for _ in range(slots)]  # fmt: skip
-    parents = iter(draw_parents(scores, ring.task["direction"], kinds.count(IMPROVE), rng))
+    parents = iter(draw_parents(scores, ring.task.direction, kinds.count(IMPROVE), rng))
     names = {n["id"]: n["name"] for n in index["nodes"]}
     stubs = []
     number = next_number(index)

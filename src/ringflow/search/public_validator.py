@@ -21,6 +21,7 @@ import shutil
 from pathlib import Path
 
 from ..core.jsonio import atomic_write_json, atomic_write_text
+from ..core.state import LockedTask
 
 RUNNER = Path(__file__).with_name("validate_runner.py")
 INTERPRETERS = ("python", "python3")
@@ -47,14 +48,14 @@ def _overlap(a: Path, b: Path) -> bool:
     return a == b or a.is_relative_to(b) or b.is_relative_to(a)
 
 
-def refusal(task: dict) -> str | None:
+def refusal(task: LockedTask) -> str | None:
     """Why the task's validator cannot be handed to a session, or None when it can."""
-    if not task.get("validator"):
+    if not task.validator:
         return "the task ships no validator"
-    task_dir = Path(task["dir"]).resolve()
+    task_dir = Path(task.dir).resolve()
     views = task_dir / "views"
-    scorer = [path for _, path in _named_paths(task_dir, task["scorer"])]
-    for _, path in _named_paths(task_dir, task["validator"]):
+    scorer = [path for _, path in _named_paths(task_dir, task.scorer)]
+    for _, path in _named_paths(task_dir, task.validator):
         rel = path.relative_to(task_dir)
         if path == task_dir or _overlap(path, views):
             return f"its command names {rel.as_posix() or '.'}, which holds the views' labels"
@@ -64,14 +65,14 @@ def refusal(task: dict) -> str | None:
     return None
 
 
-def make_copy(task: dict, folder: Path, *, python: str, runner: str, inside: str) -> Path:
+def make_copy(task: LockedTask, folder: Path, *, python: str, runner: str, inside: str) -> Path:
     """Write the session's copy into `folder` (seen by the session as `inside`): files/,
     command.json and the `validate` command; returns the path of `validate`."""
-    task_dir = Path(task["dir"]).resolve()
+    task_dir = Path(task.dir).resolve()
     files = folder / "files"
     files.mkdir(parents=True)
-    argv = shlex.split(task["validator"])
-    for position, path in _named_paths(task_dir, task["validator"]):
+    argv = shlex.split(task.validator)
+    for position, path in _named_paths(task_dir, task.validator):
         rel = path.relative_to(task_dir)
         target = files / rel
         target.parent.mkdir(parents=True, exist_ok=True)

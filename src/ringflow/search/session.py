@@ -299,7 +299,7 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
                            network_isolated=False)  # fmt: skip
     info = sandbox.require_sandbox(box_config)
     root = info["mode"] == "root"
-    hidden = (layout.root.parent, Path(ring.task["dir"]), Path(ring.store))
+    hidden = (layout.root.parent, Path(ring.task.dir), Path(ring.store))
     bound = [*(Path(d) for d in ring.program["dirs"]), *(Path(m) for m in engineer.mounts)]
     tmp = private_tmp_mb(config.sandbox, config.limits.to_mapping())
     args = sandbox_head(info, network=engineer.network, tmp_mb=tmp, bound=bound,

@@ -137,7 +137,7 @@ def complete_solution(layout: RingLayout, node_id: str, solution: Path) -> dict:
         "node": node_id,
         "role": node.role,
         "tree_hash": node.tree_hash,
-        "task": {k: ring.task[k] for k in ("name", "direction")},
+        "task": {"name": ring.task.name, "direction": ring.task.direction},
         "code": code,
         "per_view_paths": per_view,
         "final_view": ring.final_view,

@@ -184,7 +184,7 @@ def _blind_run(ring, layout, node: str, view: str, variant: str) -> dict:
     result_path = layout.result(node, view, variant)
     result = read_result(result_path) if result_path.exists() else None
     score = read_score(layout, node, view, variant)
-    value = usable(score, ring.task["direction"])
+    value = usable(score, ring.task.direction)
     run = {"variant": variant, "score": value, "wall_s": result and result.wall_s}
     reason = (score or {}).get("reason") or (result and result.reason) or ""
     if result is None and score is None:
@@ -207,13 +207,13 @@ def _runs_problem(runs: list[dict]) -> tuple[str, str] | None:
 
 
 def _retrains(ring: Ring, node: Node) -> bool:
-    return bool(node.solution["per_view_paths"]) or bool(ring.task["reorder_rows"])
+    return bool(node.solution["per_view_paths"]) or bool(ring.task.reorder_rows)
 
 
 def _repeats_itself(ring, layout, node_id: str, view: str) -> bool:
     """s0 and the fresh real run wrote byte-identical output, on inputs that the disguised
     copies repeat byte for byte (the task reorders no rows)."""
-    if ring.task["reorder_rows"]:
+    if ring.task.reorder_rows:
         return False
     real = _output_hash(layout, node_id, view, "s0")
     return real is not None and real == _output_hash(layout, node_id, view, REAL_FRESH)
@@ -419,7 +419,7 @@ def _guard_run(layout, node: str, view: str, seed: int, direction: str) -> dict:
 
 
 def guard_runs(ring, layout, node: str) -> list[dict]:
-    direction = ring.task["direction"]
+    direction = ring.task.direction
     return [
         _guard_run(layout, node, view, seed, direction)
         for view in guard_views(ring)
@@ -546,14 +546,14 @@ def verdict(ring_dir, rank: int) -> dict:
     else:
         info["complete"] = True
         info["differences"] = [
-            (c - b) * (-1.0 if ring.task["direction"] == "minimize" else 1.0)
+            (c - b) * (-1.0 if ring.task.direction == "minimize" else 1.0)
             for c, b in zip(cand_side, base_side, strict=True)
         ]
         stats = guardstats.paired_bootstrap_lcb(
             _bootstrap_tables(cand_runs),
             _bootstrap_tables(base_runs),
             alpha=a_prime,
-            direction=ring.task["direction"],
+            direction=ring.task.direction,
             rng_seed=f"{ring.alias_salt}/{node}",
         )
         kept = ("method", "replicates", "quantile_index", "mean", "min", "max", "spread",
@@ -610,7 +610,7 @@ def verdicts_in_order(ring: Ring, layout: RingLayout) -> list[dict]:
 def _final_score(ring, layout, node: str | None) -> float | None:
     if node is None:
         return None
-    return usable(read_score(layout, node, ring.final_view, "s0"), ring.task["direction"])
+    return usable(read_score(layout, node, ring.final_view, "s0"), ring.task.direction)
 
 
 def _mean(values) -> float | None:
@@ -680,7 +680,7 @@ def story_gap(ring, chosen: str | None, rows: list[dict], baseline: dict | None)
         scores[baseline["node"]] = baseline["final_view"]
     if chosen is not None and chosen not in scores:
         scores[chosen] = None
-    return {"view": ring.final_view, **selection_gap(chosen, scores, ring.task["direction"])}
+    return {"view": ring.final_view, **selection_gap(chosen, scores, ring.task.direction)}
 
 
 def _shrinkage(rows: list[dict]) -> dict | None:
@@ -749,7 +749,7 @@ def _final_bootstrap(ring, layout, node: str | None) -> list[float] | None:
 def improvement(ring, layout, chosen: str | None, base: str | None, alpha: float) -> dict:
     """The chosen program's final-view score minus the baseline's, with a paired bootstrap
     interval over the final view's rows (the same resamples for both)."""
-    sign = -1.0 if ring.task["direction"] == "minimize" else 1.0
+    sign = -1.0 if ring.task.direction == "minimize" else 1.0
     mine, theirs = _final_score(ring, layout, chosen), _final_score(ring, layout, base)
     record = {"view": ring.final_view, "chosen": chosen, "baseline": base,
               "difference": None, "interval": None, "level": 1 - alpha}  # fmt: skip
@@ -965,7 +965,7 @@ def repro(ring_dir) -> dict:
     nodes = [] if decision["decision"] in ("refused", "none") else trained_finalists(
         ring_dir, read_json(layout.ranking)["finalists"])  # fmt: skip
     view = ring.search_views[0]
-    direction = ring.task["direction"]
+    direction = ring.task.direction
     rows = []
     for node in nodes:
         s0 = usable(read_score(layout, node, view, "s0"), direction)

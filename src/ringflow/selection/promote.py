@@ -20,7 +20,7 @@ def promote(ring_dir: str | Path) -> dict:
     ring = load_ring(ring_dir)
     layout = RingLayout(Path(ring.ring_dir))
     index = read_json(layout.nodes_index)
-    direction = ring.task["direction"]
+    direction = ring.task.direction
     scored, unscored = [], []
     # The chain's incumbent is what finalists are guarded against, never one of them.
     held = incumbent_node(ring, index)

@@ -17,7 +17,7 @@ PROMOTION_SEEDS = ("s0", "s1", "s2")
 
 def node_mean(ring: Ring, layout: RingLayout, node: str, variant: str) -> dict:
     """A node's score for one variant: its mean over the search views (None if any is missing)."""
-    direction = ring.task["direction"]
+    direction = ring.task.direction
     per_view = {
         view: usable(_score_or_imported(ring, layout, node, view, variant), direction)
         for view in ring.search_views

@@ -319,7 +319,7 @@ class Planner:
         candidates = [n for n in candidate_ids(self.index) if n != held]
         means = {n: node_mean(self.ring, self.layout, n, "s0")["mean"] for n in candidates}
         scored = [{"node": n, "score": means[n]} for n in candidates if means[n] is not None]
-        ranked = sorted(scored, key=rank_key(self.ring.task["direction"]))
+        ranked = sorted(scored, key=rank_key(self.ring.task.direction))
         return [row["node"] for row in ranked] + [n for n in candidates if means[n] is None]
 
     def promoted(self) -> list[str]:

@@ -12,7 +12,7 @@ from ringflow.core.clock import load_ring
 from ringflow.core.errors import InputError
 from ringflow.core.jsonio import atomic_write_json, sha256_json
 from ringflow.core.layout import RingLayout
-from ringflow.core.state import LockedView, Ring
+from ringflow.core.state import LockedTask, LockedView, Ring
 from ringflow.ring.lock import lock_ring
 from ringtools import scripted_config
 
@@ -45,6 +45,9 @@ def test_fields_are_typed(locked):
     )
     assert isinstance(ring.guard_seeds, tuple) and list(ring.guard_seeds) == record["guard_seeds"]
     assert ring.config.to_mapping() == record["config"]
+    assert isinstance(ring.task, LockedTask) and ring.task.to_record() == record["task"]
+    assert (ring.task.name, ring.task.direction) == (record["task"]["name"], "maximize")
+    assert ring.task.dir == record["task"]["dir"] and ring.task.scorer == record["task"]["scorer"]
     for name, view in ring.views.items():
         assert isinstance(view, LockedView) and view.to_record() == record["views"][name]
         assert view.name == name and view.content_hash == record["views"][name]["content_hash"]
@@ -58,7 +61,7 @@ def test_a_partial_record_gets_defaults():
     ring = Ring.from_record({"ring_id": "r", "ring_dir": "/runs/r", "search_views": ["a"]})
     assert ring.search_views == ("a",)
     assert ring.guard_views == () and ring.guard_seeds == () and ring.tree_ignore == ()
-    assert ring.config is None and ring.views == {} and ring.task == {}
+    assert ring.config is None and ring.views == {} and ring.task == LockedTask()
     assert ring.final_view is None and ring.continue_from is None and ring.store is None
     assert ring.guard_views_reused is False
     # Only the keys it held are written back.
@@ -75,6 +78,16 @@ def test_a_view_keeps_its_record_key_for_key_and_says_what_it_lacks():
         _ = view.snapshot
     with pytest.raises(InputError, match=r"views\.proxy"):
         Ring.from_record({"ring_id": "r", "ring_dir": "/r", "views": {"proxy": ["not", "a"]}})
+
+
+def test_a_task_locked_before_scorer_modes_resamples_and_reorders_nothing():
+    old = {"dir": "/task", "name": "toy", "direction": "minimize", "scorer": "python s.py"}
+    task = LockedTask.from_record(old)
+    assert task.to_record() == old
+    assert task.mode == "resample" and task.rows_reordered == () and task.validator is None
+    assert LockedTask.from_record({**old, "scorer_mode": "fixed"}).mode == "fixed"
+    with pytest.raises(InputError, match="ring lock: task"):
+        Ring.from_record({"ring_id": "r", "ring_dir": "/r", "task": "toy"})
 
 
 def test_unknown_keys_are_kept():

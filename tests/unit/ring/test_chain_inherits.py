@@ -42,7 +42,7 @@ def test_a_continuation_inherits_task_candidates_baseline_and_configuration(pare
     assert "promote_top_k" in taken and "guard.seeds" in taken
     assert config["promote_top_k"] == 1 and config["guard"]["seeds"] == 3
     r2 = lock_ring(config, work)
-    assert r2.task["dir"] == r1.task["dir"]
+    assert r2.task.dir == r1.task.dir
     assert r2.candidates_dir == r1.candidates_dir
     assert r2.baseline_dir == r1.baseline_dir
     assert r2.chain == {"continues": "r1", "parent_dir": r1.ring_dir, "changed": {}}
@@ -78,9 +78,9 @@ def test_another_task_or_direction_is_refused_with_the_reason(parent, tmp_path):
 
 def test_the_same_task_named_again_is_allowed(parent):
     work, r1 = parent
-    config = _continuation(task=r1.task["dir"])
+    config = _continuation(task=r1.task.dir)
     refuse_task_switch(RingConfig.from_mapping(config), work)
-    assert lock_ring(config, work).task["name"] == "scripted"
+    assert lock_ring(config, work).task.name == "scripted"
 
 
 def test_a_first_ring_inherits_nothing(tmp_path):

@@ -16,6 +16,7 @@ from pathlib import Path
 from ringflow.core.clock import load_node, load_ring
 from ringflow.core.jsonio import atomic_write_json, read_json
 from ringflow.core.layout import RingLayout
+from ringflow.core.state import LockedTask
 from ringflow.reporting.report import best_so_far_curve
 from ringflow.reporting.summary import progress_lines
 from ringflow.search import best_so_far, public_validator
@@ -216,26 +217,26 @@ def test_the_rings_curve_joins_seed0_runs_and_background_evaluations(tmp_path):
     assert "0.9000 (n004-z" in lines[0] and "first valid result after 5 s" in lines[0]
     assert lines[1] == "background evaluations: 3 (2 scored)"
     # Minimising, the best is the lowest.
-    ring = dataclasses.replace(ring, task={**ring.task, "direction": "minimize"})
+    ring = dataclasses.replace(ring, task=dataclasses.replace(ring.task, direction="minimize"))
     assert ring_progress(ring, layout)["best"]["score"] == 0.1
 
 
 # ---- the public validator (item 5) ------------------------------------------------------
 
 
-def _task(tmp_path: Path, validator: str, scorer: str = "python scorer.py") -> dict:
+def _task(tmp_path: Path, validator: str, scorer: str = "python scorer.py") -> LockedTask:
     task = tmp_path / "task"
     (task / "views" / "proxy" / "inputs").mkdir(parents=True)
     (task / "views" / "proxy" / "labels").mkdir(parents=True)
     (task / "views" / "proxy" / "inputs" / "data.txt").write_text("data\n")
     (task / "scorer.py").write_text("print('scorer')\n")
     (task / "validator.py").write_text(VALIDATOR)
-    return {"dir": str(task), "validator": validator, "scorer": scorer}
+    return LockedTask.from_record({"dir": str(task), "validator": validator, "scorer": scorer})
 
 
 def test_the_public_validator_is_withheld_when_it_shares_the_scorers_files(tmp_path):
-    assert public_validator.refusal({"dir": str(tmp_path), "validator": None,
-                                     "scorer": "x"}) == "the task ships no validator"  # fmt: skip
+    shipped_none = LockedTask(dir=str(tmp_path), validator=None, scorer="x")
+    assert public_validator.refusal(shipped_none) == "the task ships no validator"
     assert public_validator.refusal(_task(tmp_path, "python validator.py")) is None
     assert "scorer's command uses too" in public_validator.refusal(
         _task(tmp_path / "2", "python scorer.py --check"))  # fmt: skip
@@ -262,7 +263,7 @@ def test_the_copy_holds_the_validator_only_and_runs_it_from_relative_paths(tmp_p
     run = subprocess.run([str(validate), "--pred", "pred", "--inputs", str(inputs)],
                          cwd=tmp_path / "work", capture_output=True, text=True)  # fmt: skip
     assert run.returncode == 2 and "--strict" in run.stderr  # the task's argv, untouched
-    task["validator"] = "python validator.py"
+    task = dataclasses.replace(task, validator="python validator.py")
     folder2 = tmp_path / "copy2"
     validate = public_validator.make_copy(task, folder2, python=sys.executable,
                                           runner=str(public_validator.RUNNER),

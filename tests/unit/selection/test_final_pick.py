@@ -14,6 +14,7 @@ import pytest
 from ringflow.core.errors import InputError
 from ringflow.core.jsonio import atomic_write_json
 from ringflow.core.seeds import REGISTRY_FILE
+from ringflow.core.state import LockedTask
 from ringflow.nodes import import_static
 from ringflow.ring.lock import lock_ring
 from ringflow.scoring import BOOTSTRAP_SEED_BASE, _bootstrap, bootstrap_values, usable
@@ -160,7 +161,7 @@ def test_bootstrap_scores_come_from_one_call_or_one_call_per_resample(tmp_path, 
         calls.append(extra)
         return ("done" if done.returncode == 0 else "exit"), done.stderr, out
 
-    task = {"scorer_bootstrap": batched}
+    task = LockedTask(scorer_bootstrap=batched)
     record = _bootstrap(task, 4, call_scorer, 60.0)
     assert record["bootstrap"] == [(BOOTSTRAP_SEED_BASE + b) % 7 / 10 for b in range(4)]
     assert len(calls) == (1 if batched else 4)
