@@ -11,7 +11,6 @@ included, so a record written back, hashed or carried to another ring is the sam
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from typing import Any
 from .errors import InputError
 from .jsonio import read_json
 from .records import write_record
-from .state import field_default
+from .state import record_of, split_record
 from .statuses import ExecutionStatus, NodeStatus, WeightsMode
 
 
@@ -60,7 +59,7 @@ class Node:
 
     def to_record(self) -> dict[str, Any]:
         """The node.json record: equal to the one read."""
-        return _record(self)
+        return record_of(self)
 
     def spec(self, view: str, variant: str) -> Mapping[str, Any] | None:
         """The planned execution of `view`/`variant` (its seed, weights and key), or None."""
@@ -116,7 +115,7 @@ class ExecutionResult:
 
     def to_record(self) -> dict[str, Any]:
         """The result.json record: equal to the one read (lists stay lists)."""
-        return _record(self)
+        return record_of(self)
 
     @property
     def ok(self) -> bool:
@@ -189,7 +188,6 @@ def write_result(
 
 # Fields whose JSON lists are held as tuples (and written back as lists).
 _SEQUENCES = frozenset({"reap_left", "events", "gpus"})
-_PRIVATE = ("extra", "_keys")
 
 
 def _split(cls, record, source, what: str, required: tuple[str, ...]):
@@ -200,14 +198,7 @@ def _split(cls, record, source, what: str, required: tuple[str, ...]):
     missing = [key for key in required if key not in record]
     if missing:
         raise InputError(f"{where}: not {what} (missing {', '.join(map(repr, missing))})")
-    names = _field_names(cls)
-    values = {}
-    for key, value in record.items():
-        if key in names:
-            listed = key in _SEQUENCES and isinstance(value, list)
-            values[key] = tuple(value) if listed else value
-    extra = {key: value for key, value in record.items() if key not in names}
-    return values, extra
+    return split_record(cls, record, _SEQUENCES)
 
 
 def _member(value: Any, *vocabularies: type) -> Any:
@@ -219,20 +210,3 @@ def _member(value: Any, *vocabularies: type) -> Any:
         except (ValueError, TypeError):
             continue
     return value
-
-
-def _record(obj) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(obj):
-        if f.name in _PRIVATE:
-            continue
-        value = getattr(obj, f.name)
-        if f.name not in obj._keys and value == field_default(f):
-            continue
-        out[f.name] = list(value) if isinstance(value, tuple) else value
-    out.update(obj.extra)
-    return out
-
-
-def _field_names(cls) -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(cls)) - set(_PRIVATE)

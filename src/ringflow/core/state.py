@@ -38,20 +38,11 @@ class LockedRecord:
     def from_record(cls, record: Mapping[str, Any], where: str | None = None):
         if not isinstance(record, Mapping):
             raise InputError(f"{where or cls.KIND}: a locked {cls.KIND} must be a JSON object")
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra", "_keys"}
-        values = {key: value for key, value in record.items() if key in names}
-        extra = {key: value for key, value in record.items() if key not in names}
+        values, extra = split_record(cls, record)
         return cls(**values, extra=extra, _keys=frozenset(record))
 
     def to_record(self) -> dict[str, Any]:
-        out = {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if f.name not in ("extra", "_keys")
-            and (f.name in self._keys or getattr(self, f.name) != field_default(f))
-        }
-        out.update(self.extra)
-        return out
+        return record_of(self)
 
 
 @dataclass(frozen=True)
@@ -176,12 +167,7 @@ class Ring:
             raise InputError(
                 f"{where}: not a ring lock (missing {', '.join(repr(k) for k in missing)})"
             )
-        names = _field_names()
-        values = {}
-        for key, value in record.items():
-            if key in names:
-                listed = key in _SEQUENCES and isinstance(value, list)
-                values[key] = tuple(value) if listed else value
+        values, extra = split_record(cls, record, _SEQUENCES)
         if record.get("config") is not None:
             values["config"] = RingConfig.from_mapping(record["config"])
         if record.get("task") is not None:
@@ -193,27 +179,11 @@ class Ring:
                 name: LockedView.from_record(view, f"{where}: views.{name}")
                 for name, view in record["views"].items()
             }
-        extra = {key: value for key, value in record.items() if key not in names}
         return cls(**values, extra=extra, _keys=frozenset(record))
 
     def to_record(self) -> dict[str, Any]:
         """The RING.json record: equal to the one read (lists stay lists)."""
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            if f.name in ("extra", "_keys"):
-                continue
-            value = getattr(self, f.name)
-            if f.name not in self._keys and value == field_default(f):
-                continue
-            if isinstance(value, RingConfig):
-                value = value.to_mapping()
-            elif isinstance(value, LockedRecord):
-                value = value.to_record()
-            elif f.name == "views" and isinstance(value, Mapping):
-                value = {name: view.to_record() for name, view in value.items()}
-            out[f.name] = list(value) if isinstance(value, tuple) else value
-        out.update(self.extra)
-        return out
+        return record_of(self)
 
     @property
     def root(self) -> Path:
@@ -224,8 +194,52 @@ class Ring:
         return RingLayout(Path(self.ring_dir))
 
 
-def _field_names() -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(Ring)) - {"extra", "_keys"}
+# ---- the round trip every typed record shares ----------------------------------------
+# A typed record (the lock, its views and task, a node, an execution's result) holds the
+# keys it knows as fields, every other key in `extra`, and the keys it was read with in
+# `_keys`: written back, it is the record it was read from, key for key, so a file
+# rewritten or hashed is unchanged (docs/architecture.md).
+
+_PRIVATE = ("extra", "_keys")
+
+
+def split_record(cls, record: Mapping[str, Any], sequences: frozenset[str] = frozenset()):
+    """(values of `cls`'s fields, the other keys) of `record`; the lists of the fields
+    named in `sequences` are held as tuples."""
+    names = {f.name for f in dataclasses.fields(cls)} - set(_PRIVATE)
+    values = {
+        key: tuple(value) if key in sequences and isinstance(value, list) else value
+        for key, value in record.items()
+        if key in names
+    }
+    return values, {key: value for key, value in record.items() if key not in names}
+
+
+def record_of(obj) -> dict[str, Any]:
+    """The record a typed record was read from: a field it was not read with is left out
+    while it holds its default; tuples are written as lists, typed parts as records."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        if f.name in _PRIVATE:
+            continue
+        value = getattr(obj, f.name)
+        if f.name not in obj._keys and value == field_default(f):
+            continue
+        out[f.name] = _plain(value)
+    out.update(obj.extra)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, RingConfig):
+        return value.to_mapping()
+    if isinstance(value, LockedRecord):
+        return value.to_record()
+    if isinstance(value, Mapping) and any(isinstance(v, LockedRecord) for v in value.values()):
+        return {key: _plain(item) for key, item in value.items()}  # the views
+    return value
 
 
 def field_default(f: dataclasses.Field) -> Any:
