@@ -15,7 +15,6 @@ from pathlib import Path
 
 from ..config import check_config, coerce_config, config_defaults, config_problems
 from ..core.errors import InputError
-from ..core.interrupts import install_relay
 from ..core.layout import RingLayout
 from ..core.settings import RingConfig
 from ..core.stop import keep_stop_reserve
@@ -33,6 +32,8 @@ from ..sandbox.slots import gpu_declared, gpu_slots
 from ..selection import timekeeper
 from ..weights.store import WeightsStore
 from .cluster import slots_on_slurm
+from .relay import install_relay
+from .scheduler_wakeups import one_pending_wakeup
 
 
 def prepare_config(config: dict, schema_path: str) -> None:
@@ -96,6 +97,7 @@ def start_rings(rings: list[NamedRing], configs: dict[str, dict], workflow) -> N
     """onstart: the driver lease of every ring first (a second driver of a ring is refused
     before anything of it runs), what killed runs left, the janitor for this run, then
     each ring's timekeeper, Ctrl-C relay and progress lines."""
+    one_pending_wakeup(getattr(workflow, "scheduler", None))
     # A finished ring is immutable: nothing of it runs again, and nothing is written to it.
     rings = [ring for ring in rings if not RingLayout(ring.root).stop_manifest.exists()]
     if not rings:
