@@ -584,11 +584,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_steps(sub) -> None:
+def add_steps(sub, only: str | None = None) -> None:
     """`ringflow step NAME RING_DIR …`: what the rules run. `--out` is the file the rule
-    declares; a step refuses to write any other (the layout names every path once)."""
+    declares; a step refuses to write any other (the layout names every path once).
+    With `only`, just that step's parser (see step_parser)."""
 
     def add(name, func, help_text, *extra, outputs=("out",)):
+        if only is not None and name != only:
+            return
         p = sub.add_parser(name, help=help_text)
         p.add_argument("ring_dir", help="the ring folder, e.g. runs/demo")
         for args, kwargs in extra:
@@ -627,11 +630,16 @@ def add_steps(sub) -> None:
     add("stop-manifest", cmd_stop_manifest, "write stop_manifest.json")
 
 
-def step_parser() -> argparse.ArgumentParser:
+def step_parser(name: str | None = None) -> argparse.ArgumentParser:
     """`ringflow step …` alone: every execution is a step in a process of its own, and the
-    whole command table cost it more than its own arguments."""
+    whole command table cost it more than its own arguments. With `name`, the table holds
+    that step alone when it is one (a rule's call); otherwise every step, for help and
+    for the error that names the steps there are."""
     parser = argparse.ArgumentParser(prog="ringflow step", description=add_steps.__doc__)
-    add_steps(parser.add_subparsers(dest="step", required=True))
+    sub = parser.add_subparsers(dest="step", required=True)
+    add_steps(sub, only=name)
+    if name is not None and not sub.choices:
+        add_steps(sub)
     parser.set_defaults(command="step")
     return parser
 
@@ -639,7 +647,7 @@ def step_parser() -> argparse.ArgumentParser:
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["step"]:
-        return step_parser().parse_args(argv[1:])
+        return step_parser(argv[1] if len(argv) > 1 else None).parse_args(argv[1:])
     return build_parser().parse_args(argv)
 
 

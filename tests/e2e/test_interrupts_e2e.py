@@ -16,7 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ringflow.core.interrupts import is_supervisor, stopped_by_signal
+from ringflow.core.interrupts import stopped_by_signal
+from ringflow.workflow.relay import is_supervisor
 from ringtools import (
     gated_ring,
     locked_ring,

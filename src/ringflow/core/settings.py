@@ -123,6 +123,13 @@ class Section:
     def __hash__(self) -> int:
         return hash(self._compared())
 
+    # Frozen: what `frozen=True` would generate for every class, written once.
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
     def __repr__(self) -> str:
         shown = (f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr)
         return f"{type(self).__name__}({', '.join(shown)})"
@@ -145,9 +152,15 @@ def _dotted(path: str, name: str) -> str:
 
 # Every step that reads a ring defines all the sections at start-up, and Python 3.11 writes and
 # compiles six methods for each frozen dataclass (about 1 ms a class, 20 ms a step):
-# `Section` gives the constructor, equality and repr once; per class only the frozen
-# guards are made.
-section = dataclass(frozen=True, init=False, eq=False, repr=False)
+# `Section` gives the constructor, equality, repr and the frozen guards once, so no method
+# is generated per class. A class without a docstring would get one from its signature,
+# which costs `inspect` a walk of every field.
+_fields_only = dataclass(init=False, eq=False, repr=False)
+
+
+def section(cls: type[S]) -> type[S]:
+    cls.__doc__ = cls.__doc__ or f"The {cls.__name__} section of the configuration."
+    return _fields_only(cls)
 
 
 @section

@@ -404,7 +404,7 @@ def cancel_on_signals(executor, rings) -> None:
             if not first:
                 return
             if callable(previous):
-                previous(sig, frame)  # the relay (core/interrupts.py), Snakemake's own
+                previous(sig, frame)  # the relay (workflow/relay.py), Snakemake's own
             raise KeyboardInterrupt
 
         try:

@@ -34,6 +34,20 @@ def test_the_step_table_is_the_one_under_ringflow_step():
     assert list(alone.choices) == list(nested.choices)
 
 
+def test_a_named_step_builds_its_own_parser_and_parses_as_in_the_whole_table():
+    alone = next(a for a in cli.step_parser("rank")._actions if a.dest == "step")
+    assert list(alone.choices) == ["rank"]
+    argv = ["step", "rank", "runs/r", "--out", "runs/r/selection/rank.json"]
+    whole = cli.build_parser().parse_args(argv)
+    assert vars(cli.parse(argv)) == {**vars(whole), "command": "step"}
+
+
+def test_a_step_parser_for_no_step_lists_every_step():
+    every = next(a for a in cli.step_parser()._actions if a.dest == "step")
+    unknown = next(a for a in cli.step_parser("exeucte")._actions if a.dest == "step")
+    assert list(unknown.choices) == list(every.choices) and "execute" in every.choices
+
+
 def test_user_commands_come_first_and_the_steps_are_one_group(capsys):
     with pytest.raises(SystemExit):
         cli.parse(["--help"])
