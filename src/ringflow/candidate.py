@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path, PurePosixPath
 
 from .core.errors import CandidateError, InputError
+from .core.frozen import Frozen, frozen_record
 from .core.hashing import CACHE_DIR_NAMES, PROGRESS_FILE, is_cache
 from .core.jsonio import read_json
 from .core.safetext import escape_name, is_plain_name
@@ -17,8 +18,8 @@ from .core.safetree import Entry, TreeLimit, walk
 from .core.state import Ring
 
 
-@dataclass(frozen=True)
-class Solution:
+@frozen_record
+class Solution(Frozen):
     dir: Path
     command: tuple[str, ...]
     seed_affects_training: bool
@@ -59,8 +60,8 @@ def weights_dirs(per_view_paths) -> list[str]:
     return sorted({str(PurePosixPath(p).parent) for p in per_view_paths})
 
 
-@dataclass(frozen=True)
-class TreeLimits:
+@frozen_record
+class TreeLimits(Frozen):
     """What a solution tree may hold (engineer.limits for a workspace); None: no limit."""
 
     max_files: int | None = None  # files and folders

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import shlex
 import sys
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from .core.errors import InputError
+from .core.frozen import Frozen, frozen_record
 
 DIRECTIONS = ("maximize", "minimize")
 
 
-@dataclass(frozen=True)
-class Task:
+@frozen_record
+class Task(Frozen):
     dir: Path
     name: str
     direction: str

@@ -45,6 +45,7 @@ from pathlib import Path
 
 from ..core import statuses
 from ..core.errors import RingflowError
+from ..core.frozen import Frozen, frozen_record
 from ..core.jsonio import atomic_write_json, canonical_json, fsync_dir, fsync_tree, read_json
 from ..core.layout import RingLayout
 from ..core.ledger import Ledger, emit_event
@@ -76,8 +77,8 @@ def _stop_point(step: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-@dataclass(frozen=True)
-class SealTarget:
+@frozen_record
+class SealTarget(Frozen):
     """Where a seal is written, how the ledger records it, and whether it settles the node."""
 
     folder: str  # under nodes/<id>/

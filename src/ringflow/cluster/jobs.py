@@ -18,10 +18,10 @@ import re
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import statuses
+from ..core.frozen import Frozen, frozen_record
 from ..core.jsonio import append_jsonl, read_jsonl_objects
 from ..core.layout import RingLayout
 from ..core.node_state import starting_record
@@ -51,8 +51,8 @@ _WHY = {
 _STATUS_IN_MESSAGE = re.compile(r"SLURM status is: '([A-Z_]+)'")
 
 
-@dataclass(frozen=True)
-class JobEnd:
+@frozen_record
+class JobEnd(Frozen):
     """How SLURM says a job ended (`sacct -o State,ExitCode,Reason`)."""
 
     state: str  # "CANCELLED by 0" is CANCELLED
@@ -299,8 +299,8 @@ def cancel(jobs) -> tuple[list[str], str | None]:
 # ---- what a job costs beyond its execution ------------------------------------------------
 
 
-@dataclass(frozen=True)
-class JobTimes:
+@frozen_record
+class JobTimes(Frozen):
     """When SLURM took a job, started it and saw it end (epoch seconds; None: not yet)."""
 
     submitted: float | None

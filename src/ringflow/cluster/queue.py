@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import subprocess
 import time
-from dataclasses import dataclass
+
+from ..core.frozen import Frozen, frozen_record
 
 SQUEUE_FORMAT = "%i|%r|%V"
 QUERY_TIMEOUT_S = 20
 
 
-@dataclass(frozen=True)
-class PendingJob:
+@frozen_record
+class PendingJob(Frozen):
     job_id: str
     reason: str
     submitted_at: float | None  # epoch seconds; None where squeue gave no time

@@ -12,9 +12,10 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from ..core.errors import InputError
+from ..core.frozen import Frozen, frozen_record
 
 # One line per node of the partition: name, CPUs, memory (MB), generic resources, state.
 SINFO_FORMAT = "%N|%c|%m|%G|%t"
@@ -29,8 +30,8 @@ def job_prefix(ring_name: str) -> str:
     return _JOBNAME.sub("-", f"ringflow-{ring_name}")[:50]
 
 
-@dataclass(frozen=True)
-class Node:
+@frozen_record
+class Node(Frozen):
     name: str
     cpus: int
     memory_mb: int
@@ -52,8 +53,8 @@ class Node:
         return not self.state.rstrip("*~#!%$@^-").startswith(UNUSABLE_STATES)
 
 
-@dataclass(frozen=True)
-class Partition:
+@frozen_record
+class Partition(Frozen):
     name: str
     nodes: tuple[Node, ...]
     max_time_min: float | None = None  # None: unlimited
@@ -62,8 +63,8 @@ class Partition:
     state: str = "UP"
 
 
-@dataclass(frozen=True)
-class Request:
+@frozen_record
+class Request(Frozen):
     """What one execution asks of a node, with the configuration keys that set each figure."""
 
     threads: int

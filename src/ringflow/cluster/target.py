@@ -6,10 +6,11 @@ configuration's per-execution requests against that partition (docs/slurm.md).""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from ..core.errors import InputError
+from ..core.frozen import Frozen, frozen_record
 from ..core.jsonio import atomic_write_json, read_json
 from ..core.yamlio import load_yaml
 from .slurm import (
@@ -24,8 +25,8 @@ from .slurm import (
 CLUSTER_RECORD = "cluster.json"
 
 
-@dataclass(frozen=True)
-class SlurmTarget:
+@frozen_record
+class SlurmTarget(Frozen):
     partition: str | None  # None: the cluster's default partition
     gpu_model: str | None = None
     gpus: bool = False  # the profile declares the `gpu` resource: executions ask for GPUs

@@ -13,19 +13,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .frozen import Frozen, frozen_record
 from .jsonio import read_json
 from .records import write_record
 from .state import record_of, split_record
 from .statuses import ExecutionStatus, NodeStatus, WeightsMode
 
 
-@dataclass(frozen=True)
-class Node:
+@frozen_record
+class Node(Frozen):
     id: str
     name: str | None = None
     role: str | None = None
@@ -66,8 +67,8 @@ class Node:
         return (self.executions.get(view) or {}).get(variant)
 
 
-@dataclass(frozen=True)
-class ExecutionResult:
+@frozen_record
+class ExecutionResult(Frozen):
     status: ExecutionStatus | str
     node: str | None = None
     view: str | None = None

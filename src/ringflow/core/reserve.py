@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .frozen import Frozen, frozen_record
 from .jsonio import atomic_write_json, read_json
 
 COLD_START_FACTOR = 1.5
@@ -48,8 +49,8 @@ def _non_negative_number(value: Any, name: str) -> None:
         raise ValueError(f"{name} must be finite, got {value!r}")
 
 
-@dataclass(frozen=True)
-class Price:
+@frozen_record
+class Price(Frozen):
     """Seconds one piece of work is expected to take, and where that number comes from.
 
     basis: "measured" (this node's own runs of the same kind on the same view, or the
@@ -67,8 +68,8 @@ class Price:
             raise ValueError(f"basis must be {MEASURED!r} or {ASSUMED!r}, got {self.basis!r}")
 
 
-@dataclass(frozen=True)
-class Job:
+@frozen_record
+class Job(Frozen):
     """One pending execution: its program, then its scoring (the same scheduler job)."""
 
     name: str
@@ -76,8 +77,8 @@ class Job:
     scoring: Price
 
 
-@dataclass(frozen=True)
-class Batch:
+@frozen_record
+class Batch(Frozen):
     """Jobs that run side by side on `slots` execution slots, then `after` (a review
     command) alone. Batches of a ring run one after another."""
 

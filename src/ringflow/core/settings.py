@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
 from typing import Any, ClassVar, TypeVar
 
 from .errors import InputError
+from .frozen import Frozen, frozen_record
 
 S = TypeVar("S", bound="Section")
 
@@ -47,10 +48,10 @@ def _thaw(value: Any) -> Any:
     return value
 
 
-class Section:
-    """One object of the schema. Subclasses are frozen dataclasses; `_SECTIONS` names the
-    keys that are sections themselves (every other mapping is free-form) and `_OPTIONAL`
-    the keys the schema does not require."""
+class Section(Frozen):
+    """One object of the schema. Subclasses are frozen records (core/frozen.py);
+    `_SECTIONS` names the keys that are sections themselves (every other mapping is
+    free-form) and `_OPTIONAL` the keys the schema does not require."""
 
     _SECTIONS: ClassVar[Mapping[str, type[Section]]] = {}
     _OPTIONAL: ClassVar[frozenset[str]] = frozenset()
@@ -97,43 +98,6 @@ class Section:
             values["_given"] = frozenset(k for k in cls._OPTIONAL if k in d)
         return cls(**values)
 
-    # Construction, equality and repr, written once here for every section (see `section`).
-    def __init__(self, **values: Any) -> None:
-        for f in dataclasses.fields(self):
-            if f.name in values:
-                value = values.pop(f.name)
-            elif f.default is not dataclasses.MISSING:
-                value = f.default
-            elif f.default_factory is not dataclasses.MISSING:
-                value = f.default_factory()
-            else:
-                raise TypeError(f"{type(self).__name__}: {f.name!r} is missing")
-            object.__setattr__(self, f.name, value)
-        if values:
-            raise TypeError(f"{type(self).__name__}: no field {sorted(values)[0]!r}")
-
-    def _compared(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.compare)
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._compared() == other._compared()  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        return hash(self._compared())
-
-    # Frozen: what `frozen=True` would generate for every class, written once.
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
-
-    def __repr__(self) -> str:
-        shown = (f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr)
-        return f"{type(self).__name__}({', '.join(shown)})"
-
     def to_mapping(self) -> dict[str, Any]:
         """The mapping this was built from: the same keys, lists as lists."""
         given = getattr(self, "_given", frozenset())
@@ -150,27 +114,14 @@ def _dotted(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
 
 
-# Every step that reads a ring defines all the sections at start-up, and Python 3.11 writes and
-# compiles six methods for each frozen dataclass (about 1 ms a class, 20 ms a step):
-# `Section` gives the constructor, equality, repr and the frozen guards once, so no method
-# is generated per class. A class without a docstring would get one from its signature,
-# which costs `inspect` a walk of every field.
-_fields_only = dataclass(init=False, eq=False, repr=False)
-
-
-def section(cls: type[S]) -> type[S]:
-    cls.__doc__ = cls.__doc__ or f"The {cls.__name__} section of the configuration."
-    return _fields_only(cls)
-
-
-@section
+@frozen_record
 class Views(Section):
     search: tuple[str, ...]
     guard: tuple[str, ...] | None
     final: str | None
 
 
-@section
+@frozen_record
 class Timeline(Section):
     duration_min: float
     final_reserve_min: float
@@ -180,7 +131,7 @@ class Timeline(Section):
     reserve_pad_min: float
 
 
-@section
+@frozen_record
 class ExecHealth(Section):
     enforce: bool
     collect_s: float
@@ -192,7 +143,7 @@ class ExecHealth(Section):
     min_io_kbps: float
 
 
-@section
+@frozen_record
 class Limits(Section):
     memory_gb: float
     time_limit_min: float
@@ -203,7 +154,7 @@ class Limits(Section):
     max_processes: int
 
 
-@section
+@frozen_record
 class Guard(Section):
     _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"retrain", "against"})
 
@@ -216,7 +167,7 @@ class Guard(Section):
     against: str | None
 
 
-@section
+@frozen_record
 class ViewBlind(Section):
     _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"extra_runs", "max_extra_train_min"})
 
@@ -224,23 +175,23 @@ class ViewBlind(Section):
     max_extra_train_min: float | None
 
 
-@section
+@frozen_record
 class Reserve(Section):
     review_command_min: float
 
 
-@section
+@frozen_record
 class Program(Section):
     python: str | None
 
 
-@section
+@frozen_record
 class HostUids(Section):
     first: int
     count: int
 
 
-@section
+@frozen_record
 class Sandbox(Section):
     _SECTIONS: ClassVar[Mapping[str, type[Section]]] = {"host_uids": HostUids}
     _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"host_uids"})
@@ -255,20 +206,20 @@ class Sandbox(Section):
     tmp_mb: int
 
 
-@section
+@frozen_record
 class Evaluator(Section):
     memory_gb: float
     max_processes: int
 
 
-@section
+@frozen_record
 class EngineerLimits(Section):
     file_mb: float
     workspace_gb: float
     workspace_files: int
 
 
-@section
+@frozen_record
 class Engineer(Section):
     _SECTIONS: ClassVar[Mapping[str, type[Section]]] = {"limits": EngineerLimits}
 
@@ -282,7 +233,7 @@ class Engineer(Section):
     limits: EngineerLimits
 
 
-@section
+@frozen_record
 class Search(Section):
     max_nodes: int
     max_concurrent_nodes: int
@@ -292,13 +243,13 @@ class Search(Section):
     background_eval_min: float
 
 
-@section
+@frozen_record
 class Terminal(Section):
     progress_s: float
     snakemake_log: bool
 
 
-@section
+@frozen_record
 class Email(Section):
     _KEYS: ClassVar[Mapping[str, str]] = {"from_": "from"}
 
@@ -311,14 +262,14 @@ class Email(Section):
     password_env: str | None
 
 
-@section
+@frozen_record
 class Webhook(Section):
     url: str | None
     url_env: str | None
     token_env: str | None
 
 
-@section
+@frozen_record
 class Notify(Section):
     _SECTIONS: ClassVar[Mapping[str, type[Section]]] = {"email": Email, "webhook": Webhook}
 
@@ -328,7 +279,7 @@ class Notify(Section):
     webhook: Webhook
 
 
-@section
+@frozen_record
 class Slurm(Section):
     _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"status_poll_max_s"})
 
@@ -336,7 +287,7 @@ class Slurm(Section):
     status_poll_max_s: float | None  # rings locked before it existed: the default
 
 
-@section
+@frozen_record
 class RingConfig(Section):
     """The whole configuration of one ring (RING.json's `config`)."""
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .frozen import Frozen, frozen_record
 from .layout import RingLayout
 from .settings import RingConfig
 
@@ -26,7 +27,7 @@ _SEQUENCES = frozenset(
 _REQUIRED = ("ring_id", "ring_dir")
 
 
-class LockedRecord:
+class LockedRecord(Frozen):
     """A nested record of the lock as a frozen dataclass: its keys as fields (None where a
     record lacks one), unknown keys kept in `extra`, and `to_record()` giving back the
     record it was read from, key for key. Subclasses declare their fields, then `extra`
@@ -45,7 +46,7 @@ class LockedRecord:
         return record_of(self)
 
 
-@dataclass(frozen=True)
+@frozen_record
 class LockedView(LockedRecord):
     """One view as the lock fixed it (RING.json `views`, written by ring/lock.py): where its
     data is, what it hashed to, the snapshot the programs read, and its limits."""
@@ -84,7 +85,7 @@ class LockedView(LockedRecord):
         return self.input_bytes if self.input_bytes is not None else self.bytes
 
 
-@dataclass(frozen=True)
+@frozen_record
 class LockedTask(LockedRecord):
     """The task as the lock fixed it (RING.json `task`, `task.Task.to_dict()`): its folder,
     name and direction, the scorer's and validator's commands and how the scorer scores."""
@@ -116,8 +117,8 @@ class LockedTask(LockedRecord):
         return tuple(self.reorder_rows or ())
 
 
-@dataclass(frozen=True)
-class Ring:
+@frozen_record
+class Ring(Frozen):
     ring_id: str
     ring_dir: str
     created_at: float | None = None

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import statuses
+from ..core.frozen import Frozen, frozen_record
 from ..core.layout import RingLayout
 from ..core.node_state import ExecutionResult, node_if_any, result_if_any
 from ..core.safetext import printable
@@ -22,8 +22,8 @@ TAIL_BYTES = 8192
 LINE_CHARS = 300
 
 
-@dataclass(frozen=True)
-class Failure:
+@frozen_record
+class Failure(Frozen):
     node: str
     # rejected, crash, hung, timeout, interrupted, invalid, not scored, or "scorer failed" /
     # "validator failed" (the task's own program failed on the output: not the node's fault)

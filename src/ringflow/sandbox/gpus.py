@@ -22,14 +22,16 @@ from filelock import FileLock, Timeout
 from ringflow.core.errors import DeadlineReached, SandboxError
 from ringflow.supervisor.gpu import open_nvml, parse_visible_devices
 
+from ..core.frozen import Frozen, frozen_record
+
 # Device nodes every CUDA program needs besides its own GPUs' /dev/nvidia<minor>.
 SHARED_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
 CAPS_DIR = "nvidia-caps"
 POLL_S = 0.5
 
 
-@dataclass(frozen=True)
-class Gpu:
+@frozen_record
+class Gpu(Frozen):
     index: int  # NVML index on this machine
     uuid: str
     minor: int

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ringflow.core.errors import SandboxError
 from ringflow.sandbox.model import SandboxRequest
 
+from ..core.frozen import Frozen, frozen_record
 
-@dataclass(frozen=True)
-class Layout:
+
+@frozen_record
+class Layout(Frozen):
     """The request's paths, resolved and checked; relative ones are inside the working copy."""
 
     solution: Path

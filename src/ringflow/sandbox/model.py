@@ -11,11 +11,13 @@ from pathlib import Path
 from ringflow.core.errors import SandboxError
 from ringflow.core.settings import HostUids
 
+from ..core.frozen import Frozen, frozen_record
+
 NOBODY = 65534
 
 
-@dataclass(frozen=True)
-class SandboxRequest:
+@frozen_record
+class SandboxRequest(Frozen):
     """One confined run: what the program may see and write (docs/contracts.md#sandbox).
 
     Every path is a host path. The execution's own folders appear inside under neutral

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import InputError
+from ..core.frozen import Frozen, frozen_record
 from ..core.settings import ExecHealth, Limits
 
 
@@ -37,8 +37,8 @@ def _check_keys(section: str, cls: type, d: Any) -> dict:
     return d
 
 
-@dataclass(frozen=True)
-class HealthSettings:
+@frozen_record
+class HealthSettings(Frozen):
     """`exec_health` of the config: how often to look, when to call a program hung."""
 
     enforce: bool = False
@@ -73,8 +73,8 @@ class HealthSettings:
         return cls(**values)
 
 
-@dataclass(frozen=True)
-class ResourceLimits:
+@frozen_record
+class ResourceLimits(Frozen):
     """`limits` of a board or view: memory, wall-clock backstop, threads
     (docs/operations.md#health-supervision)."""
 
