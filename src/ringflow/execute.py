@@ -407,9 +407,8 @@ def _program_env(ex: Execution) -> dict[str, str]:
 
     PATH names the program's environment and the system folders; every path the program
     is given is one it sees (docs/contracts.md#sandbox)."""
-    program = ex.ring.program
     env = {
-        "PATH": f"{Path(program['executable']).parent}:/usr/local/bin:/usr/bin:/bin",
+        "PATH": f"{Path(ex.ring.program.python).parent}:/usr/local/bin:/usr/bin:/bin",
         "LANG": os.environ.get("LANG", "C.UTF-8"),
         **{name: os.environ[name] for name in PASSED_LOCALE if name in os.environ},
         "PYTHONDONTWRITEBYTECODE": "1",
@@ -441,7 +440,7 @@ def _sandbox_request(ex: Execution, inputs: Path, writable: tuple[Path, ...]):
         output_dir=ex.box_output,
         progress_file=ex.work / PROGRESS_FILE,
         writable_dirs=writable,
-        environment_dirs=tuple(Path(d) for d in ex.ring.program["dirs"]),
+        environment_dirs=ex.ring.program.bound_dirs,
         mounts=tuple(Path(m) for m in box.mounts),
         hidden_paths=_hidden_paths(ex.ring),
         network=box.network,
@@ -467,7 +466,7 @@ def _run_program(ex: Execution, inputs: Path, training: bool) -> dict:
         folder.mkdir(parents=True, exist_ok=True)
         unshare_files(folder)
     command = " ".join(ex.node.solution["command"])
-    argv = command_argv(command, python=ex.ring.program["executable"])
+    argv = command_argv(command, python=ex.ring.program.python)
     argv += ["--seed", str(ex.spec["seed"]), *(["--ablate"] if ex.spec["ablate"] else [])]
     argv += train_seed_args(ex.node.solution, ex.spec)
     info = _sandbox_info(ex)
@@ -544,9 +543,9 @@ def _sandbox_info(ex: Execution) -> dict:
     if ex.config.sandbox.mode == "none":
         return {"mode": "none"}
     info = sandbox.require_sandbox(ex.config.sandbox, cache_dir=ex.layout.probes)
-    if info["mode"] != ex.ring.sandbox["mode"]:
+    if info["mode"] != ex.ring.sandbox.mode:
         raise SandboxError(
-            f"the ring was locked with sandbox mode {ex.ring.sandbox['mode']} but this job "
+            f"the ring was locked with sandbox mode {ex.ring.sandbox.mode} but this job "
             f"gets {info['mode']} (a job run as another user?)"
         )
     return info

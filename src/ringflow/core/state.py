@@ -2,9 +2,11 @@
 
 `ring/lock.py` writes the record once; every job reads it through `Ring.from_record` (via
 `core.clock.load_ring`). The top-level keys are typed fields, the configuration a
-`core.settings.RingConfig`, the task a `LockedTask`, each view a `LockedView`; the other
-nested records (program, environment, evaluation, …) stay mappings. `to_record()` gives
-back exactly the record that was read, so a lock written back or hashed is the same.
+`core.settings.RingConfig`, the task a `LockedTask`, each view a `LockedView`, the
+program's interpreter a `LockedProgram` and the sandbox a `LockedSandbox`. The environment
+and the evaluation stay mappings: each is hashed whole into keys (the environment key, the
+scorer's version), and their shape is what the probes found. `to_record()` gives back
+exactly the record that was read, so a lock written back or hashed is the same.
 """
 
 from __future__ import annotations
@@ -118,6 +120,53 @@ class LockedTask(LockedRecord):
 
 
 @frozen_record
+class LockedProgram(LockedRecord):
+    """The interpreter every program of the ring runs with (RING.json `program`, described
+    at the lock): its executable, its prefixes and version, and the folders a sandbox
+    binds so that it runs there."""
+
+    KIND = "program"
+
+    executable: str | None = None
+    path: str | None = None
+    prefix: str | None = None
+    base_prefix: str | None = None
+    version: str | None = None
+    dirs: Any = None
+    extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    _keys: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+
+    @property
+    def python(self) -> str:
+        if not self.executable:
+            raise InputError("the lock recorded no program interpreter (RING.json program)")
+        return self.executable
+
+    @property
+    def bound_dirs(self) -> tuple[Path, ...]:
+        """The folders the interpreter needs inside a sandbox."""
+        return tuple(Path(d) for d in self.dirs or ())
+
+
+@frozen_record
+class LockedSandbox(LockedRecord):
+    """How this machine confines programs, as the lock found it (RING.json `sandbox`):
+    `mode` is how (docs/contracts.md#sandbox), "none" where programs run unconfined,
+    and `reason` why."""
+
+    KIND = "sandbox"
+
+    mode: str | None = None
+    reason: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    _keys: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+
+    @property
+    def confined(self) -> bool:
+        return self.mode != "none"
+
+
+@frozen_record
 class Ring(Frozen):
     ring_id: str
     ring_dir: str
@@ -147,8 +196,8 @@ class Ring(Frozen):
     guard_seeds: tuple[int, ...] = ()
     chain_exposed_seeds: tuple[int, ...] = ()
     continue_from: str | None = None
-    sandbox: Mapping[str, Any] = field(default_factory=dict)
-    program: Mapping[str, Any] = field(default_factory=dict)
+    sandbox: LockedSandbox = field(default_factory=LockedSandbox)
+    program: LockedProgram = field(default_factory=LockedProgram)
     gpu: Any = None
     chain: Mapping[str, Any] | None = None
     alias_salt: str | None = None
@@ -173,6 +222,9 @@ class Ring(Frozen):
             values["config"] = RingConfig.from_mapping(record["config"])
         if record.get("task") is not None:
             values["task"] = LockedTask.from_record(record["task"], f"{where}: task")
+        for key, typed in (("program", LockedProgram), ("sandbox", LockedSandbox)):
+            if record.get(key) is not None:
+                values[key] = typed.from_record(record[key], f"{where}: {key}")
         if record.get("views") is not None:
             if not isinstance(record["views"], Mapping):
                 raise InputError(f"{where}: views must be a JSON object of views")

@@ -201,14 +201,14 @@ def _command_argv(ring: Ring) -> tuple[list[str], list[Path]]:
     """The session's argv and the extra host folders it needs bound."""
     command = ring.config.engineer.command.strip()
     if command == "builtin":
-        python = ring.program["executable"]
+        python = ring.program.python
         return [python, str(ENGINE / BUILTIN_SCRIPT.name)], []
     return ["/bin/sh", "-c", command], []
 
 
 def _session_env(ring: Ring, node: Node, paths: dict, deadline: float) -> dict[str, str]:
     engineer = ring.config.engineer
-    python = ring.program["executable"]
+    python = ring.program.python
     env = {
         "PATH": f"{Path(python).parent}:/usr/local/bin:/usr/bin:/bin",
         "LANG": os.environ.get("LANG", "C.UTF-8"),
@@ -253,7 +253,7 @@ def _validator_copy(ring: Ring, box: Path, confined: bool) -> str | None:
     engine = ENGINE if confined else BUILTIN_SCRIPT.parent
     inside = VALIDATOR if confined else folder
     validate = public_validator.make_copy(
-        ring.task, folder, python=ring.program["executable"],
+        ring.task, folder, python=ring.program.python,
         runner=str(engine / public_validator.RUNNER.name), inside=str(inside),
     )  # fmt: skip
     return str(inside / validate.name)
@@ -280,7 +280,7 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
     snapshot = carried.resume_snapshot(layout, node)
     views = {view: ring.views[view].snapshot for view in ring.search_views}
     library = draft_library(ring)
-    if ring.sandbox["mode"] == "none":
+    if not ring.sandbox.confined:
         inputs = box / "inputs"
         inputs.mkdir()
         for view, folder in views.items():
@@ -300,7 +300,7 @@ def _sandbox_plan(ring, layout, node, box: Path, argv: list[str], deadline: floa
     info = sandbox.require_sandbox(box_config)
     root = info["mode"] == "root"
     hidden = (layout.root.parent, Path(ring.task.dir), Path(ring.store))
-    bound = [*(Path(d) for d in ring.program["dirs"]), *(Path(m) for m in engineer.mounts)]
+    bound = [*ring.program.bound_dirs, *(Path(m) for m in engineer.mounts)]
     tmp = private_tmp_mb(config.sandbox, config.limits.to_mapping())
     args = sandbox_head(info, network=engineer.network, tmp_mb=tmp, bound=bound,
                         hidden=hidden, identity=identity)  # fmt: skip
@@ -351,7 +351,7 @@ def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
     deadline = handover_at(ring)
     # The session's own ids (as root: a host uid and user namespace of its own).
     box_config = config.sandbox
-    info = {"mode": "none"} if ring.sandbox["mode"] == "none" else sandbox.require_sandbox(
+    info = {"mode": "none"} if not ring.sandbox.confined else sandbox.require_sandbox(
         box_config)  # fmt: skip
     identity = claim_identity(info, box_config.uid, box_config.gid,
                               box_config.host_uids)  # fmt: skip

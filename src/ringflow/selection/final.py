@@ -849,7 +849,7 @@ def decide(ring_dir) -> dict:
         warnings.append(seated["incumbent"]["warning"])
     if ring.guard_views_reused:
         warnings.append(GUARD_VIEWS_REUSED)
-    if ring.sandbox.get("mode") == "none":
+    if not ring.sandbox.confined:
         warnings.append("sandbox.mode: none: every program of this ring ran unconfined")
     record = {
         "decision": "baseline" if chosen == base else side if chosen == ref else "candidate",
@@ -895,7 +895,7 @@ def decide(ring_dir) -> dict:
         "ships": ships(ring, layout, chosen),
         "guard_reused_search_rows": reuses_search_rows(ring),
         # How every program of the ring was confined; "none" means unconfined (trusted).
-        "sandbox": ring.sandbox.get("mode"),
+        "sandbox": ring.sandbox.mode,
         "warnings": warnings,
         "note": ("Promotion scores are conditional on the frozen weights and the current "
         "data; guard scores " + ("include each guard seed's own training (guard.retrain)"

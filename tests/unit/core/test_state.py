@@ -12,7 +12,7 @@ from ringflow.core.clock import load_ring
 from ringflow.core.errors import InputError
 from ringflow.core.jsonio import atomic_write_json, sha256_json
 from ringflow.core.layout import RingLayout
-from ringflow.core.state import LockedTask, LockedView, Ring
+from ringflow.core.state import LockedProgram, LockedSandbox, LockedTask, LockedView, Ring
 from ringflow.ring.lock import lock_ring
 from ringtools import scripted_config
 
@@ -53,6 +53,11 @@ def test_fields_are_typed(locked):
         assert view.name == name and view.content_hash == record["views"][name]["content_hash"]
         assert view.snapshot == Path(record["views"][name]["inputs_snapshot"])
         assert view.size_bytes == record["views"][name]["input_bytes"]
+    assert isinstance(ring.program, LockedProgram) and ring.program.to_record() == record["program"]
+    assert ring.program.python == record["program"]["executable"]
+    assert ring.program.bound_dirs == tuple(Path(d) for d in record["program"]["dirs"])
+    assert isinstance(ring.sandbox, LockedSandbox) and ring.sandbox.to_record() == record["sandbox"]
+    assert ring.sandbox.mode == record["sandbox"]["mode"] and ring.sandbox.confined
     assert ring.layout == RingLayout(ring.root)
     assert ring.extra == {}
 
@@ -88,6 +93,22 @@ def test_a_task_locked_before_scorer_modes_resamples_and_reorders_nothing():
     assert LockedTask.from_record({**old, "scorer_mode": "fixed"}).mode == "fixed"
     with pytest.raises(InputError, match="ring lock: task"):
         Ring.from_record({"ring_id": "r", "ring_dir": "/r", "task": "toy"})
+
+
+def test_the_program_and_sandbox_keep_their_records_and_say_what_they_lack():
+    program = {"executable": "/env/bin/python", "dirs": ["/env"], "abi": "cp311"}
+    locked = Ring.from_record(
+        {"ring_id": "r", "ring_dir": "/r", "program": program, "sandbox": {"mode": "none"}}
+    )
+    assert locked.program.extra == {"abi": "cp311"} and locked.program.to_record() == program
+    assert locked.program.bound_dirs == (Path("/env"),) and not locked.sandbox.confined
+    assert locked.to_record()["sandbox"] == {"mode": "none"}
+    bare = Ring.from_record({"ring_id": "r", "ring_dir": "/r"})
+    assert bare.program == LockedProgram() and bare.program.bound_dirs == ()
+    with pytest.raises(InputError, match="no program interpreter"):
+        _ = bare.program.python
+    with pytest.raises(InputError, match="ring lock: sandbox"):
+        Ring.from_record({"ring_id": "r", "ring_dir": "/r", "sandbox": "root"})
 
 
 def test_unknown_keys_are_kept():
