@@ -654,6 +654,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     try:
+        if args.command == "step":
+            from .core.clock import refuse_moved_ring
+
+            refuse_moved_ring(args.ring_dir)
         return args.func(args)
     except RingflowError as exc:
         print(f"ringflow: error: {exc}", file=sys.stderr)

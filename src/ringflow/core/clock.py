@@ -5,6 +5,7 @@ Every job reads this, so it imports little; creating the lock lives in `lock.py`
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from .errors import InputError
@@ -21,6 +22,32 @@ def load_ring(ring_dir: str | Path) -> Ring:
     if not path.is_file():
         raise InputError(f"{ring_dir}: not a ring folder (RING.json not found)")
     return Ring.from_record(read_json(path, what=str(path)), source=path)
+
+
+def refuse_moved_ring(ring_dir: str | Path) -> None:
+    """A step writes where RING.json says the ring is: its records name the ring's folder,
+    the store and the views' snapshots by absolute path. Run on a copy or a moved folder,
+    it would write into the original, or fail half-way where the original is gone; so a
+    ring runs where it was locked (docs/ring-folder.md#the-lock-and-the-clock). A folder
+    not locked yet, or reached through another path to the same folder, passes."""
+    path = RingLayout(Path(ring_dir)).ring_json
+    if not path.is_file():
+        return
+    record = read_json(path, what=str(path))
+    recorded = record.get("ring_dir") if isinstance(record, dict) else None
+    if not recorded:
+        return
+    try:
+        same = os.path.samefile(recorded, ring_dir)
+    except OSError:
+        same = False
+    if not same:
+        raise InputError(
+            f"{ring_dir}: this ring was locked at {recorded}, and its records name that folder "
+            "(and the store and the views' snapshots) by absolute path, so its steps would "
+            f"write there: run the ring from {recorded}, or start a new ring (a new ring_id) "
+            "for this folder"
+        )
 
 
 def load_node(ring: Ring, node_id: str) -> Node:
