@@ -51,7 +51,7 @@ def hand_ring(
         ring / "RING.json",
         {
             "ring_id": "hand",
-            "ring_dir": "/nonexistent/elsewhere",
+            "ring_dir": str(ring),
             "start": START,
             "initial_cutoff": START + 2400,
             "stop_at": START + 3600,
