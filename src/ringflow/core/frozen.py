@@ -42,9 +42,12 @@ class Frozen:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         name = type(self).__name__
-        fields = [f for f in _fields(type(self)) if f.init]
-        if len(args) > len(fields):
-            raise TypeError(f"{name}: takes {len(fields)} fields, got {len(args)} values")
+        every = [f for f in _fields(type(self)) if f.init]
+        # Keyword-only fields come after the others, as a dataclass's own __init__ puts them.
+        fields = [f for f in every if not f.kw_only] + [f for f in every if f.kw_only]
+        positional = len(every) - sum(f.kw_only for f in every)
+        if len(args) > positional:
+            raise TypeError(f"{name}: takes {positional} fields, got {len(args)} values")
         for f, value in zip(fields, args, strict=False):  # the rest are named or default
             if f.name in kwargs:
                 raise TypeError(f"{name}: {f.name!r} given twice")

@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
-from .frozen import Frozen, frozen_record
+from .frozen import frozen_record
 from .jsonio import read_json
 from .records import write_record
-from .state import record_of, split_record
+from .state import KeptRecord, record_of, split_record
 from .statuses import ExecutionStatus, NodeStatus, WeightsMode
 
 
 @frozen_record
-class Node(Frozen):
+class Node(KeptRecord):
     id: str
     name: str | None = None
     role: str | None = None
@@ -45,10 +45,6 @@ class Node(Frozen):
     carryover: Mapping[str, Any] | None = None
     imported: Mapping[str, Any] | None = None
     resume_origin: Mapping[str, Any] | None = None
-    # Keys of the record this was read from that no field names (kept for the round trip).
-    extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
-    # The top-level keys the record held: to_record() leaves out the defaults of the others.
-    _keys: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any], source: str | Path | None = None) -> Node:
@@ -68,7 +64,7 @@ class Node(Frozen):
 
 
 @frozen_record
-class ExecutionResult(Frozen):
+class ExecutionResult(KeptRecord):
     status: ExecutionStatus | str
     node: str | None = None
     view: str | None = None
@@ -98,10 +94,6 @@ class ExecutionResult(Frozen):
     # killed it (docs/slurm.md#job-ids-signals-and-kills); written only when set.
     slurm_job_id: str | None = None
     slurm_state: str | None = None
-    # Keys of the record this was read from that no field names (kept for the round trip).
-    extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
-    # The top-level keys the record held: to_record() leaves out the defaults of the others.
-    _keys: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     @classmethod
     def from_record(

@@ -29,11 +29,20 @@ _SEQUENCES = frozenset(
 _REQUIRED = ("ring_id", "ring_dir")
 
 
-class LockedRecord(Frozen):
+@frozen_record
+class KeptRecord(Frozen):
+    """A record read from a file and kept key for key: the keys no field names (`extra`)
+    and the keys the record held (`_keys`, so that `record_of` leaves out the defaults of
+    the others). Both are keyword-only: a subclass's own fields keep their positions."""
+
+    extra: Mapping[str, Any] = field(default_factory=dict, repr=False, kw_only=True)
+    _keys: frozenset[str] = field(default=frozenset(), repr=False, compare=False, kw_only=True)
+
+
+class LockedRecord(KeptRecord):
     """A nested record of the lock as a frozen dataclass: its keys as fields (None where a
     record lacks one), unknown keys kept in `extra`, and `to_record()` giving back the
-    record it was read from, key for key. Subclasses declare their fields, then `extra`
-    and `_keys`."""
+    record it was read from, key for key."""
 
     KIND = "record"
 
@@ -71,8 +80,6 @@ class LockedView(LockedRecord):
     inputs_snapshot: str | None = None
     inputs_files: Any = None
     env_key: str | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
-    _keys: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     @property
     def snapshot(self) -> Path:
@@ -106,8 +113,6 @@ class LockedTask(LockedRecord):
     # "resample", "rows" or "fixed" (docs/guard.md#scorer-modes); rings locked before modes
     # were declared resample.
     scorer_mode: str | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
-    _keys: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     @property
     def mode(self) -> str:
@@ -133,8 +138,6 @@ class LockedProgram(LockedRecord):
     base_prefix: str | None = None
     version: str | None = None
     dirs: Any = None
-    extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
-    _keys: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     @property
     def python(self) -> str:
@@ -158,8 +161,6 @@ class LockedSandbox(LockedRecord):
 
     mode: str | None = None
     reason: str | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
-    _keys: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     @property
     def confined(self) -> bool:
@@ -167,7 +168,7 @@ class LockedSandbox(LockedRecord):
 
 
 @frozen_record
-class Ring(Frozen):
+class Ring(KeptRecord):
     ring_id: str
     ring_dir: str
     created_at: float | None = None
@@ -201,10 +202,6 @@ class Ring(Frozen):
     gpu: Any = None
     chain: Mapping[str, Any] | None = None
     alias_salt: str | None = None
-    # Keys of the record this was read from that no field names (kept for the round trip).
-    extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
-    # The top-level keys the record held: to_record() leaves out the defaults of the others.
-    _keys: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any], source: str | Path | None = None) -> Ring:

@@ -83,6 +83,25 @@ def test_replace_asdict_and_pickle_work_as_for_a_dataclass():
     assert pickle.loads(pickle.dumps(result)) == result
 
 
+@frozen_record
+class Base(Frozen):
+    extra: dict = field(default_factory=dict, kw_only=True)
+
+
+@frozen_record
+class Derived(Base):
+    a: int
+    b: int = 2
+
+
+def test_keyword_only_fields_of_a_base_leave_the_positions_to_the_subclass():
+    d = Derived(1, 3, extra={"k": 1})
+    assert (d.a, d.b, d.extra) == (1, 3, {"k": 1})
+    assert Derived(1).extra == {}
+    with pytest.raises(TypeError, match="Derived: takes 2 fields, got 3 values"):
+        Derived(1, 2, {"k": 1})
+
+
 def test_no_method_is_generated_per_class():
     for cls in (Point, Views, ExecutionResult):
         own = set(vars(cls))
