@@ -11,7 +11,7 @@ from ringflow.core.layout import NODE_PATTERN, VARIANT_PATTERN, VIEW_PATTERN, Ri
 from ringflow.ring.named import CHAIN_PARENT_KEY
 from ringflow.sandbox.slots import gpu_slots
 from ringflow.workflow.checkpoints import SnakemakeCheckpoints
-from ringflow.workflow.cluster import execution_gpus, slurm_nice
+from ringflow.workflow.cluster import execution_gpus, slurm_job_options
 from ringflow.workflow.dag import RingDag
 from ringflow.workflow.resume import rerun_interrupted
 

@@ -22,11 +22,11 @@ rule execute:
         mem_mb=DAG.execution_mem_mb,
         runtime=DAG.execution_runtime,
         # On SLURM (docs/slurm.md#per-rule-resources): GPUs where the profile declares
-        # them, and the job's priority as a nice value.
+        # them, the job's priority as a nice value, and no requeue.
         gpu=lambda wc: execution_gpus(
             workflow, config["gpus_per_execution"], DAG.execution_gpus(wc)
         ),
-        slurm_extra=lambda wc: slurm_nice(DAG.execution_priority(wc)),
+        slurm_extra=lambda wc: slurm_job_options(DAG.execution_priority(wc)),
     params:
         step=STEP,
         ring=RING.root,

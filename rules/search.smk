@@ -55,8 +55,10 @@ rule engineer:
     conda:
         "../envs/ringflow.yaml"
     resources:
-        # A scheduler's limit (SLURM's --time) for the session's job, from the ring's clock.
+        # A scheduler's limit (SLURM's --time) for the session's job, from the ring's clock;
+        # on SLURM its priority as a nice value, and no requeue.
         runtime=DAG.session_runtime,
+        slurm_extra=lambda wc: slurm_job_options(DAG.session_priority(wc)),
     params:
         step=STEP,
         ring=RING.root,

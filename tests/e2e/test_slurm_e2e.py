@@ -314,6 +314,11 @@ def test_sigterm_cancels_the_rings_jobs_by_id_and_a_job_cancelled_from_outside_i
         slow = wait_for(lambda: listed(ring, "slow"), 180)
         assert slow, said()
         job = slow[0]["job"]
+        # Submitted with --no-requeue: preempted or on a failed node, it ends (and is
+        # recorded) rather than starting again under the same id.
+        shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True,
+                               text=True, timeout=60, check=True).stdout  # fmt: skip
+        assert "Requeue=0" in shown.split(), shown
         # SLURM ends it from outside (scancel by id, as an administrator would): the
         # driver records it and the ring goes on.
         subprocess.run(["scancel", job], check=True, timeout=60)

@@ -70,9 +70,18 @@ def execution_gpus(workflow, gpus_per_execution: int, local_gpus: int) -> int:
 
 
 def slurm_nice(priority: int) -> str:
-    """The `slurm_extra` that hands a job's Snakemake priority to SLURM: a higher priority
+    """The sbatch option that hands a job's Snakemake priority to SLURM: a higher priority
     is a lower nice value, so SLURM starts the baseline's first run before an ablation."""
     return f"--nice={max(0, NICE_BASE - int(priority))}"
+
+
+def slurm_job_options(priority: int) -> str:
+    """The `slurm_extra` of a cluster job (an execution, an engineer session): its priority
+    as a nice value, and no requeue. A requeued job starts again under the same id while
+    the driver still counts its first run (and that run's working copy stays behind); a
+    job that is not requeued ends as PREEMPTED or NODE_FAIL, which the driver records as
+    an interrupted execution (docs/slurm.md#job-ids-signals-and-kills)."""
+    return f"{slurm_nice(priority)} --no-requeue"
 
 
 def _raw(resources, name: str) -> str | None:

@@ -12,6 +12,7 @@ from ringflow.workflow.cluster import (
     driver_rules,
     execution_gpus,
     job_prefix,
+    slurm_job_options,
     slurm_nice,
     slurm_target,
 )
@@ -40,6 +41,11 @@ def test_priority_becomes_a_nice_value_highest_first():
     assert slurm_nice(10) == "--nice=2990"
     assert slurm_nice(2000) == "--nice=1000"
     assert slurm_nice(5000) == "--nice=0"
+
+
+def test_cluster_jobs_are_never_requeued_under_the_same_id():
+    assert slurm_job_options(100).split() == ["--nice=2900", "--no-requeue"]
+    assert slurm_job_options(0).split() == ["--nice=3000", "--no-requeue"]
 
 
 def test_job_names_carry_the_ring_within_what_the_plugin_allows():
