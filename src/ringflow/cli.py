@@ -331,10 +331,13 @@ def cmd_key(args) -> int:
 def cmd_store(args) -> int:
     from .core.clock import load_ring
     from .core.ledger import Ledger
-    from .weights.heal import check_store, repair_store, rings_of_store
+    from .weights.heal import check_store, missing_store, repair_store, rings_of_store
     from .weights.store import WeightsStore
 
     ring = load_ring(args.ring_dir)
+    if args.action == "check" and missing_store(ring):
+        # A check must not create the store it looks for (a repair rebuilds it).
+        raise RingflowError(missing_store(ring))
     store = WeightsStore(ring.store)
     report = check_store(store, rings_of_store(ring))
     print(f"store {store.root}:")
@@ -651,10 +654,27 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return build_parser().parse_args(argv)
 
 
+# The commands that only read a ring: they may read one copied or moved since its lock
+# (docs/ring-folder.md#the-lock-and-the-clock). Every step, and every other command on a
+# ring, writes to it or to its store, and refuses a moved ring.
+READING_COMMANDS = frozenset(
+    {"status", "summary", "digest", "health-digest", "report", "verify", "key", "export", "package"}
+)
+
+
+def writes_to_ring(args) -> bool:
+    """Whether the parsed command writes to the ring it names (or to the ring's store)."""
+    if args.command == "store":
+        return args.action != "check"
+    if args.command in ("digest", "health-digest"):
+        return bool(args.send)
+    return args.command not in READING_COMMANDS
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     try:
-        if args.command == "step":
+        if getattr(args, "ring_dir", None) and writes_to_ring(args):
             from .core.clock import refuse_moved_ring
 
             refuse_moved_ring(args.ring_dir)

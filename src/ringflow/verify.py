@@ -16,7 +16,7 @@ from .core.seeds import chain_rings
 from .ring.ancestry import chain_problems
 from .ring.edits import find_edits
 from .ring.lock import lock_anchor_problems
-from .weights.heal import check_store_index, rings_of_store
+from .weights.heal import check_store_index, missing_store, rings_of_store
 from .weights.store import WeightsStore
 
 
@@ -33,13 +33,17 @@ def verify_ring(ring_dir) -> list[str]:
         problems += [f"ledger: {p}" for p in Ledger(layout.ledger).verify(ledger_anchors(layout))]
         problems += lock_anchor_problems(layout.root)
         problems += [f"record: {p}" for p in record_problems(layout.root)]
-    store = WeightsStore(ring.store)
-    problems += [f"store: {p}" for p in store.verify()]
-    # The store's index and the ledgers of the rings that wrote it tell the same story.
-    try:
-        problems += [f"store: {p}" for p in check_store_index(store, rings_of_store(ring))]
-    except InputError as exc:
-        problems.append(f"store: the index could not be compared with the ledgers: {exc}")
+    if missing_store(ring):
+        # Checking must not create it (a WeightsStore makes its folders).
+        problems.append(missing_store(ring))
+    else:
+        store = WeightsStore(ring.store)
+        problems += [f"store: {p}" for p in store.verify()]
+        # The store's index and the ledgers of the rings that wrote it tell the same story.
+        try:
+            problems += [f"store: {p}" for p in check_store_index(store, rings_of_store(ring))]
+        except InputError as exc:
+            problems.append(f"store: the index could not be compared with the ledgers: {exc}")
     problems += [f"edited: {e}" for e in find_edits(layout.root)]
     if ring.continue_from:
         previous = (layout.root / ring.continue_from).resolve()

@@ -5,6 +5,7 @@ Every job reads this, so it imports little; creating the lock lives in `lock.py`
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -18,10 +19,24 @@ from .state import Ring
 
 
 def load_ring(ring_dir: str | Path) -> Ring:
+    """The ring locked in `ring_dir`. A folder copied or moved since its lock is read as
+    the folder named: its own records, never the original's (which may be gone, or be
+    another ring by now). Only reading follows a moved ring; every step and every command
+    that writes refuses it (`refuse_moved_ring`)."""
     path = RingLayout(Path(ring_dir)).ring_json
     if not path.is_file():
         raise InputError(f"{ring_dir}: not a ring folder (RING.json not found)")
-    return Ring.from_record(read_json(path, what=str(path)), source=path)
+    ring = Ring.from_record(read_json(path, what=str(path)), source=path)
+    if ring.ring_dir and not _same_folder(ring.ring_dir, ring_dir):
+        return dataclasses.replace(ring, ring_dir=str(Path(ring_dir).resolve()))
+    return ring
+
+
+def _same_folder(recorded: str, ring_dir: str | Path) -> bool:
+    try:
+        return os.path.samefile(recorded, ring_dir)
+    except OSError:
+        return False
 
 
 def refuse_moved_ring(ring_dir: str | Path) -> None:
@@ -35,18 +50,13 @@ def refuse_moved_ring(ring_dir: str | Path) -> None:
         return
     record = read_json(path, what=str(path))
     recorded = record.get("ring_dir") if isinstance(record, dict) else None
-    if not recorded:
-        return
-    try:
-        same = os.path.samefile(recorded, ring_dir)
-    except OSError:
-        same = False
-    if not same:
+    if recorded and not _same_folder(recorded, ring_dir):
         raise InputError(
             f"{ring_dir}: this ring was locked at {recorded}, and its records name that folder "
             "(and the store and the views' snapshots) by absolute path, so its steps would "
             f"write there: run the ring from {recorded}, or start a new ring (a new ring_id) "
-            "for this folder"
+            "for this folder; a moved ring can still be read (status, summary, digest, report, "
+            "verify, key, store check, export, package)"
         )
 
 

@@ -111,6 +111,11 @@ def find_edits(ring_dir: str | Path) -> list[str]:
             edits.append(f"{was['path']} ({node_id}) {how} after the ring was locked")
     for name in sorted(set(now["candidates"]) - set(then["candidates"])):
         edits.append(f"{Path(ring.candidates_dir) / name} was added after the ring was locked")
+    if not Path(then["task"]["dir"]).is_dir():
+        # One line for the whole task, not one per file and view.
+        task = then["task"]["dir"]
+        edits.append(f"{task}: the task folder was removed after the ring was locked")
+        return edits
     if now["task"]["files"] != then["task"]["files"]:
         edits.append(
             f"{then['task']['dir']}: task.yaml, the scorer, the validator or a file beside "

@@ -350,6 +350,17 @@ def _key_lock(store: WeightsStore, key: str, wait_s: float):
     return store.key_lock(key, should_stop=lambda: "busy" if time.monotonic() > give_up else None)
 
 
+def missing_store(ring: Ring) -> str | None:
+    """Why the ring's store cannot be checked (it is not where the lock recorded it: the
+    ring was moved without it, or the store was removed), None where it is there."""
+    if ring.store and Path(ring.store).is_dir():
+        return None
+    return (
+        f"store {ring.store}: missing (the ring's weights were stored there when it was locked; "
+        "a ring moved or copied without its store has no weights to check or replay)"
+    )
+
+
 def rings_of_store(ring: Ring) -> dict[str, Path]:
     """{ring_id: ledger} of the rings beside this one (same runs folder) and its ancestors
     that use the same store."""
