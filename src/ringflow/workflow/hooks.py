@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from ..config import check_config, coerce_config, config_defaults, config_problems
+from ..core.clock import refuse_moved_ring
 from ..core.errors import InputError
 from ..core.layout import RingLayout
 from ..core.settings import RingConfig
@@ -81,6 +82,8 @@ def refuse_locked(root: Path, config: dict, defaults_path: str) -> bool:
         # configuration at its own lock: compare with that.
         inherit_config(config, config_defaults(defaults_path))
     try:
+        # Its steps would refuse it one by one (docs/ring-folder.md#the-lock-and-the-clock).
+        refuse_moved_ring(root)
         settings = RingConfig.from_mapping(config)
         check_existing_lock(settings)
         refuse_edits(root, settings.ring_id)

@@ -15,7 +15,8 @@ from ringflow.core.clock import load_ring, refuse_moved_ring
 from ringflow.core.errors import InputError
 from ringflow.ring.edits import find_edits
 from ringflow.ring.lock import lock_ring
-from ringtools import locked_ring, make_candidate, scripted_config
+from ringflow.workflow.hooks import refuse_locked
+from ringtools import REPO, locked_ring, make_candidate, scripted_config
 
 
 def tree(folder):
@@ -125,3 +126,15 @@ def test_a_removed_task_folder_is_one_finding(tmp_path):
     task = Path(load_ring(ring).task.dir)
     shutil.rmtree(task)
     assert find_edits(ring) == [f"{task}: the task folder was removed after the ring was locked"]
+
+
+def test_the_driver_refuses_a_copied_ring_before_anything_of_it_runs(tmp_path, capsys):
+    config = scripted_config(tmp_path, "driven")
+    ring = lock_ring(config, tmp_path, now=0.0).root
+    defaults = str(REPO / "config" / "config.yaml")
+    assert refuse_locked(ring, config, defaults) is True
+    copy = tmp_path / "elsewhere" / "driven"
+    shutil.copytree(ring, copy)
+    with pytest.raises(InputError, match=f"locked at {ring}"):
+        refuse_locked(copy, config, defaults)
+    assert f"ringflow: error: {copy}: this ring was locked at" in capsys.readouterr().err
