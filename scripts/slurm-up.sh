@@ -103,6 +103,8 @@ fi
 
 # MinJobAge keeps a finished job in squeue for a while (the plugin can poll either);
 # KillWait is SLURM's grace between SIGTERM and SIGKILL; job comments are kept in sacct.
+# A job in `urgent` preempts the `debug` jobs it needs room from: requeued where the job
+# allows it (SLURM's default), cancelled as PREEMPTED where it does not (ringflow's jobs).
 cat >/etc/slurm/slurm.conf <<EOC
 ClusterName=local
 SlurmctldHost=${HOST}(127.0.0.1)
@@ -133,7 +135,10 @@ JobAcctGatherType=jobacct_gather/linux
 JobCompType=jobcomp/none
 ${GPU_CONF}
 NodeName=${HOST} NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=${MEM} ${NODE_GRES} State=UNKNOWN
-PartitionName=debug Nodes=${HOST} Default=YES MaxTime=INFINITE State=UP
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+PartitionName=debug Nodes=${HOST} Default=YES MaxTime=INFINITE State=UP PriorityTier=1
+PartitionName=urgent Nodes=${HOST} MaxTime=INFINITE State=UP PriorityTier=10
 EOC
 cat >/etc/slurm/cgroup.conf <<EOC
 CgroupPlugin=cgroup/v1

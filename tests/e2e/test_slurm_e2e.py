@@ -42,6 +42,20 @@ def controller():
         pytest.skip(why)
 
 
+def test_the_plugin_counts_a_preempted_job_as_running_which_the_driver_corrects():
+    """ringflow.workflow.preemption reports a preempted job failed because the plugin keeps
+    it among the running (it expects SLURM to requeue it, which --no-requeue forbids) and
+    warns once; should the plugin change its reading, this says so."""
+    import inspect
+
+    from snakemake_executor_plugin_slurm import Executor
+
+    source = inspect.getsource(Executor.check_active_jobs)
+    start = source.index("fail_stati = (")
+    assert "PREEMPTED" not in source[start : source.index(")", start)]
+    assert 'status == "PREEMPTED" and not self._preemption_warning' in source
+
+
 def slurm_argv(tmp_path: Path, ring_id: str, *extra: str, configfile: Path | None = None,
                options: tuple[str, ...] = ()) -> list[str]:  # fmt: skip
     """A ring's command through profiles/slurm from the repository root, its folders under
@@ -351,6 +365,47 @@ def test_sigterm_cancels_the_rings_jobs_by_id_and_a_job_cancelled_from_outside_i
         if driver.poll() is None:
             driver.kill()
         # Whatever failed, no job of this ring outlives the test (by id).
+        left = [line.split("|")[0] for line in queued(f"ringflow-{ring_id}_")]
+        if left:
+            subprocess.run(["scancel", *left], check=False, timeout=60)
+        log.close()
+
+
+def test_a_preempted_job_is_recorded_and_the_ring_goes_on(tmp_path):
+    ring_id = f"sq-preempt-{os.getpid()}"
+    ring = tmp_path / "runs" / ring_id
+    config = slow_ring(tmp_path, ring_id, sleep_s=300)
+    driver, log, said = start_driver(tmp_path, slurm_argv(tmp_path, ring_id, configfile=config))
+    urgent = None
+    try:
+        slow = wait_for(lambda: listed(ring, "slow"), 180)
+        assert slow, said()
+        job = slow[0]["job"]
+        # A job of the `urgent` partition needs the whole node: SLURM preempts the ring's
+        # running jobs to make room and, as they may not be requeued, ends them PREEMPTED.
+        urgent = subprocess.run(
+            ["sbatch", "--parsable", "-p", "urgent", "-J", f"urgent-{ring_id}", "-c",
+             str(os.cpu_count()), "--mem=500", "-o", "/dev/null", "--wrap", "sleep 600"],
+            capture_output=True, text=True, timeout=60, check=True,
+        ).stdout.strip().split(";")[0]  # fmt: skip
+        result_path = RingLayout(ring).result(slow[0]["node"], slow[0]["view"], "s0")
+        assert wait_for(result_path.exists, 150), said()
+        result = json.loads(result_path.read_text())
+        assert result["slurm_job_id"] == job, result
+        assert result["status"] == "interrupted" and result["slurm_state"] == "PREEMPTED", result
+        assert f"SLURM ended job {job} with PREEMPTED" in result["reason"]
+        assert driver.poll() is None, said()
+        events = [json.loads(x) for x in (ring / "events.jsonl").read_text().splitlines()]
+        assert any(e["kind"] == "slurm_job_killed" and e["job"] == job for e in events)
+    finally:
+        if urgent:
+            subprocess.run(["scancel", urgent], check=False, timeout=60)
+        if driver.poll() is None:
+            driver.send_signal(signal.SIGTERM)
+            try:
+                driver.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                driver.kill()
         left = [line.split("|")[0] for line in queued(f"ringflow-{ring_id}_")]
         if left:
             subprocess.run(["scancel", *left], check=False, timeout=60)

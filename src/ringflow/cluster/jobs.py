@@ -227,6 +227,34 @@ def query_ends(jobs: list[str]) -> dict[str, JobEnd]:
     return {} if text is None else parse_sacct(text)
 
 
+def parse_states(text: str) -> dict[str, str]:
+    """`squeue -h -o %i|%T` output: {job id: its state}."""
+    states = {}
+    for line in text.splitlines():
+        job, state = [*line.strip().split("|"), ""][:2]
+        if job and state:
+            states[job] = parse_state(state)
+    return states
+
+
+def query_states(jobs: list[str]) -> dict[str, str]:
+    """The state of each job SLURM still lists (squeue keeps an ended job for MinJobAge),
+    else its state in the accounting (sacct); {} for the ids neither knows."""
+    states: dict[str, str] = {}
+    if jobs and shutil.which("squeue") is not None:
+        argv = ["squeue", "-h", "-j", ",".join(jobs), "-o", "%i|%T"]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True,
+                                  timeout=QUERY_TIMEOUT_S, check=False)  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired):
+            done = None
+        if done is not None and done.returncode == 0:
+            states.update(parse_states(done.stdout))
+    unlisted = [job for job in jobs if job not in states]
+    states.update({job: end.state for job, end in query_ends(unlisted).items()})
+    return states
+
+
 # SLURM states of a job not yet ended (squeue keeps ended ones a while, MinJobAge).
 LIVE_STATES = frozenset({
     "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",

@@ -18,6 +18,7 @@ from ..cluster.target import SlurmTarget, cluster_slots, write_target
 from ..core.errors import InputError
 from ..core.layout import RingLayout
 from ..reporting.progress import watch_slurm_queue
+from .preemption import report_preempted
 from .status_polls import poll_sooner, status_poll_max_s
 
 # The only rules that become cluster jobs: a program's execution and an engineer session.
@@ -138,6 +139,7 @@ def start_on_slurm(workflow, rings, configs: dict | None = None) -> None:
             watch_slurm_queue(ring.root, job_name)
     if executor is not None and hasattr(executor, "report_job_error"):
         poll_sooner(executor, status_poll_max_s(configs))
+        report_preempted(executor)
         DRIVER.started_at = time.time()
         watch_slurm_jobs(executor, rings)
         cancel_on_signals(executor, rings)
