@@ -41,6 +41,9 @@ def report_preempted(executor, query=jobs.query_states) -> bool:
             states = query([str(job.external_jobid) for job in held])
             for job in held:
                 if states.get(str(job.external_jobid)) == PREEMPTED:
+                    # The plugin's warning says SLURM will resume the job: not ringflow's.
+                    print(f"ringflow: SLURM preempted job {job.external_jobid}, which it does "
+                          "not requeue (--no-requeue): the job has ended", flush=True)  # fmt: skip
                     self.report_job_error(job, msg=preempted_message(str(job.external_jobid)))
                     ended.add(id(job))
         for job in held:

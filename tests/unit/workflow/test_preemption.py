@@ -46,7 +46,7 @@ def jobs_(*ids):
     return [SimpleNamespace(external_jobid=i) for i in ids]
 
 
-def test_a_preempted_job_is_reported_failed_in_words_that_name_its_state():
+def test_a_preempted_job_is_reported_failed_in_words_that_name_its_state(capsys):
     states = {"41": "RUNNING", "42": "PREEMPTED", "43": "PENDING"}
     executor = PluginLike(states)
     asked = []
@@ -55,6 +55,7 @@ def test_a_preempted_job_is_reported_failed_in_words_that_name_its_state():
     assert [job for job, _ in executor.errors] == ["42"]
     assert state_in_message(executor.errors[0][1]) == "PREEMPTED"
     assert asked == [["41", "42", "43"]]
+    assert "SLURM preempted job 42, which it does not requeue" in capsys.readouterr().out
 
 
 def test_nothing_is_asked_until_the_plugin_has_seen_a_preemption():
