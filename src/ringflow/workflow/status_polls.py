@@ -7,6 +7,8 @@ cluster, 7 s in the median for jobs of a few seconds, minutes after a long train
 The running executor (not the plugin's class) gets two changes:
 
 - the wait is capped at `slurm.status_poll_max_s`;
+- the wait ends at once when the executor shuts down (the driver's end joins the thread
+  that waits, so a signal's stop would otherwise wait out the interval);
 - the wait ends early once a job's outputs are on the shared filesystem. Writing them is
   the step's last act (an execution's result and score, a session's record), so the job
   ends a moment later: the driver asks one second after it sees them, and again each
@@ -58,9 +60,12 @@ def poll_sooner(executor, max_s: float) -> bool:
 
     async def sleep(self):
         seen = self.__dict__.setdefault("_ringflow_outputs_seen", {})
+        # The driver's end waits for this thread (the executor's shutdown joins it): a
+        # signal's stop must not wait out a whole interval.
         await wait_or_wake(
             self.next_seconds_between_status_checks,
             lambda: finishing_jobs(getattr(self, "active_jobs", ()), seen),
+            stopping=lambda: not getattr(self, "wait", True),
         )
 
     executor.__class__ = type(cls.__name__, (cls,), {
@@ -72,11 +77,14 @@ def poll_sooner(executor, max_s: float) -> bool:
 
 
 async def wait_or_wake(duration: float, finishing, look_s: float = LOOK_S,
-                       settle_s: float = FINISHING_POLL_S) -> None:  # fmt: skip
+                       settle_s: float = FINISHING_POLL_S,
+                       stopping=lambda: False) -> None:  # fmt: skip
     """Sleep `duration` seconds, or `settle_s` after `finishing()` first says a job is
-    finishing, whichever comes first."""
+    finishing, whichever comes first; return within `look_s` once `stopping()` says so."""
     end = time.monotonic() + duration
     while (left := end - time.monotonic()) > 0:
+        if stopping():
+            return
         if finishing():
             await asyncio.sleep(min(left, settle_s))
             return

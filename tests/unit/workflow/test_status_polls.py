@@ -121,6 +121,24 @@ def test_the_executors_sleep_wakes_for_a_finished_jobs_outputs(tmp_path):
     assert took < 10, f"slept {took:.1f} s of 20 although the job's outputs were written"
 
 
+def test_the_executors_sleep_ends_at_once_when_it_shuts_down():
+    """The driver's end joins the thread that sleeps between status questions: a stop must
+    not wait out the interval (up to slurm.status_poll_max_s)."""
+    executor = PollingExecutor()
+    executor.wait = True
+    assert poll_sooner(executor, 30)
+    executor.next_seconds_between_status_checks = 20
+
+    async def stop_then_sleep():
+        asyncio.get_running_loop().call_later(0.3, setattr, executor, "wait", False)
+        started = time.monotonic()
+        await executor.sleep()
+        return time.monotonic() - started
+
+    took = asyncio.run(stop_then_sleep())
+    assert took < 5, f"slept {took:.1f} s of 20 although the executor was shutting down"
+
+
 def test_the_executor_base_of_snakemakes_plugins_has_what_the_early_wake_replaces():
     """The SLURM plugin's executor inherits its polling loop from Snakemake's RemoteExecutor:
     the loop awaits `self.sleep()` between questions, the wait is a settable property, and
@@ -136,3 +154,6 @@ def test_the_executor_base_of_snakemakes_plugins_has_what_the_early_wake_replace
     wait = RemoteExecutor.__dict__["next_seconds_between_status_checks"]
     assert isinstance(wait, property) and wait.fset is not None
     assert {"job", "external_jobid"} <= {f.name for f in dataclasses.fields(SubmittedJobInfo)}
+    # Its shutdown clears `wait`, then joins the thread that sleeps.
+    shutdown = inspect.getsource(RemoteExecutor.shutdown)
+    assert shutdown.index("self.wait = False") < shutdown.index("self.wait_thread.join()")
