@@ -312,6 +312,21 @@ def start_driver(tmp_path: Path, argv: list[str]):
     return driver, log, lambda: (tmp_path / "driver.log").read_text()[-4000:]
 
 
+def stop_driver(driver, log, ring_id: str) -> None:
+    """Whatever a test found: its driver stopped (SIGTERM, SIGKILL a minute later) and no
+    job of its ring left in SLURM (cancelled by id)."""
+    if driver.poll() is None:
+        driver.send_signal(signal.SIGTERM)
+        try:
+            driver.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            driver.kill()
+    left = [line.split("|")[0] for line in queued(f"ringflow-{ring_id}_")]
+    if left:
+        subprocess.run(["scancel", *left], check=False, timeout=60)
+    log.close()
+
+
 def listed(ring: Path, part: str, variant: str = "s0") -> list[dict]:
     return [j for j in ring_jobs(ring) if part in j["node"] and j["variant"] == variant]
 
@@ -400,16 +415,7 @@ def test_a_preempted_job_is_recorded_and_the_ring_goes_on(tmp_path):
     finally:
         if urgent:
             subprocess.run(["scancel", urgent], check=False, timeout=60)
-        if driver.poll() is None:
-            driver.send_signal(signal.SIGTERM)
-            try:
-                driver.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                driver.kill()
-        left = [line.split("|")[0] for line in queued(f"ringflow-{ring_id}_")]
-        if left:
-            subprocess.run(["scancel", *left], check=False, timeout=60)
-        log.close()
+        stop_driver(driver, log, ring_id)
 
 
 def ring_to_final(tmp_path: Path, ring_id: str, config: Path, options: tuple[str, ...],
@@ -533,16 +539,7 @@ def test_a_job_slurm_ends_while_no_driver_runs_is_recorded_when_the_driver_comes
         assert not set(left) & {q.split("|")[0] for q in queued(f"ringflow-{ring_id}_")}
         assert "an earlier driver of the ring left" in said()
     finally:
-        if driver.poll() is None:
-            driver.send_signal(signal.SIGTERM)
-            try:
-                driver.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                driver.kill()
-        left = [line.split("|")[0] for line in queued(f"ringflow-{ring_id}_")]
-        if left:
-            subprocess.run(["scancel", *left], check=False, timeout=60)
-        log.close()
+        stop_driver(driver, log, ring_id)
 
 
 # ---- a GPU partition (docs/slurm.md#gpu-partitions)
