@@ -327,6 +327,20 @@ def stop_driver(driver, log, ring_id: str) -> None:
     log.close()
 
 
+def events_of(ring: Path) -> list[dict]:
+    return [json.loads(x) for x in (ring / "events.jsonl").read_text().splitlines()]
+
+
+def killed_event(ring: Path, job: str):
+    """The ring's `slurm_job_killed` event for `job`, once it is on record: the driver
+    appends it after the job's record, once the run is scored and its boxes removed."""
+
+    def killed():
+        return [e for e in events_of(ring) if e["kind"] == "slurm_job_killed" and e["job"] == job]
+
+    return wait_for(killed, 60)
+
+
 def listed(ring: Path, part: str, variant: str = "s0") -> list[dict]:
     return [j for j in ring_jobs(ring) if part in j["node"] and j["variant"] == variant]
 
@@ -410,8 +424,7 @@ def test_a_preempted_job_is_recorded_and_the_ring_goes_on(tmp_path):
         assert result["status"] == "interrupted" and result["slurm_state"] == "PREEMPTED", result
         assert f"SLURM ended job {job} with PREEMPTED" in result["reason"]
         assert driver.poll() is None, said()
-        events = [json.loads(x) for x in (ring / "events.jsonl").read_text().splitlines()]
-        assert any(e["kind"] == "slurm_job_killed" and e["job"] == job for e in events)
+        assert killed_event(ring, job), said()
     finally:
         if urgent:
             subprocess.run(["scancel", urgent], check=False, timeout=60)
@@ -529,8 +542,8 @@ def test_a_job_slurm_ends_while_no_driver_runs_is_recorded_when_the_driver_comes
         result = json.loads(result_path.read_text())
         assert result["status"] == "interrupted" and result["slurm_state"] == "CANCELLED"
         assert result["slurm_job_id"] == job and "while no driver ran" in said()
-        events = [json.loads(x) for x in (ring / "events.jsonl").read_text().splitlines()]
-        assert any(e["kind"] == "slurm_job_killed" and e["job"] == job for e in events)
+        assert killed_event(ring, job), said()
+        events = events_of(ring)
         # The new driver cancelled, by id, the jobs the dead one left, before its own: their
         # executions run again rather than twice at once.
         cancelled = [e for e in events if e["kind"] == "slurm_jobs_cancelled"]
