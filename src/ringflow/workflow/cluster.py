@@ -18,6 +18,7 @@ from ..cluster.target import SlurmTarget, cluster_slots, write_target
 from ..core.errors import InputError
 from ..core.layout import RingLayout
 from ..reporting.progress import watch_slurm_queue
+from .direct_jobs import run_steps_in_their_jobs
 from .preemption import report_preempted
 from .status_polls import poll_sooner, status_poll_max_s
 
@@ -60,9 +61,10 @@ def gpu_profile(workflow) -> bool:
 def execution_gpus(workflow, gpus_per_execution: int, local_gpus: int) -> int:
     """GPUs one execution asks for. On SLURM's driver: `gpus_per_execution` where the
     profile declares the `gpu` resource (the plugin turns it into `--gpus`), 0 otherwise,
-    whatever the driver's own machine has. Inside the execution's job (Snakemake starts
-    again there, without the profile's resources): the GPUs SLURM allocated to the job.
-    Elsewhere what the local GPU slots allow (`local_gpus`)."""
+    whatever the driver's own machine has; the job runs the step with that figure
+    (workflow/direct_jobs.py). Inside a job that keeps the plugin's command (Snakemake
+    starts again there, without the profile's resources): the GPUs SLURM allocated to the
+    job. Elsewhere what the local GPU slots allow (`local_gpus`)."""
     if executor_name(workflow) == "slurm":
         return int(gpus_per_execution) if gpu_profile(workflow) else 0
     if getattr(workflow, "remote_exec", False) and "SLURM_JOB_ID" in os.environ:
@@ -140,6 +142,7 @@ def start_on_slurm(workflow, rings, configs: dict | None = None) -> None:
     if executor is not None and hasattr(executor, "report_job_error"):
         poll_sooner(executor, status_poll_max_s(configs))
         report_preempted(executor)
+        run_steps_in_their_jobs(executor, workflow)
         DRIVER.started_at = time.time()
         watch_slurm_jobs(executor, rings)
         cancel_on_signals(executor, rings)
