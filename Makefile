@@ -49,9 +49,9 @@ test-user: bytecode
 # controller answers). `make slurm-up`/`slurm-down` start and stop a one-node SLURM with
 # accounting on this machine (root); `make test-slurm` brings it up with two stand-in GPUs
 # (where the machine has none), runs the tests marked `slurm` through profiles/slurm, and
-# stops it again, whatever the tests said (about 12 minutes on 2 cores; the two rings named
-# `quick_ring`, the quick ring and the ring SLURM ends a job of for time, take 6 of them;
-# SLURM_TESTS='-k "not quick_ring"' leaves both out: about 6 minutes).
+# stops it again, whatever the tests said (about 7 minutes on 2 cores; the two rings named
+# `quick_ring`, the quick ring and the ring SLURM ends a job of for time, take 3 of them;
+# SLURM_TESTS='-k "not quick_ring"' leaves both out).
 SLURM_VENV ?= .venv-slurm
 SLURM_TESTS ?=
 SLURM_STAMP := $(SLURM_VENV)/.installed

@@ -356,7 +356,8 @@ def query_job_times(jobs: list[str]) -> dict[str, JobTimes]:
 
 def job_overhead_s(times: dict[str, JobTimes], executions: dict[str, float]) -> float | None:
     """What one execution costs as a SLURM job beyond its own run: the job's life around
-    the execution (the plugin starts Snakemake inside it, twice) at its median, plus the
+    the execution (the step's start; Snakemake's two where a job keeps the plugin's
+    command, docs/slurm.md#what-a-job-runs) at its median, plus the
     shortest wait from submission to start (SLURM's scheduling latency; longer waits are
     jobs queued behind the ring's own, which the slots already price). None before a job
     of `executions` ({job id: the execution's seconds}) has ended."""
