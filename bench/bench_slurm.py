@@ -78,6 +78,18 @@ def overheads(jobs: list[dict]) -> tuple[list[float], list[float]]:
     return waits, [job["end"] - job["start"] for job in jobs]
 
 
+def scheduler_parameters() -> str:
+    """The controller's SchedulerParameters: its batch_sched_delay (3 s unless set) spaces
+    the starts of pending batch jobs, a large part of a ring of one-second executions."""
+    done = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True,
+                          timeout=30, check=False)  # fmt: skip
+    for line in done.stdout.splitlines():
+        name, _, value = line.partition("=")
+        if name.strip() == "SchedulerParameters":
+            return value.strip()
+    return "(unknown)"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", action="store_true", help="keep the scratch folders")
@@ -104,7 +116,9 @@ def main() -> int:
         executions = len(_ring.results(folder))
         timing = json.loads((folder / "final_timing.json").read_text())
     ratio = slurm.wall_s / local.wall_s
+    parameters = scheduler_parameters()
     record = {
+        "scheduler_parameters": parameters,
         "local_wall_s": round(local.wall_s, 1),
         "slurm_wall_s": round(slurm.wall_s, 1),
         "ratio": round(ratio, 2),
@@ -129,6 +143,7 @@ def main() -> int:
             ("wall time, local profile", f"{local.wall_s:.0f} s", ""),
             ("wall time, SLURM profile", f"{slurm.wall_s:.0f} s", ""),
             ("ratio", f"{ratio:.2f}x", "<= 2x"),
+            ("SLURM's SchedulerParameters", parameters, ""),
             ("SLURM jobs (all executions)", f"{len(jobs)} ({executions})", "equal"),
             ("lock to first valid result (baseline s0)", f"{first:.0f} s", "<= 60 s"),
             ("free slot to job start, median / max",

@@ -9,6 +9,9 @@
 # on a machine without any, RINGFLOW_SLURM_FAKE_GPUS=N offers N stand-ins (character devices
 # like /dev/null under /run/ringflow-slurm/gpus/) so that jobs get GPU allocations and
 # CUDA_VISIBLE_DEVICES from SLURM, for the tests that run with tests/fake_nvml.
+# RINGFLOW_SLURM_SCHEDULER_PARAMETERS sets slurm.conf's SchedulerParameters (SLURM's
+# defaults otherwise), e.g. batch_sched_delay=0 to try a cluster that starts pending jobs
+# without SLURM's batching delay (docs/slurm.md#measured); stop the cluster first.
 set -euo pipefail
 if [ "$(id -u)" -ne 0 ]; then
   echo "slurm-up: run as root (it installs packages and starts system daemons)" >&2
@@ -137,6 +140,7 @@ ${GPU_CONF}
 NodeName=${HOST} NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=${MEM} ${NODE_GRES} State=UNKNOWN
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
+${RINGFLOW_SLURM_SCHEDULER_PARAMETERS:+SchedulerParameters=${RINGFLOW_SLURM_SCHEDULER_PARAMETERS}}
 PartitionName=debug Nodes=${HOST} Default=YES MaxTime=INFINITE State=UP PriorityTier=1
 PartitionName=urgent Nodes=${HOST} MaxTime=INFINITE State=UP PriorityTier=10
 EOC
