@@ -15,7 +15,10 @@ Same Snakemake, same profile (`profiles/local`), same cores. Targets: ringflow's
 at most 1.5x bare Snakemake's, and Python's start plus `import ringflow.execute` at most
 30 ms more than Python's start alone (the first target was 2.5x).
 
-    python bench/bench_overhead.py [--executions 200] [--cores 2] [--keep]
+The ringflow side runs its per-execution steps through the driver's resident step server
+(docs/architecture.md#resident-steps); `--no-resident-steps` starts each afresh, as before.
+
+    python bench/bench_overhead.py [--executions 200] [--cores 2] [--keep] [--no-resident-steps]
 """
 
 from __future__ import annotations
@@ -213,15 +216,29 @@ def cache_bytecode(work: Path) -> str | None:
 
 
 def interpreter_starts() -> dict:
-    """Start-up cost of one process: bare Python, and Python importing ringflow's execute."""
+    """Start-up cost of one process: bare Python, Python importing ringflow's execute, and a
+    job's step (`--help`: parsed, then ended) through the resident step server, which has
+    imported it (docs/architecture.md#resident-steps)."""
+    from ringflow.workflow.resident_client import SERVER_ENV
+    from ringflow.workflow.resident_steps import start_server
 
-    def best(code: str) -> float:
-        return min(_ring.run_timed([_ring.PYTHON, "-c", code], Path.cwd()).wall_s for _ in range(3))
+    def best(argv: list[str], runs: int = 3) -> float:
+        return min(_ring.run_timed([_ring.PYTHON, *argv], Path.cwd()).wall_s for _ in range(runs))
 
-    return {
-        "python_s": round(best("pass"), 3),
-        "python_import_execute_s": round(best("import ringflow.cli, ringflow.execute"), 3),
+    step = ["-m", "ringflow", "step", "execute", "--help"]  # parses its arguments and ends
+    starts = {
+        "python_s": round(best(["-c", "pass"]), 3),
+        "python_import_execute_s": round(best(["-c", "import ringflow.cli, ringflow.execute"]), 3),
     }
+    server = start_server()
+    if server is not None:
+        try:
+            best(step, 1)  # the server's own imports
+            starts["step_through_resident_server_s"] = round(best(step, 5), 3)
+        finally:
+            server.stop()
+    os.environ.pop(SERVER_ENV, None)
+    return starts
 
 
 def main() -> None:
@@ -236,6 +253,12 @@ def main() -> None:
     parser.add_argument("--workdir", default=None, help="where to create the temporary folder")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     parser.add_argument(
+        "--no-resident-steps",
+        action="store_true",
+        help="start every step afresh, as before the resident step server "
+        "(RINGFLOW_RESIDENT_STEPS=0 for the ring's driver)",
+    )
+    parser.add_argument(
         "--inherit-bytecode-setting",
         action="store_true",
         help="keep PYTHONDONTWRITEBYTECODE from the environment (default: "
@@ -245,6 +268,8 @@ def main() -> None:
     if args.executions < 2 or args.executions % 2:
         parser.error("--executions must be an even number >= 2")
 
+    if args.no_resident_steps:
+        os.environ["RINGFLOW_RESIDENT_STEPS"] = "0"
     work = Path(tempfile.mkdtemp(prefix="bench-overhead-", dir=args.workdir))
     started = time.perf_counter()
     inherited = os.environ.get("PYTHONDONTWRITEBYTECODE")
@@ -277,6 +302,7 @@ def main() -> None:
         "cpu_ratio_ringflow_over_bare": round(ringflow["cpu_s"] / bare["cpu_s"], 2),
         "wall_per_execution": per_exec,
         "process_start": starts,
+        "resident_steps": not args.no_resident_steps,
         "bytecode_cached": "PYTHONDONTWRITEBYTECODE" not in os.environ,
         "inherited_PYTHONDONTWRITEBYTECODE": inherited,
         "target_wall_ratio": TARGET_RATIO,
@@ -308,9 +334,15 @@ def main() -> None:
                 f"{starts['python_import_execute_s']:.3f}",
                 f"<= python start + {IMPORT_TARGET_S}",
             ),
+            (
+                "a step's start, through the resident server (s)",
+                f"{starts.get('step_through_resident_server_s', float('nan')):.3f}",
+                "",
+            ),
         ],
     )
     print(
+        f"resident steps: {record['resident_steps']}; "
         f"sandbox: {', '.join(ringflow['sandbox_modes'])}; bytecode cached: "
         f"{record['bytecode_cached']} (inherited PYTHONDONTWRITEBYTECODE={inherited})"
     )

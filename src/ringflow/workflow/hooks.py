@@ -34,6 +34,7 @@ from ..selection import timekeeper
 from ..weights.store import WeightsStore
 from .cluster import slots_on_slurm
 from .relay import install_relay
+from .resident_steps import start_server
 from .scheduler_wakeups import one_pending_wakeup
 
 
@@ -126,6 +127,10 @@ def start_rings(rings: list[NamedRing], configs: dict[str, dict], workflow) -> N
             ring.root, config.terminal, 0 if config.slurm is None else config.slurm.pending_warn_min
         )
         notify.ring_start(ring.root, config.notify)
+    if not getattr(workflow, "non_local_exec", False):
+        # The per-execution steps on this machine start as forks of a process that has
+        # ringflow imported (docs/architecture.md#resident-steps).
+        _RESIDENT[:] = [server for server in [start_server()] if server is not None]
 
 
 def gpu_slots_here(workflow) -> tuple[bool, int | None]:
@@ -142,6 +147,7 @@ def gpu_slots_here(workflow) -> tuple[bool, int | None]:
 
 
 _JANITOR: list = []  # the janitor's Popen, kept for the driver's life
+_RESIDENT: list = []  # the resident step server, while the driver runs steps
 
 
 def _store_of(config: RingConfig) -> Path:
@@ -184,3 +190,5 @@ def end_rings(rings: list[NamedRing], log, completed: bool) -> None:
         # A job killed on its own (not the driver) leaves its box: the run ends without it.
         remove_abandoned_boxes(ring.root)
     release_leases()
+    while _RESIDENT:
+        _RESIDENT.pop().stop()

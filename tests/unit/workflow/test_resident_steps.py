@@ -1,0 +1,221 @@
+"""The resident step server: a job's step runs in a fork of it as it ran in the job's own
+process (docs/architecture.md#resident-steps)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from ringflow.workflow import resident_client
+from ringflow.workflow.resident_client import SERVER_ENV, run_through_server, wants_server
+from ringflow.workflow.resident_steps import start_server
+
+PROBE = textwrap.dedent("""\
+    import json, os, signal, sys, time
+
+    def main():
+        mask = os.umask(0)
+        os.umask(mask)
+        print(json.dumps({"pid": os.getpid(), "ppid": os.getppid(), "sid": os.getsid(0),
+                          "argv": sys.argv[1:], "cwd": os.getcwd(), "umask": mask,
+                          "probe": os.environ.get("PROBE"),
+                          "server": os.environ.get("RINGFLOW_STEP_SERVER")}), flush=True)
+        print("to stderr", file=sys.stderr)
+        action = os.environ.get("PROBE_ACTION", "")
+        if os.environ.get("PROBE_MARK"):
+            open(os.environ["PROBE_MARK"], "w").close()
+        if action.startswith("exit"):
+            return int(action[4:])
+        if action.startswith("sleep"):
+            time.sleep(float(action[5:]))
+        if action == "term":
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))
+            time.sleep(30)
+        if action == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return 0
+    """)
+
+
+@pytest.fixture
+def probe_path(tmp_path, monkeypatch):
+    folder = tmp_path / "probe"
+    folder.mkdir()
+    (folder / "resident_probe.py").write_text(PROBE)
+    monkeypatch.setenv("PYTHONPATH", str(folder))
+    return folder
+
+
+@pytest.fixture
+def server(probe_path, monkeypatch):
+    monkeypatch.delenv(SERVER_ENV, raising=False)
+    started = start_server("resident_probe:main")
+    assert started is not None
+    yield started
+    started.stop()
+
+
+def job(argv=("execute", "a", "b"), env=None, **kwargs) -> subprocess.Popen:
+    """A job's command, as the execute rule gives it: `python -m ringflow step …`."""
+    return subprocess.Popen([sys.executable, "-m", "ringflow", "step", *argv],
+                            env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kwargs)  # fmt: skip
+
+
+def test_a_step_runs_in_a_fork_of_the_server_as_the_jobs_own_process_would(server, tmp_path):
+    folder = tmp_path / "work"
+    folder.mkdir()
+    proc = subprocess.Popen(
+        ["sh", "-c", f'umask 027; exec "{sys.executable}" -m ringflow step execute x y'],
+        cwd=folder, env={**os.environ, "PROBE": "seen"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    seen = json.loads(out)
+    assert seen["ppid"] == server.proc.pid  # the server's fork, not a process of the job
+    assert seen["ppid"] != proc.pid and seen["pid"] != proc.pid
+    assert seen["sid"] == seen["pid"]
+    assert seen["argv"] == ["step", "execute", "x", "y"]
+    assert seen["cwd"] == str(folder)
+    assert seen["umask"] == 0o027
+    assert seen["probe"] == "seen"
+    assert seen["server"] is None  # neither the step nor what it starts sees the server
+    assert err.strip() == "to stderr"
+
+
+@pytest.mark.parametrize("action, code", [("exit0", 0), ("exit3", 3), ("kill", -signal.SIGKILL)])
+def test_the_job_ends_as_its_step_ended(server, action, code):
+    proc = job(env={"PROBE_ACTION": action})
+    proc.communicate(timeout=30)
+    assert proc.returncode == code
+
+
+def test_a_signal_to_the_job_reaches_its_step(server):
+    proc = job(env={"PROBE_ACTION": "term"})
+    json.loads(proc.stdout.readline())  # the step runs and has its handler
+    time.sleep(0.3)
+    proc.terminate()
+    proc.communicate(timeout=30)
+    assert proc.returncode == 7  # the step's own handler ran
+
+
+def test_a_killed_job_takes_its_step_with_it(server):
+    proc = job(env={"PROBE_ACTION": "sleep30"})
+    step = json.loads(proc.stdout.readline())["pid"]
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _alive(step):
+        time.sleep(0.05)
+    assert not _alive(step)
+
+
+def test_a_job_whose_server_dies_mid_step_fails_loudly_after_its_step(server):
+    proc = job(env={"PROBE_ACTION": "sleep1"})
+    json.loads(proc.stdout.readline())
+    os.kill(server.proc.pid, signal.SIGKILL)
+    _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == resident_client.EXIT_LOST
+    assert "resident step server ended before the step did" in err
+
+
+def test_a_request_the_server_refuses_runs_nothing_and_falls_back(server, tmp_path, monkeypatch):
+    mark = tmp_path / "ran"
+    monkeypatch.setenv("PROBE_MARK", str(mark))
+    monkeypatch.setattr(sys, "executable", "/elsewhere/bin/python")
+    assert run_through_server(server.path, ["ringflow", "step", "execute"]) is None
+    time.sleep(0.3)
+    assert not mark.exists()
+
+
+def test_without_a_server_the_job_runs_its_step_itself(server, tmp_path):
+    path = server.path
+    server.stop()
+    assert run_through_server(path, ["ringflow", "step", "execute"]) is None
+    proc = job(("execute", "--help"), env={SERVER_ENV: path})
+    out, _err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "usage: ringflow step execute" in out
+
+
+def test_only_the_per_execution_steps_outside_slurm_jobs_use_the_server():
+    env = {SERVER_ENV: "/run/s"}
+    assert wants_server(["step", "execute", "r"], env) == "/run/s"
+    assert wants_server(["step", "key-target", "r"], env) == "/run/s"
+    assert wants_server(["step", "summary", "r"], env) is None
+    assert wants_server(["status", "r"], env) is None
+    assert wants_server(["step", "execute"], {}) is None
+    assert wants_server(["step", "execute"], {**env, "SLURM_JOB_ID": "12"}) is None
+
+
+def test_a_real_step_gives_the_same_answer_through_the_server(tmp_path, monkeypatch):
+    monkeypatch.delenv(SERVER_ENV, raising=False)
+    argv = ("execute", str(tmp_path / "no-ring"), "n", "v", "seed0",
+            "--result", str(tmp_path / "r.json"), "--score", str(tmp_path / "s.json"))  # fmt: skip
+    fresh = job(argv)
+    fresh_out = fresh.communicate(timeout=60)
+    server = start_server()
+    assert server is not None
+    try:
+        resident = job(argv)
+        resident_out = resident.communicate(timeout=60)
+    finally:
+        server.stop()
+    assert fresh.returncode != 0
+    assert (resident.returncode, resident_out) == (fresh.returncode, fresh_out)
+
+
+def test_the_server_ends_with_its_driver_and_leaves_nothing(server):
+    folder = Path(server.folder)
+    assert os.environ[SERVER_ENV] == server.path
+    server.stop()
+    assert server.proc.returncode == 0
+    assert not folder.exists()
+    assert SERVER_ENV not in os.environ
+
+
+def test_a_killed_driver_takes_the_server_with_it(probe_path, tmp_path):
+    report = tmp_path / "server.json"
+    driver = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""\
+        import json, time
+        from ringflow.workflow.resident_steps import start_server
+        server = start_server("resident_probe:main")
+        open({str(report)!r}, "w").write(json.dumps([server.proc.pid, server.folder]))
+        time.sleep(60)
+        """)])  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not report.exists() or not report.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    pid, folder = json.loads(report.read_text())
+    driver.kill()
+    driver.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (_alive(pid) or Path(folder).exists()):
+        time.sleep(0.05)
+    assert not _alive(pid)
+    assert not Path(folder).exists()
+
+
+def test_the_user_can_turn_it_off(monkeypatch):
+    monkeypatch.setenv("RINGFLOW_RESIDENT_STEPS", "0")
+    monkeypatch.delenv(SERVER_ENV, raising=False)
+    assert start_server() is None
+    assert SERVER_ENV not in os.environ
+
+
+def _alive(pid: int) -> bool:
+    """Running, and not a zombie waiting for its parent."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
