@@ -9,9 +9,9 @@ one that ended), it returns and the caller runs the step itself, as before.
 
 The request is one message: fields separated by NUL (no argument or environment entry
 can hold one), length first, with the job's stdin, stdout and stderr passed along
-(SCM_RIGHTS). The server answers with ASCII lines: `P<pid>` once the step runs,
-then `E<exit code>` or `S<signal>` when it has ended, or `R<why>` when it refuses the
-request before running anything.
+(SCM_RIGHTS). The answers are ASCII lines: `P<pid>` from the step once it runs, then
+`E<exit code>` or `S<signal>` from the server when the step has ended; or `R<why>` from
+the server when it refuses the request before running anything.
 """
 
 from __future__ import annotations

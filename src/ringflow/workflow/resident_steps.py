@@ -28,6 +28,7 @@ from __future__ import annotations
 import array
 import atexit
 import contextlib
+import fcntl
 import importlib
 import os
 import selectors
@@ -38,7 +39,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import traceback
 
 from .resident_client import PROTOCOL, SERVER_ENV
@@ -216,7 +216,6 @@ def _start_step(conn: socket.socket, main, inherited: list) -> tuple[int, int] |
             _exit(code)
     for fd in fds:
         os.close(fd)
-    _send(conn, b"P%d\n" % pid)
     return pid, os.pidfd_open(pid)
 
 
@@ -266,17 +265,26 @@ def _become_step(conn, request: Request, fds: list[int], inherited: list, main) 
     sys.argv = [os.fsdecode(arg) for arg in request.argv]
     sys.path[:] = [os.fsdecode(entry) for entry in request.path]
     tempfile.tempdir = None
-    # The job killed, its step dies with it, as when the step was the job's process.
-    threading.Thread(target=_die_with_job, args=(conn,), daemon=True).start()
+    _send(conn, b"P%d\n" % os.getpid())
+    _die_with_job(conn)
     return _exit_code(SystemExit(main()))
 
 
 def _die_with_job(conn: socket.socket) -> None:
+    """The job killed, its step dies with it at once, as when the step was the job's own
+    process. The job sends nothing after its request, so the socket becomes readable only
+    when the job's end closes it: the kernel then sends this process SIGKILL (O_ASYNC with
+    F_SETSIG), with no thread to watch it (a step that forks must stay single-threaded).
+    From here on only the server writes to the socket, after this process has ended."""
+    fd = conn.fileno()
+    fcntl.fcntl(fd, fcntl.F_SETOWN, os.getpid())
+    fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGKILL)
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)
     try:
-        data = conn.recv(1)
-    except OSError:
-        data = b""
-    if not data:
+        ended = conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        ended = False
+    if ended:  # the job ended before the signal was armed
         os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -22,11 +22,12 @@ PROBE = textwrap.dedent("""\
     import json, os, signal, sys, time
 
     def main():
+        threads = [line for line in open("/proc/self/status") if line.startswith("Threads:")]
         mask = os.umask(0)
         os.umask(mask)
         print(json.dumps({"pid": os.getpid(), "ppid": os.getppid(), "sid": os.getsid(0),
                           "argv": sys.argv[1:], "cwd": os.getcwd(), "umask": mask,
-                          "probe": os.environ.get("PROBE"),
+                          "probe": os.environ.get("PROBE"), "threads": threads[0].split()[1],
                           "server": os.environ.get("RINGFLOW_STEP_SERVER")}), flush=True)
         print("to stderr", file=sys.stderr)
         action = os.environ.get("PROBE_ACTION", "")
@@ -84,6 +85,7 @@ def test_a_step_runs_in_a_fork_of_the_server_as_the_jobs_own_process_would(serve
     assert seen["ppid"] == server.proc.pid  # the server's fork, not a process of the job
     assert seen["ppid"] != proc.pid and seen["pid"] != proc.pid
     assert seen["sid"] == seen["pid"]
+    assert seen["threads"] == "1"  # the sandbox forks to make its user namespace
     assert seen["argv"] == ["step", "execute", "x", "y"]
     assert seen["cwd"] == str(folder)
     assert seen["umask"] == 0o027
