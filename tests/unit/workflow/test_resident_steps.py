@@ -221,3 +221,24 @@ def _alive(pid: int) -> bool:
     except (FileNotFoundError, IndexError):
         return False
     return state != "Z"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="takes another uid: root only")
+def test_another_user_is_refused_even_where_the_folder_lets_them_in(server, tmp_path):
+    mark = tmp_path / "ran"
+    tmp_path.chmod(0o777)
+    os.chmod(server.folder, 0o711)  # the folder's 0700 is the first wall: open it
+    os.chmod(server.path, 0o777)
+    probe = textwrap.dedent(f"""\
+        import os
+        from ringflow.workflow.resident_client import run_through_server  # while root can
+        os.setgid(65534)
+        os.setuid(65534)
+        code = run_through_server({server.path!r}, ["ringflow", "step", "execute"])
+        print("refused" if code is None else f"ran: {{code}}")
+        """)  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          env={**os.environ, "PROBE_MARK": str(mark)}, timeout=30)  # fmt: skip
+    assert proc.stdout.strip() == "refused", proc.stderr
+    time.sleep(0.3)
+    assert not mark.exists()
