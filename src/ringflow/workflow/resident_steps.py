@@ -46,7 +46,10 @@ from .resident_client import PROTOCOL, SERVER_ENV
 # What the resident steps import: loaded once, before the first fork.
 PRELOAD = ("ringflow.cli", "ringflow.execute", "ringflow.scoring",
            "ringflow.core.interrupts", "ringflow.weights.keytarget")  # fmt: skip
-REQUEST_TIMEOUT_S = 10.0
+# A job sends its whole request as it connects; the server serves one request at a time,
+# so a request that stalls is refused (the job then starts its step itself) before it
+# holds up the others for long.
+REQUEST_TIMEOUT_S = 2.0
 MAX_REQUEST = 1 << 24
 DISABLE_ENV = "RINGFLOW_RESIDENT_STEPS"
 
@@ -200,7 +203,13 @@ def _start_step(conn: socket.socket, main, inherited: list) -> tuple[int, int] |
         return None
     sys.stdout.flush()
     sys.stderr.flush()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError as exc:  # no room for another process now: the job starts its own
+        for fd in fds:
+            os.close(fd)
+        _send(conn, b"R%s\n" % str(exc).encode(errors="replace"))
+        return None
     if pid == 0:
         code = 1
         try:
@@ -220,7 +229,18 @@ def _start_step(conn: socket.socket, main, inherited: list) -> tuple[int, int] |
 
 
 def _receive(conn: socket.socket) -> tuple[bytes, list[int]]:
+    """The request's body and the streams passed with it; a request that ends early or
+    is too long is refused with any streams it passed closed."""
     fds: list[int] = []
+    try:
+        return _receive_into(conn, fds), fds
+    except (OSError, ValueError):
+        for fd in fds:
+            os.close(fd)
+        raise
+
+
+def _receive_into(conn: socket.socket, fds: list[int]) -> bytes:
     data = b""
     size = None
     while size is None or len(data) < 4 + size:
@@ -231,15 +251,13 @@ def _receive(conn: socket.socket) -> tuple[bytes, list[int]]:
                 received.frombytes(payload[: len(payload) - len(payload) % received.itemsize])
                 fds += list(received)
         if not chunk:
-            for fd in fds:
-                os.close(fd)
             raise ValueError("the request ended early")
         data += chunk
         if size is None and len(data) >= 4:
             size = int.from_bytes(data[:4], "big")
             if size > MAX_REQUEST:
                 raise ValueError(f"a request of {size} bytes")
-    return data[4:], fds
+    return data[4:]
 
 
 def _become_step(conn, request: Request, fds: list[int], inherited: list, main) -> int:

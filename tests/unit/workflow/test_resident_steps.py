@@ -242,3 +242,23 @@ def test_another_user_is_refused_even_where_the_folder_lets_them_in(server, tmp_
     assert proc.stdout.strip() == "refused", proc.stderr
     time.sleep(0.3)
     assert not mark.exists()
+
+
+def test_a_malformed_request_is_refused_and_the_server_serves_on(server):
+    import socket
+
+    sized = (100).to_bytes(4, "big")
+    payloads = (b"\xff\xff\xff\xff", (14).to_bytes(4, "big") + b"not ringflow\0x",
+                sized + b"short", sized + b"stalls")  # fmt: skip
+    for payload in payloads:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect(server.path)
+            sock.sendall(payload)
+            if payload.endswith(b"short"):
+                sock.shutdown(socket.SHUT_WR)  # the request ends early
+            sock.settimeout(10)
+            assert sock.recv(256).startswith(b"R")
+    proc = job(env={"PROBE_ACTION": "exit3"})
+    proc.communicate(timeout=30)
+    assert proc.returncode == 3
+    assert server.proc.poll() is None
