@@ -18,7 +18,7 @@ checkpoint import_carryover:
         step=STEP,
         ring=RING.root,
     shell:
-        "{params.step} import-carryover {params.ring} --out {output.imported} > {log} 2>&1"
+        "{params.step} import-carryover {params.ring:q} --out {output.imported:q} > {log:q} 2>&1"
 
 
 # A plain rule: a checkpoint finishing here would make Snakemake re-read the other
@@ -36,7 +36,7 @@ rule seal_carryover:
         step=STEP,
         ring=RING.root,
     shell:
-        "{params.step} seal {params.ring} --out {output.seals} > {log} 2>&1"
+        "{params.step} seal {params.ring:q} --out {output.seals:q} > {log:q} 2>&1"
 
 
 # After the ring's last checkpoint (decide), so its inputs may be ancient: a user's own
@@ -58,4 +58,4 @@ rule stop_manifest:
         step=STEP,
         ring=RING.root,
     shell:
-        "{params.step} stop-manifest {params.ring} --out {output.manifest} > {log} 2>&1"
+        "{params.step} stop-manifest {params.ring:q} --out {output.manifest:q} > {log:q} 2>&1"

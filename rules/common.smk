@@ -1,6 +1,7 @@
 # Configuration, paths and the ring's DAG logic (ringflow.workflow.dag, tested there).
 # No rules here.
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -23,7 +24,9 @@ validate(config, "../config/config.schema.yaml")
 
 RING = RingLayout(Path(config["runs_dir"]) / config["ring_id"])
 # Rules call the package with the interpreter Snakemake runs under, whatever PATH says.
-STEP = f"{sys.executable} -m ringflow step"
+# Every path a rule's shell command carries is quoted ({...:q}): a checkout, ring or store
+# folder may have a space or a `$` in its name.
+STEP = f"{shlex.quote(sys.executable)} -m ringflow step"
 DEFAULTS = workflow.source_path("../config/config.yaml")
 
 

@@ -31,8 +31,8 @@ rule execute:
         step=STEP,
         ring=RING.root,
     shell:
-        "{params.step} execute {params.ring} {wildcards.node} {wildcards.view} {wildcards.variant}"
-        " --gpus {resources.gpu} --result {output.result} --score {output.score} > {log} 2>&1"
+        "{params.step} execute {params.ring:q} {wildcards.node:q} {wildcards.view:q} {wildcards.variant:q}"
+        " --gpus {resources.gpu} --result {output.result:q} --score {output.score:q} > {log:q} 2>&1"
 
 
 rule weights_key:
@@ -51,4 +51,4 @@ rule weights_key:
         step=STEP,
         ring=RING.root,
     shell:
-        "{params.step} key-target {params.ring} {wildcards.key} --out {output.target} > {log} 2>&1"
+        "{params.step} key-target {params.ring:q} {wildcards.key:q} --out {output.target:q} > {log:q} 2>&1"

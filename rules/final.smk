@@ -20,7 +20,7 @@ rule power:
         step=STEP,
         ring=RING.root,
     shell:
-        "{params.step} power {params.ring} --out {output.power} > {log} 2>&1"
+        "{params.step} power {params.ring:q} --out {output.power:q} > {log:q} 2>&1"
 
 
 checkpoint seat_baseline:
@@ -36,7 +36,7 @@ checkpoint seat_baseline:
         step=STEP,
         ring=RING.root,
     shell:
-        "{params.step} seat-baseline {params.ring} --out {output.seated} > {log} 2>&1"
+        "{params.step} seat-baseline {params.ring:q} --out {output.seated:q} > {log:q} 2>&1"
 
 
 checkpoint screen:
@@ -52,7 +52,7 @@ checkpoint screen:
         step=STEP,
         ring=RING.root,
     shell:
-        "{params.step} screen {params.ring} {wildcards.node} --out {output.screen} > {log} 2>&1"
+        "{params.step} screen {params.ring:q} {wildcards.node:q} --out {output.screen:q} > {log:q} 2>&1"
 
 
 checkpoint review:
@@ -68,7 +68,7 @@ checkpoint review:
         step=STEP,
         ring=RING.root,
     shell:
-        "{params.step} review {params.ring} {wildcards.node} --out {output.review} > {log} 2>&1"
+        "{params.step} review {params.ring:q} {wildcards.node:q} --out {output.review:q} > {log:q} 2>&1"
 
 
 checkpoint verdict:
@@ -84,7 +84,7 @@ checkpoint verdict:
         step=STEP,
         ring=RING.root,
     shell:
-        "{params.step} verdict {params.ring} {wildcards.rank} --out {output.verdict} > {log} 2>&1"
+        "{params.step} verdict {params.ring:q} {wildcards.rank:q} --out {output.verdict:q} > {log:q} 2>&1"
 
 
 checkpoint decide:
@@ -100,7 +100,7 @@ checkpoint decide:
         step=STEP,
         ring=RING.root,
     shell:
-        "{params.step} decide {params.ring} --out {output.decision} > {log} 2>&1"
+        "{params.step} decide {params.ring:q} --out {output.decision:q} > {log:q} 2>&1"
 
 
 rule reproduce:
@@ -116,4 +116,4 @@ rule reproduce:
         step=STEP,
         ring=RING.root,
     shell:
-        "{params.step} repro {params.ring} --out {output.repro} > {log} 2>&1"
+        "{params.step} repro {params.ring:q} --out {output.repro:q} > {log:q} 2>&1"

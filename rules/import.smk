@@ -31,4 +31,4 @@ checkpoint import_nodes:
         step=STEP,
         ring=RING.root,
     shell:
-        "{params.step} import-nodes {params.ring} --out {output.nodes} > {log} 2>&1"
+        "{params.step} import-nodes {params.ring:q} --out {output.nodes:q} > {log:q} 2>&1"

@@ -15,7 +15,7 @@ checkpoint promote:
         step=STEP,
         ring=RING.root,
     shell:
-        "{params.step} promote {params.ring} --out {output.promotion} > {log} 2>&1"
+        "{params.step} promote {params.ring:q} --out {output.promotion:q} > {log:q} 2>&1"
 
 
 checkpoint rank:
@@ -32,4 +32,4 @@ checkpoint rank:
         step=STEP,
         ring=RING.root,
     shell:
-        "{params.step} rank {params.ring} --out {output.ranking} > {log} 2>&1"
+        "{params.step} rank {params.ring:q} --out {output.ranking:q} > {log:q} 2>&1"

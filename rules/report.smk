@@ -15,7 +15,7 @@ rule summary:
         step=STEP,
         ring=RING.root,
     shell:
-        "{params.step} summary {params.ring} --out {output.summary} > {log} 2>&1"
+        "{params.step} summary {params.ring:q} --out {output.summary:q} > {log:q} 2>&1"
 
 
 # A ring that continues another also gets its chain page, chain.html, from this step: a
@@ -34,4 +34,4 @@ rule report:
         step=STEP,
         ring=RING.root,
     shell:
-        "{params.step} report {params.ring} --out {output.report} > {log} 2>&1"
+        "{params.step} report {params.ring:q} --out {output.report:q} > {log:q} 2>&1"

@@ -15,7 +15,7 @@ rule search:
         step=STEP,
         ring=RING.root,
     shell:
-        "{params.step} search-summary {params.ring} --out {output.search} > {log} 2>&1"
+        "{params.step} search-summary {params.ring:q} --out {output.search:q} > {log:q} 2>&1"
 
 
 # The search loop (docs/contracts.md#engineer): generation g is a checkpoint that plans new nodes
@@ -40,8 +40,8 @@ checkpoint search_generation:
         step=STEP,
         ring=RING.root,
     shell:
-        "{params.step} plan-generation {params.ring} {wildcards.g}"
-        " --out {output.generation} > {log} 2>&1"
+        "{params.step} plan-generation {params.ring:q} {wildcards.g:q}"
+        " --out {output.generation:q} > {log:q} 2>&1"
 
 
 rule engineer:
@@ -63,8 +63,8 @@ rule engineer:
         step=STEP,
         ring=RING.root,
     shell:
-        "{params.step} engineer {params.ring} {wildcards.node}"
-        " --out {output.session} > {log} 2>&1"
+        "{params.step} engineer {params.ring:q} {wildcards.node:q}"
+        " --out {output.session:q} > {log:q} 2>&1"
 
 
 checkpoint settle_generation:
@@ -80,8 +80,8 @@ checkpoint settle_generation:
         step=STEP,
         ring=RING.root,
     shell:
-        "{params.step} settle-generation {params.ring} {wildcards.g}"
-        " --out {output.settled} > {log} 2>&1"
+        "{params.step} settle-generation {params.ring:q} {wildcards.g:q}"
+        " --out {output.settled:q} > {log:q} 2>&1"
 
 
 rule search_loop:
@@ -97,4 +97,4 @@ rule search_loop:
         step=STEP,
         ring=RING.root,
     shell:
-        "{params.step} search-loop {params.ring} --out {output.loop} > {log} 2>&1"
+        "{params.step} search-loop {params.ring:q} --out {output.loop:q} > {log:q} 2>&1"

@@ -21,14 +21,18 @@ GUARD = [3, 4, 5, 6, 7]
 
 
 def spine_config(work: Path, ring_id: str) -> Path:
-    return write_config(work, ring_id=ring_id, task=str(work / "task"),
-                        candidates=str(work / "candidates"), baseline=str(work / "baseline"),
-                        promote_top_k=2, final_top_k=1, max_weights_gb=2e-6)  # fmt: skip
+    # The ring's folder is named in full, so every rule's command carries the odd name.
+    return write_config(work, ring_id=ring_id, runs_dir=str(work / "runs"),
+                        task=str(work / "task"), candidates=str(work / "candidates"),
+                        baseline=str(work / "baseline"), promote_top_k=2, final_top_k=1,
+                        max_weights_gb=2e-6)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def ring1(tmp_path_factory):
-    work = tmp_path_factory.mktemp("spine")
+    # Every folder of the ring under a name a shell would read: the rules quote each path.
+    work = tmp_path_factory.mktemp("spine") / "a ring's $HOME `id`"
+    work.mkdir()
     make_task(work)
     cands = work / "candidates"
     make_candidate(cands / "steady", mean=0.9, sd=0.01, weights=True)

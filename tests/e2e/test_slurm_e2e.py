@@ -58,16 +58,21 @@ def test_the_plugin_counts_a_preempted_job_as_running_which_the_driver_corrects(
 
 def test_the_plugin_wraps_the_command_the_driver_gives_each_job():
     """ringflow.workflow.direct_jobs gives a job its own command through the plugin's
-    format_job_exec, and keeps the plugin's wherever --wrap's escaping (double quotes only)
-    would change it; should the plugin change either, this says so."""
+    format_job_exec, and has the plugin submit it as a script on sbatch's standard input
+    (pass_command_as_script), not through --wrap, whose escaping (double quotes only) would
+    hand a `$` to the submitting shell; should the plugin change either, this says so."""
     import inspect
 
-    from snakemake_executor_plugin_slurm import Executor
+    from snakemake_executor_plugin_slurm import Executor, ExecutorSettings
 
     source = inspect.getsource(Executor.run_job)
     assert "exec_job = self.format_job_exec(job)" in source
     assert """exec_job.replace('"', '\\\\"')""" in source
     assert "call += f' --wrap=\"{exec_job_escaped}\"'" in source
+    assert "if not self.workflow.executor_settings.pass_command_as_script:" in source
+    assert 'sbatch_script = "\\n".join(["#!/bin/sh", exec_job])' in source
+    assert 'call += " /dev/stdin"' in source
+    assert ExecutorSettings().pass_command_as_script is False  # the driver turns it on
 
 
 def slurm_argv(tmp_path: Path, ring_id: str, *extra: str, configfile: Path | None = None,
@@ -124,10 +129,15 @@ def settled_jobs(prefix: str, count: int, timeout: float = 60) -> list[dict]:
 
 def test_the_quick_ring_reaches_final_with_every_execution_a_named_slurm_job(tmp_path):
     ring_id = f"sq-{os.getpid()}"
-    done, seconds = slurm_ring(tmp_path, ring_id)
+    # The ring, its store and resources under a name the submitting shell would read: the
+    # jobs' commands reach SLURM as scripts, as written (docs/slurm.md#what-a-job-runs).
+    base = tmp_path / "a ring's $HOME `id`"
+    base.mkdir()
+    done, seconds = slurm_ring(base, ring_id)
     print(f"quick ring on SLURM: {seconds:.0f} s")
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-6000:])
-    ring = tmp_path / "runs" / ring_id
+    assert [p.name for p in tmp_path.iterdir()] == [base.name]  # nothing made elsewhere
+    ring = base / "runs" / ring_id
     final = json.loads((ring / "final" / "FINAL.json").read_text())
     assert final["decision"] and final["chosen"]
     executions = results(ring)
@@ -150,9 +160,12 @@ def test_the_quick_ring_reaches_final_with_every_execution_a_named_slurm_job(tmp
     late = sorted(seen[j["id"]] - j["ended_at"] for j in jobs if j["id"] in seen and j["ended_at"])
     assert len(late) == len(jobs), (len(late), len(jobs))
     assert statistics.median(late) <= 3 and late[-1] <= 10, late
-    # Their SLURM logs stay in the ring's folder, also after success.
+    # Their SLURM logs stay in the ring's folder, also after success; each job ran its
+    # step itself, odd folder name and all.
     logs = list((ring / "logs" / "slurm").rglob("*.log"))
     assert len(logs) == len(jobs)
+    for log in logs:
+        assert log.read_text().startswith("ringflow: rule execute node="), log
     assert (ring / "cluster.json").is_file()
     # The reserve counts what the partition holds at once (2 CPUs, 1 thread each), not
     # the profile's 50 jobs.

@@ -11,11 +11,17 @@ inside the job would have done first: the inputs waited for (up to Snakemake's
 the SLURM log that says which step this is and where its own log is. The plugin still
 submits the job, names it, polls it and cancels it.
 
+The plugin hands a job's command to `sbatch` either as `--wrap="…"` on a command line that
+a shell reads, escaping only double quotes, or as a script on sbatch's standard input
+(its `pass_command_as_script` setting). Through `--wrap`, a `$`, a backquote or a backslash
+in the command, which a quoted ring, store or checkout path may hold, is read by the
+submitting shell; so the driver turns the script setting on wherever the plugin has it,
+and the command reaches the job's shell as written.
+
 A job this does not fit keeps the plugin's command: a group, a rule without a shell
 command or with a shadow folder or a benchmark, a directory among the outputs, a rule run
-in a conda environment or a container, or a command that the plugin's `--wrap="…"` cannot
-carry as it is (it escapes only double quotes, so `$`, backquotes and backslashes would be
-read by the submitting shell).
+in a conda environment or a container, or, where the plugin can only `--wrap`, a command
+with one of the characters it would hand to the submitting shell.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from pathlib import Path
 
 # What `--wrap="…"` would change or cut: the plugin escapes double quotes only.
 UNSAFE_IN_WRAP = frozenset('$`\\"\n\r\0')
+# A script on sbatch's standard input carries everything but NUL as written.
+UNSAFE_IN_SCRIPT = frozenset("\0")
 
 
 def wait_for_inputs(inputs: list[str], seconds: int) -> str:
@@ -38,10 +46,13 @@ def wait_for_inputs(inputs: list[str], seconds: int) -> str:
     return f"for try in {tries}; do {seen} && break; sleep 1; done"
 
 
-def direct_command(job, exports: str = "", deployment=(), latency_wait: int = 0) -> str | None:
+def direct_command(
+    job, exports: str = "", deployment=(), latency_wait: int = 0, as_script: bool = False
+) -> str | None:
     """The job's own command for a SLURM job, or None where the plugin's stays (see the
     module's docstring). `exports` is the plugin's `export …&&` prefix, if any;
-    `latency_wait` is how long the job waits for its inputs to be seen."""
+    `latency_wait` is how long the job waits for its inputs to be seen; `as_script` says
+    the plugin submits the command as a script rather than through `--wrap`."""
     if job.is_group() or not job.is_shell or job.is_shadow or job.benchmark or deployment:
         return None
     if any(f.is_directory for f in job.output):
@@ -65,9 +76,23 @@ def direct_command(job, exports: str = "", deployment=(), latency_wait: int = 0)
         command.strip(),
     ]
     script = "; ".join(p for p in parts if p)
-    if UNSAFE_IN_WRAP & set(script):
+    if (UNSAFE_IN_SCRIPT if as_script else UNSAFE_IN_WRAP) & set(script):
         return None
     return script
+
+
+def submit_commands_as_scripts(executor) -> bool:
+    """Have the plugin submit each job's command as a script on sbatch's standard input
+    rather than through `--wrap="…"` (the module's docstring); returns whether it will.
+    Older plugins without the setting keep `--wrap`."""
+    settings = getattr(getattr(executor, "workflow", None), "executor_settings", None)
+    if settings is None or not hasattr(settings, "pass_command_as_script"):
+        return False
+    try:
+        settings.pass_command_as_script = True
+    except AttributeError:  # a frozen settings object
+        return bool(settings.pass_command_as_script)
+    return True
 
 
 def run_steps_in_their_jobs(executor, workflow) -> bool:
@@ -84,9 +109,11 @@ def run_steps_in_their_jobs(executor, workflow) -> bool:
     settings = getattr(workflow, "execution_settings", None)
     latency_wait = int(getattr(settings, "latency_wait", 0) or 0)
 
+    as_script = submit_commands_as_scripts(executor)
+
     def format_job_exec(self, job):
         exports = self.get_envvar_declarations() if hasattr(self, "get_envvar_declarations") else ""
-        own = direct_command(job, exports, deployment, latency_wait)
+        own = direct_command(job, exports, deployment, latency_wait, as_script)
         return own if own is not None else plugin_command(self, job)
 
     executor.__class__ = type(cls.__name__, (cls,), {

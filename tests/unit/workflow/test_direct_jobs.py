@@ -1,11 +1,13 @@
 """A SLURM job runs its step itself (docs/slurm.md#what-a-job-runs): the command each job
-gets, run as the plugin's `sbatch … --wrap="…"` hands it to the job's shell; which jobs
-keep the plugin's command; and a pin on the Snakemake jobs it reads (the plugin's side is
-pinned in tests/e2e/test_slurm_e2e.py, where the plugin is installed)."""
+gets, run as the plugin's `sbatch … --wrap="…"` or its script on sbatch's standard input
+hands it to the job's shell; which jobs keep the plugin's command; and a pin on the
+Snakemake jobs it reads (the plugin's side is pinned in tests/e2e/test_slurm_e2e.py, where
+the plugin is installed)."""
 
 from __future__ import annotations
 
 import inspect
+import shlex
 import subprocess
 import sys
 import time
@@ -14,7 +16,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from ringflow.workflow.direct_jobs import direct_command, run_steps_in_their_jobs
+from ringflow.workflow.direct_jobs import (
+    direct_command,
+    run_steps_in_their_jobs,
+    submit_commands_as_scripts,
+)
 
 
 class Output(str):
@@ -53,6 +59,13 @@ def as_wrapped(script: str, cwd: Path) -> subprocess.CompletedProcess:
     escaped = script.replace('"', '\\"')
     return subprocess.run(f'sh -c "{escaped}"', shell=True, cwd=cwd, capture_output=True,
                           text=True, timeout=60)  # fmt: skip
+
+
+def as_script(script: str, cwd: Path) -> subprocess.CompletedProcess:
+    """Run `script` as a SLURM job gets it where the plugin submits commands as scripts:
+    `#!/bin/sh` and the command, on sbatch's standard input, run under sh."""
+    return subprocess.run(["sh", "-s"], input=f"#!/bin/sh\n{script}", cwd=cwd,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
 
 
 def test_the_job_makes_its_folders_removes_stale_outputs_and_runs_the_step(tmp_path):
@@ -160,12 +173,37 @@ def test_a_conda_or_container_deployment_keeps_the_plugins_command(tmp_path):
     assert direct_command(job(tmp_path, "true")) is not None
 
 
-class PluginLike:
-    """Stands in for the SLURM executor: its own command for every job."""
+ODD = 'odd $HOME `id` a\\b "q" dir'  # what a quoted folder name may hold
 
-    def __init__(self):
+
+def test_as_a_script_a_folder_with_shell_characters_is_carried_as_written(tmp_path):
+    """Where the plugin submits a script, a quoted path with `$`, a backquote, a backslash
+    or a double quote reaches the step as written; through --wrap the plugin's command
+    stays, since the submitting shell would read them."""
+    base = tmp_path / ODD
+    out = base / "ring" / "nodes" / "n1" / "result.json"
+    step = f"printf %s {shlex.quote(str(out))} > {shlex.quote(str(out))}"
+    odd = job(base, step)
+    assert direct_command(odd) is None
+    script = direct_command(odd, as_script=True)
+    assert script is not None
+    done = as_script(script, tmp_path)
+    assert done.returncode == 0, done
+    assert out.read_text() == str(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [ODD]  # nothing made elsewhere
+    assert direct_command(job(base, "printf 'a\\0b'"), as_script=True) is not None
+    assert direct_command(job(base, "true", log=[str(base / "l\0g")]), as_script=True) is None
+
+
+class PluginLike:
+    """Stands in for the SLURM executor: its own command for every job, and the plugin's
+    setting that submits commands as scripts."""
+
+    def __init__(self, script_setting=True):
         self.workflow = SimpleNamespace(deployment_settings=SimpleNamespace(
             deployment_method=frozenset()))  # fmt: skip
+        if script_setting:
+            self.workflow.executor_settings = SimpleNamespace(pass_command_as_script=False)
 
     def format_job_exec(self, job):
         return "python -m snakemake --mode remote"
@@ -183,6 +221,18 @@ def test_the_running_executor_gets_the_change_once(tmp_path):
     assert executor.format_job_exec(job(tmp_path, "true")).endswith("; true")
     fallback = job(tmp_path, "true", group=True)
     assert executor.format_job_exec(fallback) == "python -m snakemake --mode remote"
+    # The plugin now submits scripts, so a folder with a `$` keeps the job's own command.
+    assert executor.workflow.executor_settings.pass_command_as_script is True
+    assert executor.format_job_exec(job(tmp_path / ODD, "true")).endswith("; true")
+
+
+def test_a_plugin_without_the_script_setting_keeps_wrap_and_its_limits(tmp_path):
+    executor = PluginLike(script_setting=False)
+    assert not submit_commands_as_scripts(executor)
+    assert run_steps_in_their_jobs(executor, executor.workflow)
+    assert executor.format_job_exec(job(tmp_path, "true")).endswith("; true")
+    odd = job(tmp_path / ODD, "true")
+    assert executor.format_job_exec(odd) == "python -m snakemake --mode remote"
 
 
 def test_pin_snakemake_jobs_have_what_the_command_is_made_of():
