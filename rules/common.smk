@@ -1,6 +1,7 @@
 # Configuration, paths and the ring's DAG logic (ringflow.workflow.dag, tested there).
 # No rules here.
 
+import json
 import shlex
 import sys
 from pathlib import Path

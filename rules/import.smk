@@ -12,9 +12,15 @@ rule lock_ring:
     conda:
         "../envs/ringflow.yaml"
     params:
-        config=config,
-    script:
-        "../scripts/lock_ring.py"
+        step=STEP,
+        ring=RING.root,
+        config=json.dumps(config, sort_keys=True),
+        defaults=DEFAULTS,
+    # The step writes its log itself and says a refusal on stderr too, where the driver's
+    # output shows it.
+    shell:
+        "{params.step} lock-ring {params.ring:q} --out {output.lock:q} --config {params.config:q}"
+        " --defaults {params.defaults:q} --log {log:q}"
 
 
 checkpoint import_nodes:

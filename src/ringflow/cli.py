@@ -32,6 +32,31 @@ def _declared(args, expected: Path, option: str = "out") -> None:
         )
 
 
+def cmd_lock_ring(args) -> int:
+    """Lock the ring: RING.json, the view manifests and the live cutoff
+    (docs/ring-folder.md#the-lock-and-the-clock). A refusal (no sandbox, an interpreter that
+    does not run, a bad task) says why, in the step's log and on its stderr."""
+    from .config import config_defaults
+    from .ring.chain import inherit_config
+    from .ring.lock import lock_ring
+
+    _declared(args, _layout(args).ring_json)
+    with open(args.log, "w") as log:
+        try:
+            # The ring's own configuration (its module's). A ring of a chain read before
+            # its parent was locked takes the parent's configuration now; inheriting is
+            # idempotent.
+            config = json.loads(args.config)
+            inherit_config(config, config_defaults(args.defaults))
+            ring = lock_ring(config)
+        except RingflowError as exc:
+            for stream in (log, sys.stderr):
+                print(f"ringflow: {exc}", file=stream)
+            return 1
+        print(f"ring {ring.ring_id} locked at {ring.ring_dir}", file=log)
+    return 0
+
+
 def cmd_import_nodes(args) -> int:
     from .core.clock import load_ring
     from .nodes import import_static
@@ -606,6 +631,10 @@ def add_steps(sub, only: str | None = None) -> None:
     execution = ([("node",), {}], [("view",), {}], [("variant",), {}])
     gpus = (("--gpus",), {"type": int, "default": 0, "help": "GPUs to give the program"})
     generation = (("generation",), {"type": int})
+    add("lock-ring", cmd_lock_ring, "lock the ring: RING.json, the views, the clock",
+        (("--config",), {"required": True, "help": "the ring's configuration, as JSON"}),
+        (("--defaults",), {"required": True, "help": "config/config.yaml"}),
+        (("--log",), {"required": True, "help": "the rule's log"}))  # fmt: skip
     add("import-nodes", cmd_import_nodes, "create the ring's nodes")
     add("import-carryover", cmd_import_carryover, "verify and import sealed work")
     add("plan-generation", cmd_plan_generation, "plan one generation of the search", generation)

@@ -278,9 +278,10 @@ def check(
     configfile: str | Path | None = None,
 ) -> Report:
     """Check a task and candidates as a ring would; nothing outside a temporary folder is
-    written. The probe run is the baseline's when one is given, else the first
-    candidate's. With a SLURM `profile`, the executions' requests (the default limits, with
-    `configfile` laid over them) are checked against the profile's partition first."""
+    written. The baseline (when one is given) and the first candidate each run once in
+    the sandbox; the first of these runs also probes the scorer's mode. With a SLURM
+    `profile`, the executions' requests (the default limits, with `configfile` laid over
+    them) are checked against the profile's partition first."""
     from .core.layout import RingLayout
     from .core.node_state import read_node
     from .nodes import import_static
@@ -339,16 +340,18 @@ def check(
             report.fail(f"baseline {baseline_dir.name}: {error}")
         elif base is not None:
             report.ok(f"baseline {baseline_dir.name}: passes the import checks")
-        probe = next((n["id"] for n in ready if n["role"] == "baseline"), None) or next(
-            (n["id"] for n in ready if n["role"] != "baseline"), None
-        )
+        # The baseline's run probes the scorer, as the guard will use it; the first
+        # candidate's says whether the user's own program runs in the sandbox.
+        probes = [n["id"] for n in ready if n["role"] == "baseline"][:1]
+        probes += [n["id"] for n in ready if n["role"] != "baseline"][:1]
         if not run:
             report.warn("--no-run: the scorer and validator were not tried on an output")
-        elif probe is None:
+        elif not probes:
             report.warn("no candidate to run: the scorer and validator were not tried")
         else:
-            _run_one(report, ring, probe)
-            check_resampling(report, ring, probe, ring.search_views[0])
+            for node in probes:
+                _run_one(report, ring, node)
+            check_resampling(report, ring, probes[0], ring.search_views[0])
         if run:
             report_power(report, ring, index)
     finally:

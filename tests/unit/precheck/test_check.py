@@ -25,14 +25,22 @@ def _with_validator(task: Path) -> Path:
 
 def test_the_demo_task_passes_with_exit_0(tmp_path):
     task = demo.materialise_task(tmp_path / "demo" / "task")
-    done = subprocess.run(
-        [sys.executable, "-m", "ringflow", "check", str(task), str(demo.candidates_dir()),
-         "--baseline", str(demo.baseline_dir())],
-        capture_output=True, text=True,
-    )  # fmt: skip
+
+    def check_demo(candidates: Path) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "ringflow", "check", str(task), str(candidates),
+             "--baseline", str(demo.baseline_dir())],
+            capture_output=True, text=True,
+        )  # fmt: skip
+
+    done = check_demo(demo.candidates_dir() / "logreg")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "check: no problem found" in done.stdout
-    assert "validated and scored by the task" in done.stdout
+    assert done.stdout.count("validated and scored by the task") == 2  # baseline, logreg
+    # All the demo's candidates: the first of them, the crasher, runs and is named.
+    done = check_demo(demo.candidates_dir())
+    assert done.returncode == 1
+    assert "FAIL  crash: exited with code 1" in done.stdout and "deliberate" in done.stdout
 
 
 def test_a_task_with_a_working_validator_passes(tmp_path):
@@ -98,3 +106,20 @@ def test_a_broken_baseline_is_named_and_the_first_candidate_probes_instead(tmp_p
     assert "FAIL  baseline base: " in text and "does not compile" in text
     assert "one run of n001-a on proxy" in text and "score 0.6 (valid)" in text
     assert report.failed == 1
+
+
+def test_with_a_baseline_the_first_candidate_runs_too(tmp_path):
+    """The baseline's run probes the scorer for the guard; the user's own candidate is
+    still tried in the sandbox, so a check with --baseline says whether it runs."""
+    task = make_task(tmp_path)
+    base = make_candidate(tmp_path / "base", mean=0.4)
+    cands = [make_candidate(tmp_path / "cands" / name, mean=0.6) for name in ("a", "b")]
+    report = check(task, cands, baseline=base)
+    text = report.text()
+    assert report.failed == 0, text
+    assert "one run of n000-base on proxy" in text and "score 0.4 (valid)" in text
+    assert "one run of n001-a on proxy" in text and "score 0.6 (valid)" in text
+    assert "one run of n002-b" not in text
+    (cands[0] / "run.py").write_text("raise SystemExit(4)\n")
+    text = check(task, cands, baseline=base).text()
+    assert "one run of n001-a on proxy" in text and "FAIL  crash: exited with code 4" in text
