@@ -733,7 +733,8 @@ def passed_over(ranking: dict, verdicts: list[dict], chosen: str | None) -> list
             "node": node,
             "outcome": (item or {}).get("outcome") or ("not_reached" if item is None else
                                                        "not_chosen"),
-            "reason": "not reached: selection ended before this finalist" if item is None
+            # (the outcome says "not reached"; the reason says why)
+            "reason": "selection ended before this finalist" if item is None
             else item["reason"],
         })  # fmt: skip
     return rows
