@@ -487,6 +487,15 @@ def guarded_before(ring: Ring, node_id: str) -> dict | None:
     return None
 
 
+def guarded_before_reason(before: dict, node_id: str) -> str:
+    """Why a finalist is not guarded again; the earlier ring may have guarded the same
+    program under another node (a copy of it), which the reason names."""
+    who = "" if before["node"] == node_id else f" as {before['node']} (the same program)"
+    return (
+        f"already guarded in ring {before['ring']}{who} on the same guard rows: not guarded again"
+    )
+
+
 def _guard_record(ring, seeds, views, alpha, margin) -> dict:
     return {"seeds": seeds, "views": views, "alpha": alpha, "margin": margin, "lcb": None,
             "mean": None, "complete": False, "failed": None, "ran": True,
@@ -513,10 +522,13 @@ def verdict(ring_dir, rank: int) -> dict:
         return record
     before = guarded_before(ring, node)
     if before is not None:
-        record.update(eligible=False, replace=False, guarded_before=before,
-                      outcome="guarded_before", reason=(
-            f"already guarded in ring {before['ring']} on the same guard rows: "
-            "not guarded again"))  # fmt: skip
+        record.update(
+            eligible=False,
+            replace=False,
+            guarded_before=before,
+            outcome="guarded_before",
+            reason=guarded_before_reason(before, node),
+        )
         atomic_write_json(layout.verdict(rank), record)
         return record
     guard = ring.config.guard

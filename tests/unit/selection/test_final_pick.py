@@ -18,7 +18,12 @@ from ringflow.core.state import LockedTask
 from ringflow.nodes import import_static
 from ringflow.ring.lock import lock_ring
 from ringflow.scoring import BOOTSTRAP_SEED_BASE, _bootstrap, bootstrap_values, usable
-from ringflow.selection.final import choose, guarded_before, side_problem
+from ringflow.selection.final import (
+    choose,
+    guarded_before,
+    guarded_before_reason,
+    side_problem,
+)
 from ringflow.selection.promote import promote, rank
 from ringflow.verify import verify_ring
 from ringtools import (
@@ -129,6 +134,14 @@ def test_a_program_guarded_in_an_earlier_ring_is_not_guarded_again(tmp_path, sto
     import_static(second)
     before = guarded_before(second, "n001-a")
     assert before == {"ring": "first", "node": "n001-a", "views": ["guard"]}
+    assert guarded_before_reason(before, "n001-a") == (
+        "already guarded in ring first on the same guard rows: not guarded again"
+    )
+    # A copy of the program (same tree, another name) was guarded as the other node.
+    assert guarded_before_reason(before, "n002-copy") == (
+        "already guarded in ring first as n001-a (the same program) on the same guard rows: "
+        "not guarded again"
+    )
     # A new ring on other guard rows may guard it.
     assert guarded_before(first, "n001-a") is None
 
