@@ -1,11 +1,12 @@
 """The job's side of the resident step server (docs/architecture.md#resident-steps).
 
-`python -m ringflow step execute …` (and `key-target`) asks the driver's resident server
-to run the step in a fork of a process that has ringflow imported already, and exits as
-that step exits. It imports only what Python's start has loaded and the C modules
-`_socket`, `_signal` and `array`, so a step costs Python's start instead of ringflow's
-imports. Where no server answers (none started: a SLURM job, a driver that predates it,
-one that ended), it returns and the caller runs the step itself, as before.
+`python -m ringflow step …` (every step but an engineer's session) asks the driver's
+resident server to run the step in a fork of a process that has ringflow imported
+already, and exits as that step exits. It imports only what Python's start has loaded
+and the C modules `_socket`, `_signal` and `array`, so a step costs Python's start
+instead of ringflow's imports. Where no server answers (none started: a SLURM job, a
+driver that predates it, one that ended), it returns and the caller runs the step itself,
+as before.
 
 The request is one message: fields separated by NUL (no argument or environment entry
 can hold one), length first, with the job's stdin, stdout and stderr passed along
@@ -23,9 +24,10 @@ import os
 import sys
 
 SERVER_ENV = "RINGFLOW_STEP_SERVER"
-# The steps that run per execution and per weights key: the ones whose start is paid
-# hundreds of times a ring. The others start themselves.
-RESIDENT_STEPS = frozenset({"execute", "key-target"})
+# The steps that start themselves: an engineer's session runs for minutes, so its start
+# is nothing beside it. Every other step (the executions, the weights keys, and each
+# bookkeeping step, a few dozen a ring) runs in the server.
+SELF_STARTED_STEPS = frozenset({"engineer"})
 PROTOCOL = b"ringflow-step/1"
 # Forwarded to the step as they come: Snakemake's and the relay's stop, a terminal's.
 FORWARDED = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT)
@@ -33,13 +35,13 @@ EXIT_LOST = 1
 
 
 def wants_server(argv: list[str], environ=os.environ) -> str | None:
-    """The server's socket where `argv` (without the program) is a resident step and a
-    server was started for this job; None otherwise. Inside a SLURM job never: the
+    """The server's socket where `argv` (without the program) is a step the server runs
+    and a server was started for this job; None otherwise. Inside a SLURM job never: the
     server runs on the driver's machine, outside the job's allocation."""
     path = environ.get(SERVER_ENV)
     if not path or "SLURM_JOB_ID" in environ:
         return None
-    if len(argv) < 2 or argv[0] != "step" or argv[1] not in RESIDENT_STEPS:
+    if len(argv) < 2 or argv[0] != "step" or argv[1] in SELF_STARTED_STEPS:
         return None
     return path
 

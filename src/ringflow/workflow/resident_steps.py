@@ -43,9 +43,15 @@ import traceback
 
 from .resident_client import PROTOCOL, SERVER_ENV
 
-# What the resident steps import: loaded once, before the first fork.
+# What the resident steps import: loaded once, before the first fork. The executions'
+# first (they are most of a ring's steps), then the bookkeeping steps' own modules.
 PRELOAD = ("ringflow.cli", "ringflow.execute", "ringflow.scoring",
-           "ringflow.core.interrupts", "ringflow.weights.keytarget")  # fmt: skip
+           "ringflow.core.interrupts", "ringflow.weights.keytarget",
+           "ringflow.ring.lock", "ringflow.nodes", "ringflow.carryover.importing",
+           "ringflow.carryover.executions", "ringflow.carryover.manifest",
+           "ringflow.search.plan", "ringflow.selection.promote", "ringflow.selection.power",
+           "ringflow.selection.final", "ringflow.reporting.summary",
+           "ringflow.reporting.report", "ringflow.reporting.chain_report")  # fmt: skip
 # A job sends its whole request as it connects; the server serves one request at a time,
 # so a request that stalls is refused (the job then starts its step itself) before it
 # holds up the others for long.

@@ -148,12 +148,15 @@ def test_without_a_server_the_job_runs_its_step_itself(server, tmp_path):
     assert proc.returncode == 0 and "usage: ringflow step execute" in out
 
 
-def test_only_the_per_execution_steps_outside_slurm_jobs_use_the_server():
+def test_the_steps_but_an_engineers_session_outside_slurm_jobs_use_the_server():
     env = {SERVER_ENV: "/run/s"}
     assert wants_server(["step", "execute", "r"], env) == "/run/s"
     assert wants_server(["step", "key-target", "r"], env) == "/run/s"
-    assert wants_server(["step", "summary", "r"], env) is None
+    assert wants_server(["step", "summary", "r"], env) == "/run/s"
+    assert wants_server(["step", "lock-ring", "r"], env) == "/run/s"
+    assert wants_server(["step", "engineer", "r", "n001"], env) is None
     assert wants_server(["status", "r"], env) is None
+    assert wants_server(["step"], env) is None
     assert wants_server(["step", "execute"], {}) is None
     assert wants_server(["step", "execute"], {**env, "SLURM_JOB_ID": "12"}) is None
 
