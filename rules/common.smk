@@ -8,6 +8,7 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
+from ringflow.config import config_changes, config_defaults
 from ringflow.workflow.hooks import refuse_locked
 from ringflow.core.layout import NODE_PATTERN, VARIANT_PATTERN, VIEW_PATTERN, RingLayout
 from ringflow.ring.named import CHAIN_PARENT_KEY

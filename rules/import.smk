@@ -14,7 +14,7 @@ rule lock_ring:
     params:
         step=STEP,
         ring=RING.root,
-        config=json.dumps(config, sort_keys=True),
+        config=json.dumps(config_changes(config, config_defaults(DEFAULTS))),
         defaults=DEFAULTS,
     # The step writes its log itself and says a refusal on stderr too, where the driver's
     # output shows it.

@@ -36,18 +36,19 @@ def cmd_lock_ring(args) -> int:
     """Lock the ring: RING.json, the view manifests and the live cutoff
     (docs/ring-folder.md#the-lock-and-the-clock). A refusal (no sandbox, an interpreter that
     does not run, a bad task) says why, in the step's log and on its stderr."""
-    from .config import config_defaults
+    from .config import config_defaults, with_changes
     from .ring.chain import inherit_config
     from .ring.lock import lock_ring
 
     _declared(args, _layout(args).ring_json)
     with open(args.log, "w") as log:
         try:
-            # The ring's own configuration (its module's). A ring of a chain read before
-            # its parent was locked takes the parent's configuration now; inheriting is
-            # idempotent.
-            config = json.loads(args.config)
-            inherit_config(config, config_defaults(args.defaults))
+            # The ring's own configuration (its module's), as changes to the defaults. A
+            # ring of a chain read before its parent was locked takes the parent's
+            # configuration now; inheriting is idempotent.
+            defaults = config_defaults(args.defaults)
+            config = with_changes(defaults, json.loads(args.config))
+            inherit_config(config, defaults)
             ring = lock_ring(config)
         except RingflowError as exc:
             for stream in (log, sys.stderr):
@@ -632,7 +633,8 @@ def add_steps(sub, only: str | None = None) -> None:
     gpus = (("--gpus",), {"type": int, "default": 0, "help": "GPUs to give the program"})
     generation = (("generation",), {"type": int})
     add("lock-ring", cmd_lock_ring, "lock the ring: RING.json, the views, the clock",
-        (("--config",), {"required": True, "help": "the ring's configuration, as JSON"}),
+        (("--config",), {"required": True, "help": "the ring's configuration: its changes to "
+                         "the defaults, as JSON (ringflow.config.config_changes)"}),
         (("--defaults",), {"required": True, "help": "config/config.yaml"}),
         (("--log",), {"required": True, "help": "the rule's log"}))  # fmt: skip
     add("import-nodes", cmd_import_nodes, "create the ring's nodes")

@@ -7,6 +7,8 @@ are coerced here, guided by the schema, before the schema validates them.
 
 from __future__ import annotations
 
+import copy
+import json
 from typing import Any
 
 from .core.yamlio import YAMLError, load_yaml
@@ -139,3 +141,49 @@ def config_defaults(path: str) -> dict:
     """The defaults of every key (config/config.yaml)."""
     with open(path) as handle:
         return load_yaml(handle)
+
+
+def config_changes(config: dict, defaults: dict) -> list[list]:
+    """[[path, value], …] that make `defaults` into `config` (with_changes): each value that
+    differs, descending into mappings both hold, and `[path]` for a default key `config`
+    has not (a ring's configuration has no `rings`: that is its chain's); `[[], config]`
+    where nothing shorter gives it back. How a rule hands a step the ring's configuration
+    on its command line, which Snakemake shows whole when the step fails."""
+
+    def walk(value: dict, default: dict, at: tuple) -> list[list]:
+        changes: list[list] = []
+        for key, item in value.items():
+            known = default.get(key)
+            if isinstance(item, dict) and isinstance(known, dict):
+                changes += walk(item, known, (*at, key))
+            elif key not in default or item != known:
+                changes.append([[*at, key], item])
+        changes += [[[*at, key]] for key in default if key not in value]
+        return changes
+
+    changes = walk(config, defaults, ())
+    if _as_json(with_changes(defaults, changes)) != _as_json(config):
+        return [[[], config]]  # a value JSON does not carry as it is
+    return changes
+
+
+def with_changes(defaults: dict, changes: list[list]) -> dict:
+    """The configuration `config_changes` described, over these defaults."""
+    config = copy.deepcopy(defaults)
+    for change in changes:
+        path = change[0]
+        if not path:
+            config = copy.deepcopy(change[1])
+            continue
+        target = config
+        for key in path[:-1]:
+            target = target[key]
+        if len(change) == 1:
+            target.pop(path[-1], None)
+        else:
+            target[path[-1]] = copy.deepcopy(change[1])
+    return config
+
+
+def _as_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)

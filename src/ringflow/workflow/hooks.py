@@ -127,10 +127,10 @@ def start_rings(rings: list[NamedRing], configs: dict[str, dict], workflow) -> N
             ring.root, config.terminal, 0 if config.slurm is None else config.slurm.pending_warn_min
         )
         notify.ring_start(ring.root, config.notify)
-    if not getattr(workflow, "non_local_exec", False):
-        # The per-execution steps on this machine start as forks of a process that has
-        # ringflow imported (docs/architecture.md#resident-steps).
-        _RESIDENT[:] = [server for server in [start_server()] if server is not None]
+    # The steps this machine runs (all of them; on a cluster the bookkeeping steps, while
+    # the executions are jobs whose steps never ask it) start as forks of a process that
+    # has ringflow imported (docs/architecture.md#resident-steps).
+    _RESIDENT[:] = [server for server in [start_server()] if server is not None]
 
 
 def gpu_slots_here(workflow) -> tuple[bool, int | None]:

@@ -3,13 +3,15 @@ command line arrive with the types the schema asks for."""
 
 from __future__ import annotations
 
+import copy
+import json
 from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
 
-from ringflow.config import coerce
+from ringflow.config import coerce, config_changes, with_changes
 
 REPO = Path(__file__).resolve().parents[3]
 SCHEMA = yaml.safe_load((REPO / "config" / "config.schema.yaml").read_text())
@@ -56,3 +58,24 @@ def test_a_wrong_value_still_fails_validation_with_the_key_named():
     config = coerce({**DEFAULTS, "limits": {**DEFAULTS["limits"], "threads": "many"}}, SCHEMA)
     with pytest.raises(jsonschema.ValidationError, match="many"):
         jsonschema.validate(config, SCHEMA)
+
+
+def test_a_configuration_travels_as_its_changes_to_the_defaults():
+    """The lock's rule hands its step the ring's configuration as changes to the defaults
+    (a short command line, shown whole when the step fails); they give it back exactly."""
+    config = copy.deepcopy(DEFAULTS)
+    config.update(ring_id="r1", runs_dir="/tmp/a b/runs", limits_per_view={"x3": {"threads": 2}})
+    config["guard"]["seeds"] = 9
+    del config["rings"]  # a ring's own configuration has no chain
+    changes = config_changes(config, DEFAULTS)
+    assert [["guard", "seeds"], 9] in changes
+    assert [["limits_per_view", "x3"], {"threads": 2}] in changes
+    assert [["rings"]] in changes
+    assert len(json.dumps(changes)) < len(json.dumps(config)) / 4
+    assert with_changes(DEFAULTS, json.loads(json.dumps(changes))) == config
+    assert config_changes(DEFAULTS, DEFAULTS) == []
+    # A key inside a mapping dropped, one added.
+    config["views"] = {"search": ["proxy"], "extra": 1}
+    changes = config_changes(config, DEFAULTS)
+    assert with_changes(DEFAULTS, json.loads(json.dumps(changes))) == config
+    assert "rings" in DEFAULTS and DEFAULTS["guard"]["seeds"] != 9  # defaults untouched
