@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -190,6 +192,25 @@ def _shown_path(path: Path) -> str:
     return str(path) if relative.startswith("..") else relative
 
 
+def ringflow_command(cwd: Path | None = None) -> str:
+    """`ringflow` as whoever reads this can type it where they are: the plain name where it
+    is on PATH (an activated environment), `./ringflow` in a checkout's root (the launcher
+    that needs none), else this environment's own `ringflow` by its path."""
+    cwd = Path.cwd() if cwd is None else Path(cwd)
+    own = Path(sys.executable).parent / "ringflow"
+    on_path = shutil.which("ringflow")
+    if on_path and (not own.exists() or Path(on_path).resolve() == own.resolve()):
+        return "ringflow"
+    launcher, checkout_own = cwd / "ringflow", cwd / ".venv" / "bin" / "ringflow"
+    if launcher.is_file() and os.access(launcher, os.X_OK) and checkout_own.exists():
+        if not own.exists() or checkout_own.resolve() == own.resolve():
+            return "./ringflow"
+    if own.exists():
+        relative = os.path.relpath(own, cwd)
+        return shlex.quote(str(own) if relative.startswith("..") else relative)
+    return "ringflow"
+
+
 def deploy_lines(ring: Ring, layout: RingLayout) -> list[str]:
     """The commands that take final/ out of the ring and run it on new inputs."""
     manifest_path = layout.final_dir / "solution" / "MANIFEST.json"
@@ -197,8 +218,9 @@ def deploy_lines(ring: Ring, layout: RingLayout) -> list[str]:
         return []
     manifest = read_json(manifest_path)
     dest = f"{ring.ring_id}-model"
+    root = shlex.quote(_shown_path(layout.root))
     return [
-        f"  to deploy it: ringflow export {_shown_path(layout.root)} {dest}",
+        f"  to deploy it: {ringflow_command()} export {root} {dest}",
         "    then run it on new inputs: " + run_command(ring, manifest, dest),
     ]
 

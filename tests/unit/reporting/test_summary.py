@@ -5,12 +5,14 @@ the words it uses explained."""
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 
 from test_report import START, finished, hand_ring, write
 
 from ringflow.core.node_state import ExecutionResult
 from ringflow.reporting.digest import Failure
-from ringflow.reporting.summary import node_happened, render_summary
+from ringflow.reporting.summary import node_happened, render_summary, ringflow_command
 
 
 def _lock(ring, **extra):
@@ -41,7 +43,7 @@ def test_the_decision_comes_first_with_its_interval_and_the_deploy_command(tmp_p
         "(guard: 3 fresh seeds on view(s) g"
     )
     assert lines[3] == "  on the final view final: n001-good 0.7100, baseline 0.5200"
-    assert lines[4].startswith("  to deploy it: ringflow export ")
+    assert lines[4].startswith(f"  to deploy it: {ringflow_command()} export ")
     assert lines[5].endswith("RINGFLOW_SEED=0 /envs/program/bin/python run.py --seed 0")
     text = "\n".join(lines)
     assert "LCB" not in text and "Words used here:" in text
@@ -112,3 +114,25 @@ def test_a_failing_scorer_is_the_tasks_fault_in_the_digest_and_the_row(tmp_path)
     assert failure.kind == "scorer failed" and "can't open file" in failure.reason
     row = next(x for x in render_summary(ring).splitlines() if x.startswith("n001-good"))
     assert "scorer failed 1/1" in row and "invalid" not in row
+
+
+def test_the_deploy_hint_names_ringflow_as_the_reader_can_type_it(tmp_path, monkeypatch):
+    """The summary's commands work as printed: `ringflow` on PATH, `./ringflow` in a
+    checkout's root, else this environment's `ringflow` by its path."""
+    env = tmp_path / "checkout" / ".venv" / "bin"
+    env.mkdir(parents=True)
+    own = env / "ringflow"
+    own.write_text("#!/bin/sh\n")
+    own.chmod(0o755)
+    launcher = tmp_path / "checkout" / "ringflow"
+    launcher.write_text("#!/bin/sh\n")
+    launcher.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(env / "python"))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert ringflow_command(tmp_path / "checkout") == "./ringflow"
+    elsewhere = tmp_path / "my place"
+    elsewhere.mkdir()
+    assert ringflow_command(elsewhere) == shlex.quote(str(own))
+    assert ringflow_command(tmp_path) == "checkout/.venv/bin/ringflow"
+    monkeypatch.setenv("PATH", f"{env}:/usr/bin:/bin")  # the environment activated
+    assert ringflow_command(elsewhere) == "ringflow"
