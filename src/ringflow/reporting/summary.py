@@ -202,9 +202,9 @@ def ringflow_command(cwd: Path | None = None) -> str:
     if on_path and (not own.exists() or Path(on_path).resolve() == own.resolve()):
         return "ringflow"
     launcher, checkout_own = cwd / "ringflow", cwd / ".venv" / "bin" / "ringflow"
-    if launcher.is_file() and os.access(launcher, os.X_OK) and checkout_own.exists():
-        if not own.exists() or checkout_own.resolve() == own.resolve():
-            return "./ringflow"
+    in_checkout = launcher.is_file() and os.access(launcher, os.X_OK) and checkout_own.exists()
+    if in_checkout and (not own.exists() or checkout_own.resolve() == own.resolve()):
+        return "./ringflow"
     if own.exists():
         relative = os.path.relpath(own, cwd)
         return shlex.quote(str(own) if relative.startswith("..") else relative)
