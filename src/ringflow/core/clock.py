@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import stat
+import time
 from pathlib import Path
 
 from .errors import InputError
@@ -17,18 +19,42 @@ from .reserve import CutoffFile
 from .reserve import settle_deadline as bounded_settle
 from .state import Ring
 
+# RING.json files parsed in this process, by path: (version, ring). A step reads its ring
+# more than once (an execution, then its scoring), and the resident step server reads it
+# before it forks, so that its forks find it parsed (docs/architecture.md#resident-steps).
+_parsed: dict[str, tuple[tuple[int, ...], Ring]] = {}
+# A file written again within one tick of the filesystem's clock can keep its mtime, so a
+# version this recent is parsed but not remembered (as the file hashes' memo does).
+_RACY_NS = 1_000_000_000
+
 
 def load_ring(ring_dir: str | Path) -> Ring:
     """The ring locked in `ring_dir`. A folder copied or moved since its lock is read as
     the folder named: its own records, never the original's (which may be gone, or be
     another ring by now). Only reading follows a moved ring; every step and every command
     that writes refuses it (`refuse_moved_ring`)."""
-    path = RingLayout(Path(ring_dir)).ring_json
-    if not path.is_file():
-        raise InputError(f"{ring_dir}: not a ring folder (RING.json not found)")
-    ring = Ring.from_record(read_json(path, what=str(path)), source=path)
+    ring = _parse_locked(RingLayout(Path(ring_dir)).ring_json, ring_dir)
     if ring.ring_dir and not _same_folder(ring.ring_dir, ring_dir):
         return dataclasses.replace(ring, ring_dir=str(Path(ring_dir).resolve()))
+    return ring
+
+
+def _parse_locked(path: Path, ring_dir: str | Path) -> Ring:
+    """RING.json parsed, once per version of the file (RING.json is written once, by
+    the lock, and replaced whole where it ever is)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        st = None
+    if st is None or not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{ring_dir}: not a ring folder (RING.json not found)")
+    version = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    known = _parsed.get(str(path))
+    if known is not None and known[0] == version:
+        return known[1]
+    ring = Ring.from_record(read_json(path, what=str(path)), source=path)
+    if time.time_ns() - st.st_mtime_ns > _RACY_NS:
+        _parsed[str(path)] = (version, ring)
     return ring
 
 

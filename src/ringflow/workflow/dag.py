@@ -90,7 +90,8 @@ class RingDag:
         self.gpu_slots = gpu_slots
         self._refuse = refuse
         self._refused_checked = False
-        self._locked: tuple[tuple[int, int, int], Ring] | None = None
+        self._locked: tuple[tuple[int, int, int], Ring, dict] | None = None
+        self._nodes: dict[str, tuple[dict, Node]] = {}
 
     # ---- paths the rules declare ------------------------------------------------------
 
@@ -131,8 +132,14 @@ class RingDag:
         version = (st.st_ino, st.st_mtime_ns, st.st_size)
         if self._locked is None or self._locked[0] != version:
             ring = Ring.from_record(read_json(self.ring.ring_json), source=self.ring.ring_json)
-            self._locked = (version, ring)
+            self._locked = (version, ring, ring.config.to_mapping())
         return self._locked[1]
+
+    def locked_config(self) -> dict:
+        """The locked configuration as a mapping (what cluster/slurm.py reads), made once
+        per version of RING.json rather than for every job."""
+        self.lock()
+        return self._locked[2]
 
     def generations(self, upto: int | None = None) -> list[dict]:
         """Each generation's plan with its settlement (None for the last), walked in order:
@@ -199,9 +206,15 @@ class RingDag:
     # ---- the ring's nodes -------------------------------------------------------------
 
     def node(self, node: str) -> Node:
+        """A node's record, parsed once per version of its node.json (read_json_cached
+        gives the same object back while the file is unchanged)."""
         self.imported()
         path = self.ring.node_json(node)
-        return Node.from_record(read_json(path), source=path)
+        record = read_json(path)
+        known = self._nodes.get(node)
+        if known is None or known[0] is not record:
+            known = self._nodes[node] = (record, Node.from_record(record, source=path))
+        return known[1]
 
     def ready_static(self, role: str | None = None) -> list[str]:
         """Ready nodes the import made and this ring searches (imported scored nodes are
@@ -319,7 +332,7 @@ class RingDag:
     def execution_request(self, wildcards) -> Request:
         """What one execution asks of a scheduler, the same figures the lock checks against
         a SLURM partition (cluster/slurm.py)."""
-        return execution_request(self.execution_limits(wildcards), self.lock().config.to_mapping())
+        return execution_request(self.execution_limits(wildcards), self.locked_config())
 
     def execution_mem_mb(self, wildcards) -> int:
         """What the execution may use, plus room for the supervisor."""
@@ -334,7 +347,7 @@ class RingDag:
             deadline = deadline_for(ring, wildcards.view, wildcards.variant)()
         except (InputError, OSError, ValueError):
             deadline = None
-        return job_time_limit_min(self.execution_limits(wildcards), ring.config.to_mapping(),
+        return job_time_limit_min(self.execution_limits(wildcards), self.locked_config(),
                                   time.time(), deadline, ring.stop_at)  # fmt: skip
 
     def session_runtime(self, wildcards) -> int:
@@ -345,7 +358,7 @@ class RingDag:
             handover = handover_at(ring)
         except (InputError, OSError, ValueError, KeyError):
             handover = ring.stop_at or time.time()  # no cutoff yet: until stop_at
-        return session_time_limit_min(ring.config.to_mapping(), time.time(), handover,
+        return session_time_limit_min(self.locked_config(), time.time(), handover,
                                       ring.stop_at)  # fmt: skip
 
     # ---- search -----------------------------------------------------------------------

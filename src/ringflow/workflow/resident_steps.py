@@ -41,6 +41,7 @@ import sys
 import tempfile
 import traceback
 
+from ..core.clock import load_ring
 from .resident_client import PROTOCOL, SERVER_ENV
 
 # What the resident steps import: loaded once, before the first fork. The executions'
@@ -207,6 +208,7 @@ def _start_step(conn: socket.socket, main, inherited: list) -> tuple[int, int] |
             os.close(fd)
         _send(conn, b"R%s\n" % str(exc).encode(errors="replace").replace(b"\n", b" "))
         return None
+    _read_ahead(request)
     sys.stdout.flush()
     sys.stderr.flush()
     try:
@@ -232,6 +234,19 @@ def _start_step(conn: socket.socket, main, inherited: list) -> tuple[int, int] |
     for fd in fds:
         os.close(fd)
     return pid, os.pidfd_open(pid)
+
+
+def _read_ahead(request: Request) -> None:
+    """Parse the step's ring here, once, so that its forks find it parsed: a ring's steps
+    are `step NAME RING …`, and each execution reads its RING.json twice. A ring not
+    locked yet, or anything else that is not a ring, is left to the step."""
+    if len(request.argv) < 4 or request.argv[1] != b"step":
+        return
+    ring = os.path.join(request.cwd, request.argv[3])
+    if not os.path.isfile(os.path.join(ring, b"RING.json")):
+        return
+    with contextlib.suppress(Exception):  # the step reads it again and says what is wrong
+        load_ring(os.fsdecode(ring))
 
 
 def _receive(conn: socket.socket) -> tuple[bytes, list[int]]:

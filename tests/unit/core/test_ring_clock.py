@@ -3,11 +3,20 @@ settle a little longer, final selection runs to stop_at minus the margin."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
 
-from ringflow.core.clock import deadline_for, final_deadline, scoring_deadline_for, settle_deadline
+from ringflow.core.clock import (
+    deadline_for,
+    final_deadline,
+    load_ring,
+    scoring_deadline_for,
+    settle_deadline,
+)
+from ringflow.core.jsonio import atomic_write_json, read_json
 from ringflow.core.reserve import CutoffFile
 from ringflow.ring.lock import lock_ring
 from ringtools import scripted_config
@@ -48,3 +57,19 @@ def test_scoring_of_search_work_settles_after_the_cutoff(ring):
 def test_the_settle_phase_never_runs_past_stop_at_minus_the_margin(tmp_path):
     late = make_ring(tmp_path, final_reserve_min=1.5)  # cutoff 3510
     assert settle_deadline(late) == 3540
+
+
+def test_a_ring_is_parsed_once_per_version_of_its_lock(ring):
+    # A step reads its ring more than once, and the resident server reads it ahead of its
+    # forks; a RING.json written since (or too recently to tell apart) is read again.
+    path = Path(ring.ring_dir) / "RING.json"
+    assert load_ring(ring.ring_dir) is not load_ring(ring.ring_dir)  # written just now
+    settled = time.time() - 5
+    os.utime(path, (settled, settled))
+    first = load_ring(ring.ring_dir)
+    assert load_ring(ring.ring_dir) is first
+    record = read_json(path)
+    path.chmod(0o644)
+    atomic_write_json(path, {**record, "search_hash": "another"})
+    os.utime(path, (settled, settled))
+    assert load_ring(ring.ring_dir).search_hash == "another"

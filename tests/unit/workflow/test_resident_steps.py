@@ -14,9 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from ringflow.core import clock
+from ringflow.core.jsonio import atomic_write_json
+from ringflow.ring.lock import lock_ring
 from ringflow.workflow import resident_client
 from ringflow.workflow.resident_client import SERVER_ENV, run_through_server, wants_server
-from ringflow.workflow.resident_steps import start_server
+from ringflow.workflow.resident_steps import Request, _read_ahead, start_server
+from ringtools import scripted_config
 
 PROBE = textwrap.dedent("""\
     import json, os, signal, sys, time
@@ -265,3 +269,26 @@ def test_a_malformed_request_is_refused_and_the_server_serves_on(server):
     proc.communicate(timeout=30)
     assert proc.returncode == 3
     assert server.proc.poll() is None
+
+
+def test_the_server_reads_a_rings_lock_ahead_of_its_forks(tmp_path):
+    ring = lock_ring(scripted_config(tmp_path, "ahead"), tmp_path)
+    lock = Path(ring.ring_dir) / "RING.json"
+    os.utime(lock, (time.time() - 5,) * 2)  # settled: remembered once parsed
+
+    def request(*argv: str, cwd: Path = tmp_path) -> Request:
+        fields = [resident_client.PROTOCOL, os.fsencode(sys.executable), os.fsencode(cwd),
+                  b"18", b"%d" % (len(argv) + 1), b"ringflow", *map(os.fsencode, argv),
+                  b"0", b"0"]  # fmt: skip
+        return Request(b"\0".join(fields))
+
+    clock._parsed.pop(str(lock), None)
+    _read_ahead(request("step", "execute", os.path.relpath(ring.ring_dir, tmp_path), "n", "v"))
+    assert str(lock) in clock._parsed  # by a path relative to the job's folder
+    # Not a ring's step, not a ring, or a lock that does not parse: left to the step.
+    _read_ahead(request("step", "lock-ring", str(tmp_path / "none")))
+    _read_ahead(request("status"))
+    broken = tmp_path / "broken"
+    atomic_write_json(broken / "RING.json", {"ring_id": 3})
+    _read_ahead(request("step", "execute", str(broken), "n"))
+    assert str(broken / "RING.json") not in clock._parsed
