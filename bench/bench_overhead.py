@@ -18,7 +18,12 @@ at most 1.5x bare Snakemake's, and Python's start plus `import ringflow.execute`
 The ringflow side runs its per-execution steps through the driver's resident step server
 (docs/architecture.md#resident-steps); `--no-resident-steps` starts each afresh, as before.
 
-    python bench/bench_overhead.py [--executions 200] [--cores 2] [--keep] [--no-resident-steps]
+These machines' speed drifts from minute to minute, so `--rounds N` runs the pair N times,
+bare and ringflow side by side each round, and reports the round with the median ratio
+(every round's pair is kept in the results).
+
+    python bench/bench_overhead.py [--executions 200] [--cores 2] [--rounds 1] [--keep]
+                                   [--no-resident-steps]
 """
 
 from __future__ import annotations
@@ -145,8 +150,8 @@ def make_candidates(root: Path, count: int) -> tuple[Path, list[str]]:
     return candidates, names
 
 
-def run_ringflow(work: Path, task: Path, candidates: Path, cores: int) -> dict:
-    ring_work = work / "ring"
+def run_ringflow(work: Path, task: Path, candidates: Path, cores: int, name: str = "ring") -> dict:
+    ring_work = work / name
     ring_work.mkdir()
     config = _ring.overrides(
         ring_id="overhead",
@@ -181,8 +186,10 @@ def run_ringflow(work: Path, task: Path, candidates: Path, cores: int) -> dict:
     }
 
 
-def run_bare(work: Path, task: Path, candidates: Path, names: list[str], cores: int) -> dict:
-    bare_work = work / "bare"
+def run_bare(
+    work: Path, task: Path, candidates: Path, names: list[str], cores: int, name: str = "bare"
+) -> dict:
+    bare_work = work / name
     bare_work.mkdir()
     snakefile = bare_work / "Snakefile"
     snakefile.write_text(
@@ -250,6 +257,12 @@ def main() -> None:
         help="executions on each side (even: seed 0 and --ablate per folder)",
     )
     parser.add_argument("--cores", type=int, default=2, help="Snakemake --cores, both sides")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="pairs of runs, side by side; the round with the median ratio is reported",
+    )
     parser.add_argument("--workdir", default=None, help="where to create the temporary folder")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     parser.add_argument(
@@ -267,6 +280,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.executions < 2 or args.executions % 2:
         parser.error("--executions must be an even number >= 2")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
 
     if args.no_resident_steps:
         os.environ["RINGFLOW_RESIDENT_STEPS"] = "0"
@@ -278,8 +293,11 @@ def main() -> None:
             cache_bytecode(work)
         task = make_task(work)
         candidates, names = make_candidates(work, args.executions // 2)
-        bare = run_bare(work, task, candidates, names, args.cores)
-        ringflow = run_ringflow(work, task, candidates, args.cores)
+        pairs = []
+        for n in range(args.rounds):
+            bare = run_bare(work, task, candidates, names, args.cores, f"bare-{n}")
+            ringflow = run_ringflow(work, task, candidates, args.cores, f"ring-{n}")
+            pairs.append((ringflow["wall_s"] / bare["wall_s"], bare, ringflow))
         starts = interpreter_starts()
     finally:
         if args.keep:
@@ -287,7 +305,7 @@ def main() -> None:
         else:
             _ring.remove_tree(work)
 
-    ratio = ringflow["wall_s"] / bare["wall_s"]
+    ratio, bare, ringflow = sorted(pairs, key=lambda pair: pair[0])[(len(pairs) - 1) // 2]
     import_s = starts["python_import_execute_s"] - starts["python_s"]
     per_exec = {
         "ringflow_s": round(ringflow["wall_s"] / ringflow["executions"], 3),
@@ -299,6 +317,15 @@ def main() -> None:
         "ringflow": ringflow,
         "bare_snakemake": bare,
         "wall_ratio_ringflow_over_bare": round(ratio, 2),
+        "rounds": [
+            {
+                "bare_wall_s": b["wall_s"],
+                "ringflow_wall_s": r["wall_s"],
+                "ratio": round(q, 2),
+                "cpu_ratio": round(r["cpu_s"] / b["cpu_s"], 2),
+            }
+            for q, b, r in pairs
+        ],
         "cpu_ratio_ringflow_over_bare": round(ringflow["cpu_s"] / bare["cpu_s"], 2),
         "wall_per_execution": per_exec,
         "process_start": starts,
@@ -341,6 +368,9 @@ def main() -> None:
             ),
         ],
     )
+    if len(pairs) > 1:
+        rounds = ", ".join(f"{q:.2f}" for q, _, _ in pairs)
+        print(f"ratio by round: {rounds} (the median round is shown above)")
     print(
         f"resident steps: {record['resident_steps']}; "
         f"sandbox: {', '.join(ringflow['sandbox_modes'])}; bytecode cached: "
