@@ -63,26 +63,47 @@ def write_configfile(path: Path, config: dict) -> Path:
 
 @dataclass
 class Timed:
-    """A finished command: exit code, wall seconds, CPU seconds of its whole process tree."""
+    """A finished command: exit code, wall seconds, CPU seconds of its whole process tree,
+    and the CPU seconds the whole machine was busy meanwhile (None where /proc/stat is not
+    readable)."""
 
     returncode: int
     wall_s: float
     cpu_s: float
     stdout: str
     stderr: str
+    machine_cpu_s: float | None = None
 
 
 def run_timed(argv: list[str], cwd: Path, timeout: float = 1800) -> Timed:
     """Run a command; CPU is the rusage of the waited-for tree, so run one at a time."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy = machine_busy_s()
     start = time.perf_counter()
     proc = subprocess.run(
         argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=dict(os.environ)
     )
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy_after = machine_busy_s()
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return Timed(proc.returncode, wall, cpu, proc.stdout, proc.stderr)
+    machine = None if busy is None or busy_after is None else busy_after - busy
+    return Timed(proc.returncode, wall, cpu, proc.stdout, proc.stderr, machine)
+
+
+def machine_busy_s() -> float | None:
+    """Seconds all CPUs have been busy since boot (/proc/stat: user, nice, system, irq and
+    softirq; not idle, iowait, or the hypervisor's steal).
+    The rusage of a waited-for tree misses what the kernel does for it outside its
+    processes (its cgroups' and namespaces' teardown, in kernel threads); on a machine
+    that runs nothing else, the difference across a command is what it cost."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [int(v) for v in stat.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, _steal = fields
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def check(timed: Timed, what: str) -> Timed:

@@ -13,10 +13,17 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import time
 from dataclasses import dataclass, field
 
 DISABLE_ENV = "RINGFLOW_NO_CGROUP"
+# An execution's cgroup is named for its supervisor's pid: ringflow-<pid>-<12 hex>.
+OWNED_NAME = re.compile(r"ringflow-(\d+)-[0-9a-f]{12}")
+# A supervisor moves its program into its new cgroup within milliseconds; one whose pid
+# this process cannot see (another PID namespace) is given this long before its empty
+# cgroup counts as abandoned.
+ABANDONED_AFTER_S = 60.0
 UNLIMITED_V1 = 1 << 62  # v1 reports "no limit" as a huge page-aligned number
 
 
@@ -139,6 +146,7 @@ class OwnedCgroup:
             self.pids.setdefault("reason", "no pids controller (cgroup2 or v1)")
             return
         target = os.path.join(_join(mount, paths["pids"]), name)
+        sweep_abandoned(os.path.dirname(target))
         try:
             os.mkdir(target)
         except OSError as exc:
@@ -159,6 +167,7 @@ class OwnedCgroup:
             self.notes.append("no cgroup2 mount: tree found through the subreaper only")
             return
         target = os.path.join(_join(mount, paths[""]), name)
+        sweep_abandoned(os.path.dirname(target))
         try:
             os.mkdir(target)
         except OSError as exc:
@@ -188,6 +197,7 @@ class OwnedCgroup:
             self.memory = _memory_record(limit, False, "no memory controller (cgroup2 or v1)")
             return
         target = os.path.join(_join(mount, paths["memory"]), name)
+        sweep_abandoned(os.path.dirname(target))
         try:
             os.mkdir(target)
         except OSError as exc:
@@ -313,6 +323,42 @@ def _memory_record(limit: int | None, enforced: bool, reason: str, how: str = ""
     if reason:
         record["reason"] = reason
     return record
+
+
+def sweep_abandoned(parent: str, now: float | None = None) -> list[str]:
+    """Remove the empty cgroups that supervisors killed outright (SIGKILL, the machine's
+    OOM killer) left in `parent`: a supervisor removes its own as it ends, and one killed
+    outright cannot. A cgroup stays while its supervisor lives, while anything runs in it
+    (rmdir refuses), and for ABANDONED_AFTER_S after it was made. The paths removed."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return []
+    now = time.time() if now is None else now
+    removed = []
+    for name in names:
+        match = OWNED_NAME.fullmatch(name)
+        if match is None or _alive(int(match.group(1))):
+            continue
+        path = os.path.join(parent, name)
+        try:
+            if now - os.stat(path).st_mtime < ABANDONED_AFTER_S:
+                continue
+            os.rmdir(path)
+        except OSError:
+            continue
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's
+    return True
 
 
 def _has_controller(path: str, name: str) -> bool:

@@ -19,7 +19,12 @@ from ringflow.core import statuses
 from ringflow.core.errors import InputError
 from ringflow.core.jsonio import read_jsonl
 from ringflow.supervisor import HealthSettings, Outcome, ResourceLimits, supervise, wait_for
-from ringflow.supervisor.cgroup import DISABLE_ENV, OwnedCgroup
+from ringflow.supervisor.cgroup import (
+    ABANDONED_AFTER_S,
+    DISABLE_ENV,
+    OwnedCgroup,
+    sweep_abandoned,
+)
 
 SRC = str(Path(__file__).resolve().parents[3] / "src")
 FAST = HealthSettings(collect_s=0.2, interval_s=1, hang_min=0.05, term_grace_s=1)
@@ -462,6 +467,42 @@ def test_health_lines_per_interval_keep_bursts(tmp_path):
 
 
 # -- cgroup --------------------------------------------------------------------------
+
+
+def test_the_empty_cgroups_of_supervisors_killed_outright_are_swept():
+    # A supervisor removes its cgroup as it ends; one killed with SIGKILL cannot, and the
+    # next one to make a cgroup beside it removes it once it is surely abandoned.
+    if not cgroup2_available():
+        pytest.skip("no cgroup2 child can be created here")
+    live = OwnedCgroup.create(f"ringflow-{os.getpid()}-{'0' * 12}", None)
+    parent = os.path.dirname(live.v2_path)
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    abandoned = os.path.join(parent, f"ringflow-{ended.pid}-{'a' * 12}")
+    busy = os.path.join(parent, f"ringflow-{ended.pid}-{'b' * 12}")
+    os.mkdir(abandoned)
+    os.mkdir(busy)
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        Path(busy, "cgroup.procs").write_text(str(sleeper.pid))
+        assert sweep_abandoned(parent) == []  # just made: its supervisor may be starting
+        later = time.time() + ABANDONED_AFTER_S + 1
+        assert sweep_abandoned(parent, now=later) == [abandoned]
+        assert os.path.isdir(busy)  # a program still runs in it
+        assert os.path.isdir(live.v2_path)  # its supervisor lives
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        for path in (abandoned, busy):
+            for _ in range(40):
+                try:
+                    os.rmdir(path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.05)
+        live.remove()
 
 
 def test_cgroup_cpu_counts_an_exited_unwaited_child(tmp_path):
