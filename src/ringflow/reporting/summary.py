@@ -57,7 +57,11 @@ def _valid(layout: RingLayout, node: str, view: str, variant: str) -> bool:
 
 
 def _after(seconds: float) -> str:
-    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+    """A time since the ring's start: tenths under 10 s (a quick ring's first result
+    comes well within a second, which whole seconds would show as 0 s)."""
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
 
 
 def progress_lines(progress: dict) -> list[str]:

@@ -214,7 +214,8 @@ def test_the_rings_curve_joins_seed0_runs_and_background_evaluations(tmp_path):
     curve = best_so_far_curve(progress)
     assert len(curve["points"]) == 4 and curve["path"].count(",") == 1 + 2 * 3 + 1
     lines = progress_lines(progress)
-    assert "0.9000 (n004-z" in lines[0] and "first valid result after 5 s" in lines[0]
+    assert "0.9000 (n004-z, after 40 s)" in lines[0]
+    assert "first valid result after 5.0 s" in lines[0]  # tenths under 10 s
     assert lines[1] == "background evaluations: 3 (2 scored)"
     # Minimising, the best is the lowest.
     ring = dataclasses.replace(ring, task=dataclasses.replace(ring.task, direction="minimize"))
