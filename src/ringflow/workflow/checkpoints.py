@@ -53,20 +53,11 @@ class SnakemakeCheckpoints:
 
     def __init__(self, checkpoints) -> None:
         self._checkpoints = checkpoints
-        # Snakemake's set of created checkpoint outputs only grows, so a checkpoint once
-        # complete stays complete: the input functions ask for the same few checkpoints
-        # several times for every job, and Snakemake's answer expands the rule's output.
-        self._complete: dict[tuple, Path] = {}
 
     def output(self, rule: str, **wildcards) -> Path:
-        asked = (rule, *sorted(wildcards.items()))
-        known = self._complete.get(asked)
-        if known is not None:
-            return known
         key = CHECKPOINT_OUTPUTS[rule][0]
         job = getattr(self._checkpoints, rule).get(**wildcards)
-        path = self._complete[asked] = Path(getattr(job.output, key))
-        return path
+        return Path(getattr(job.output, key))
 
 
 class FolderCheckpoints:

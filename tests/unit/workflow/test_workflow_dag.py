@@ -14,12 +14,7 @@ from ringflow.cluster.slurm import SESSION_SETTLE_MIN
 from ringflow.core.jsonio import atomic_write_json, read_json
 from ringflow.core.layout import RingLayout
 from ringflow.core.reserve import CutoffFile
-from ringflow.workflow.checkpoints import (
-    CHECKPOINT_OUTPUTS,
-    CheckpointPending,
-    FolderCheckpoints,
-    SnakemakeCheckpoints,
-)
+from ringflow.workflow.checkpoints import CHECKPOINT_OUTPUTS, CheckpointPending, FolderCheckpoints
 from ringflow.workflow.dag import RingDag
 from ringtools import full_config
 
@@ -338,31 +333,3 @@ def test_a_rewritten_node_record_is_read_again(tmp_path):
     assert dag.execution_inputs(one) == {}
     atomic_write_json(layout.node_json("n003-c"), _node("n003-c", "candidate", key="k" * 64))
     assert names([dag.execution_inputs(one)["key"]]) == {f"keys/{'k' * 64}.json"}
-
-
-def test_snakemakes_answer_for_a_complete_checkpoint_is_kept(tmp_path):
-    # Snakemake's created checkpoint outputs only grow: once a checkpoint answered, it is
-    # not asked again; one still pending is asked every time.
-    layout = make_ring(tmp_path / "r")
-    asked = []
-
-    class Rule:
-        def __init__(self, name, complete):
-            self.name, self.complete = name, complete
-
-        def get(self, **wildcards):
-            asked.append((self.name, wildcards))
-            if not self.complete:
-                raise CheckpointPending(self.name, wildcards)
-            output = SimpleNamespace(settled=str(layout.settled(0)), nodes=str(layout.nodes_static))
-            return SimpleNamespace(output=output)
-
-    rules = {"import_nodes": Rule("import_nodes", True),
-             "settle_generation": Rule("settle_generation", False)}  # fmt: skip
-    checkpoints = SnakemakeCheckpoints(SimpleNamespace(**rules))
-    for _ in range(3):
-        assert checkpoints.output("import_nodes") == layout.nodes_static
-        with pytest.raises(CheckpointPending):
-            checkpoints.output("settle_generation", g=0)
-    assert [name for name, _ in asked].count("import_nodes") == 1
-    assert [name for name, _ in asked].count("settle_generation") == 3
