@@ -358,7 +358,7 @@ def _settle_weights(ex: Execution, store: WeightsStore, lock: ExitStack):
     ex.attempts = TrainAttempts(ex.layout.root, key, f"{ex.node.id}/{ex.view}/{ex.variant}",
                                 ex.config.max_train_attempts)  # fmt: skip
     if store.replay_entry(ex.node.tree_hash, key) is None:
-        ex.attempts.check(holding_lock=False)  # a failed key frees the slot without waiting
+        ex.attempts.check()  # a failed key frees the slot without waiting
     lock.enter_context(store.key_lock(key, should_stop=ex.should_stop))
     entry = store.replay_entry(ex.node.tree_hash, key)
     if entry is not None:
@@ -367,7 +367,7 @@ def _settle_weights(ex: Execution, store: WeightsStore, lock: ExitStack):
         method = store.replay_into(entry, ex.work, verify=verify)
         lock.close()
         return statuses.REPLAY, method
-    ex.attempts.check(holding_lock=True)
+    ex.attempts.check()
     ex.attempts.started()
     # Runs before the key lock is released, so no other attempt of the key follows ours.
     lock.push(_withdraw_if_disk_full(ex.attempts))

@@ -51,7 +51,7 @@ def _assert_stopped_for_the_disk(ring: Path, disk: Path, said: str) -> None:
     # No attempt spent: every key may still be trained as often as the ring allows.
     for path in (ring / "keys" / "attempts").glob("*.jsonl"):
         attempts = TrainAttempts(ring, path.stem, "check", limit=1)
-        assert attempts.failed(holding_lock=True) == [], path.read_text()
+        assert attempts.failed() == [], path.read_text()
     for result in results(ring).values():
         assert result["status"] not in ("crash", "skipped"), result
     failures = said[said.rfind("failures") :].splitlines()

@@ -2,10 +2,18 @@
 retried by at most `max_train_attempts` executions; the others are skipped at once (`key_failed`).
 
 Each attempt is two lines of `runs/<ring>/keys/attempts/<key>.jsonl`: "started" when an
-execution begins to train (under the key lock) and "ended" with its outcome. Holding the
-lock, every started attempt of an unregistered key has failed (a killed one never ends);
-without it, only ended ones are known to have failed, so a running training is waited for.
-An attempt cut by the machine (a full disk) is withdrawn: it never spends an attempt.
+execution begins to train (under the key lock) and "ended" with its outcome. Only the
+trainer's own failures spend an attempt (a crash, a hang, a time limit, weights it did
+not leave); what ringflow or the machine did to it never does:
+
+- an attempt that never ended lost its supervisor: the ring was killed, the machine went
+  down (the program cannot reach its supervisor from its sandbox);
+- an attempt that ended `interrupted` was stopped by a signal, by losing its driver, or
+  by the ring's clock;
+- an attempt cut by the machine (a full disk) is withdrawn.
+
+The resumed ring trains such a key again, as its first trainer would have
+(docs/contracts.md#weights).
 """
 
 from __future__ import annotations
@@ -14,10 +22,13 @@ import os
 import time
 from pathlib import Path
 
+from ..core import statuses
 from ..core.errors import RingflowError
 from ..core.jsonio import append_jsonl, read_jsonl_objects
 
 REGISTERED = "registered"
+# Outcomes that are not the trainer's failure.
+NOT_FAILED = frozenset({REGISTERED, statuses.INTERRUPTED})
 
 
 class KeyFailed(RingflowError):
@@ -35,8 +46,9 @@ class TrainAttempts:
         """Every whole line; a torn one (a killed writer) is left out."""
         return [line for line in read_jsonl_objects(self.path) if "attempt" in line]
 
-    def failed(self, holding_lock: bool) -> list[dict]:
-        """Attempts known to have failed (each {"execution", "outcome"})."""
+    def failed(self) -> list[dict]:
+        """The trainer's own failed attempts (each {"execution", "outcome"}). One still
+        training has not ended: it is waited for on the key's lock."""
         lines = self._lines()
         ended = {line["attempt"]: line for line in lines if line.get("event") == "ended"}
         failed = []
@@ -44,17 +56,14 @@ class TrainAttempts:
             if line.get("event") != "started":
                 continue
             end = ended.get(line["attempt"])
-            if end is not None and end.get("outcome") == REGISTERED:
+            if end is None or end.get("outcome") in NOT_FAILED:
                 continue
-            if end is None and not holding_lock:
-                continue  # may still be training: wait for it on the lock
-            outcome = "killed before it ended" if end is None else end["outcome"]
-            failed.append({"execution": line["execution"], "outcome": outcome})
+            failed.append({"execution": line["execution"], "outcome": end["outcome"]})
         return failed
 
-    def check(self, holding_lock: bool) -> None:
+    def check(self) -> None:
         """Raise KeyFailed when the key failed `limit` times already."""
-        failed = self.failed(holding_lock)
+        failed = self.failed()
         if len(failed) >= self.limit:
             tried = "; ".join(f"{f['execution']}: {f['outcome']}" for f in failed)
             raise KeyFailed(

@@ -104,7 +104,7 @@ def test_a_withdrawn_attempt_is_not_counted(tmp_path):
     second.started()
     assert second.withdraw()
     assert attempts.path.read_bytes() == before, "only the withdrawn attempt went"
-    assert [f["outcome"] for f in second.failed(holding_lock=True)] == ["crash"]
+    assert [f["outcome"] for f in second.failed()] == ["crash"]
     assert not second.withdraw(), "withdrawn once"
 
 
