@@ -240,13 +240,14 @@ def interpreter_starts() -> dict:
     """Start-up cost of one process: bare Python, Python importing ringflow's execute, and a
     job's step (`--help`: parsed, then ended) through the resident step server, which has
     imported it (docs/architecture.md#resident-steps)."""
-    from ringflow.workflow.resident_client import SERVER_ENV
+    from ringflow.workflow.resident_client import SERVER_ENV, step_command
     from ringflow.workflow.resident_steps import start_server
 
     def best(argv: list[str], runs: int = 3) -> float:
         return min(_ring.run_timed([_ring.PYTHON, *argv], Path.cwd()).wall_s for _ in range(runs))
 
-    step = ["-m", "ringflow", "step", "execute", "--help"]  # parses its arguments and ends
+    # The rules' command for a step (its Python given by best()); parses its arguments, ends.
+    step = [*step_command(_ring.PYTHON)[1:], "execute", "--help"]
     starts = {
         "python_s": round(best(["-c", "pass"]), 3),
         "python_import_execute_s": round(best(["-c", "import ringflow.cli, ringflow.execute"]), 3),

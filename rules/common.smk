@@ -16,6 +16,7 @@ from ringflow.sandbox.slots import gpu_slots
 from ringflow.workflow.checkpoints import SnakemakeCheckpoints
 from ringflow.workflow.cluster import execution_gpus, slurm_job_options
 from ringflow.workflow.dag import RingDag
+from ringflow.workflow.resident_client import step_command
 from ringflow.workflow.resume import rerun_interrupted
 
 # The Snakefile gives this ring its whole configuration, checked (and taken from the ring it
@@ -25,10 +26,11 @@ CHAIN_PARENT = config.pop(CHAIN_PARENT_KEY, None)
 validate(config, "../config/config.schema.yaml")
 
 RING = RingLayout(Path(config["runs_dir"]) / config["ring_id"])
-# Rules call the package with the interpreter Snakemake runs under, whatever PATH says.
-# Every path a rule's shell command carries is quoted ({...:q}): a checkout, ring or store
-# folder may have a space or a `$` in its name.
-STEP = f"{shlex.quote(sys.executable)} -m ringflow step"
+# Rules call the package with the interpreter Snakemake runs under, whatever PATH says,
+# through the resident server's client (docs/architecture.md#resident-steps). Every path a
+# rule's shell command carries is quoted ({...:q}): a checkout, ring or store folder may
+# have a space or a `$` in its name.
+STEP = shlex.join(step_command(sys.executable))
 DEFAULTS = workflow.source_path("../config/config.yaml")
 
 

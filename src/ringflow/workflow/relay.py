@@ -18,14 +18,22 @@ from collections.abc import Callable
 import psutil
 
 from ..core.ledger import emit_event
+from .resident_client import SCRIPT
 
 RELAYED = (signal.SIGINT, signal.SIGTERM)
 
 
 def is_supervisor(cmdline: list[str]) -> bool:
-    """`python -m ringflow step execute RING NODE VIEW VARIANT`, the execute rule's command."""
-    wanted = ["-m", "ringflow", "step", "execute"]
-    return any(cmdline[i : i + 4] == wanted for i in range(len(cmdline) - 3))
+    """The execute rule's command, `python -P …/resident_client.py step execute RING …`,
+    or the same step as `python -m ringflow step execute RING …`."""
+    for at in range(1, len(cmdline) - 2):
+        if cmdline[at + 1 : at + 3] != ["step", "execute"]:
+            continue
+        if cmdline[at - 1 : at + 1] == ["-m", "ringflow"]:
+            return True
+        if os.path.basename(cmdline[at]) == os.path.basename(SCRIPT) and cmdline[at - 1] == "-P":
+            return True
+    return False
 
 
 def _descendants(pid: int | None, pick: Callable[[psutil.Process], psutil.Process | None]):

@@ -1,12 +1,14 @@
 """The job's side of the resident step server (docs/architecture.md#resident-steps).
 
-`python -m ringflow step …` (every step but an engineer's session) asks the driver's
-resident server to run the step in a fork of a process that has ringflow imported
-already, and exits as that step exits. It imports only what Python's start has loaded
-and the C modules `_socket`, `_signal` and `array`, so a step costs Python's start
-instead of ringflow's imports. Where no server answers (none started: a SLURM job, a
-driver that predates it, one that ended), it returns and the caller runs the step itself,
-as before.
+The rules run each step as this file, `python -P …/resident_client.py step …`
+(`step_command`): it asks the driver's resident server to run the step in a fork of a
+process that has ringflow imported already, and exits as that step exits. It imports only
+what Python's start has loaded and the C modules `_socket` and `_signal`, and runs as a
+script rather than `-m`, whose module search costs more than the rest of this process;
+so a step costs Python's start instead of ringflow's imports. Where no server takes the
+step (none started: a SLURM job, a driver that predates it, one that ended), it becomes
+`python -m ringflow step …` (an exec, the same process), which runs the step itself.
+`python -m ringflow step …` asks the server the same way.
 
 The request is one message: fields separated by NUL (no argument or environment entry
 can hold one), length first, with the job's stdin, stdout and stderr passed along
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import _signal
 import _socket
-import array
 import os
 import sys
 
@@ -32,6 +33,7 @@ PROTOCOL = b"ringflow-step/1"
 # Forwarded to the step as they come: Snakemake's and the relay's stop, a terminal's.
 FORWARDED = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT)
 EXIT_LOST = 1
+SCRIPT = os.path.abspath(__file__)
 
 
 def wants_server(argv: list[str], environ=os.environ) -> str | None:
@@ -46,14 +48,22 @@ def wants_server(argv: list[str], environ=os.environ) -> str | None:
     return path
 
 
-def encode_request(argv: list[str]) -> bytes:
-    """The request for a step with this process's argv, folder, umask and environment."""
+def step_command(python: str = sys.executable) -> list[str]:
+    """The command a rule runs a step with, before the step's own arguments. `-P` keeps
+    this file's folder off the import path."""
+    return [python, "-P", SCRIPT, "step"]
+
+
+def encode_request(argv: list[str], path: list[str] | None = None) -> bytes:
+    """The request for a step with this process's argv, folder, umask, environment and
+    import path (or `path`)."""
+    path = sys.path if path is None else path
     mask = os.umask(0)
     os.umask(mask)
     env = [key + b"=" + value for key, value in os.environb.items()]
     fields = [PROTOCOL, os.fsencode(sys.executable), os.fsencode(os.getcwd()), b"%d" % mask,
               b"%d" % len(argv), *map(os.fsencode, argv), b"%d" % len(env), *env,
-              b"%d" % len(sys.path), *map(os.fsencode, sys.path)]  # fmt: skip
+              b"%d" % len(path), *map(os.fsencode, path)]  # fmt: skip
     body = b"\0".join(fields)
     return len(body).to_bytes(4, "big") + body
 
@@ -86,28 +96,30 @@ def _deliver(pid: int, signum: int) -> None:
         pass
 
 
-def run_through_server(path: str, argv: list[str]) -> int | None:
-    """Run the step `argv` in the resident server at `path`; its exit code (negative for
-    a signal) once it has ended, or None where the server did not take it (nothing ran)."""
+def run_through_server(path: str, argv: list[str], import_path: list[str] | None = None):
+    """Run the step `argv` in the resident server at `path`, with this process's import
+    path or `import_path`; its exit code (negative for a signal) once it has ended, or
+    None where the server did not take it (nothing ran)."""
     try:
+        request = encode_request(argv, import_path)
         sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    except OSError:
+    except (OSError, ValueError):
         return None
     try:
-        return _converse(sock, path, argv)
+        return _converse(sock, path, request)
     finally:
         sock.close()
 
 
-def _converse(sock, path: str, argv: list[str]) -> int | None:
+def _converse(sock, path: str, request: bytes) -> int | None:
     try:
-        request = encode_request(argv)
         sock.connect(path)
     except (OSError, ValueError):
         return None
     relay = _Relay()
     previous = {signum: _signal.signal(signum, relay) for signum in FORWARDED}
-    fds = array.array("i", [0, 1, 2]).tobytes()
+    # The three standard streams as C ints (not the array module: collections, 2 ms).
+    fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2))
     try:
         sock.sendmsg([request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
     except OSError:
@@ -158,3 +170,20 @@ def exit_as(code: int) -> None:
         pass  # SIGKILL and SIGSTOP keep their action
     os.kill(os.getpid(), -code)
     os._exit(128 - code)
+
+
+def main(argv: list[str]) -> None:
+    """The rules' step command: the step through the server, or started afresh."""
+    server = wants_server(argv)
+    os.environ.pop(SERVER_ENV, None)  # neither the step nor what it starts sees the server
+    # The import path `python -m ringflow` would have: its folder first.
+    import_path = [os.getcwd(), *sys.path]
+    if server is not None:
+        code = run_through_server(server, [sys.argv[0], *argv], import_path)
+        if code is not None:
+            exit_as(code)
+    os.execv(sys.executable, [sys.executable, "-m", "ringflow", *argv])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -18,7 +19,12 @@ from ringflow.core import clock
 from ringflow.core.jsonio import atomic_write_json
 from ringflow.ring.lock import lock_ring
 from ringflow.workflow import resident_client
-from ringflow.workflow.resident_client import SERVER_ENV, run_through_server, wants_server
+from ringflow.workflow.resident_client import (
+    SERVER_ENV,
+    run_through_server,
+    step_command,
+    wants_server,
+)
 from ringflow.workflow.resident_steps import Request, _read_ahead, start_server
 from ringtools import scripted_config
 
@@ -32,7 +38,8 @@ PROBE = textwrap.dedent("""\
         print(json.dumps({"pid": os.getpid(), "ppid": os.getppid(), "sid": os.getsid(0),
                           "argv": sys.argv[1:], "cwd": os.getcwd(), "umask": mask,
                           "probe": os.environ.get("PROBE"), "threads": threads[0].split()[1],
-                          "server": os.environ.get("RINGFLOW_STEP_SERVER")}), flush=True)
+                          "server": os.environ.get("RINGFLOW_STEP_SERVER"),
+                          "path0": sys.path[0]}), flush=True)
         print("to stderr", file=sys.stderr)
         action = os.environ.get("PROBE_ACTION", "")
         if os.environ.get("PROBE_MARK"):
@@ -68,18 +75,23 @@ def server(probe_path, monkeypatch):
     started.stop()
 
 
-def job(argv=("execute", "a", "b"), env=None, **kwargs) -> subprocess.Popen:
-    """A job's command, as the execute rule gives it: `python -m ringflow step …`."""
-    return subprocess.Popen([sys.executable, "-m", "ringflow", "step", *argv],
-                            env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kwargs)  # fmt: skip
+RULE_STEP = step_command(sys.executable)  # what the rules run: the client as a script
+MODULE_STEP = [sys.executable, "-m", "ringflow", "step"]  # the same step by hand
 
 
-def test_a_step_runs_in_a_fork_of_the_server_as_the_jobs_own_process_would(server, tmp_path):
+def job(argv=("execute", "a", "b"), env=None, step=RULE_STEP, **kwargs) -> subprocess.Popen:
+    """A job's command, as the execute rule gives it."""
+    return subprocess.Popen([*step, *argv], env={**os.environ, **(env or {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            **kwargs)  # fmt: skip
+
+
+@pytest.mark.parametrize("step", [RULE_STEP, MODULE_STEP], ids=["rule", "module"])
+def test_a_step_runs_in_a_fork_of_the_server_as_the_jobs_own_process_would(server, tmp_path, step):
     folder = tmp_path / "work"
     folder.mkdir()
     proc = subprocess.Popen(
-        ["sh", "-c", f'umask 027; exec "{sys.executable}" -m ringflow step execute x y'],
+        ["sh", "-c", f"umask 027; exec {shlex.join(step)} execute x y"],
         cwd=folder, env={**os.environ, "PROBE": "seen"},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -95,6 +107,7 @@ def test_a_step_runs_in_a_fork_of_the_server_as_the_jobs_own_process_would(serve
     assert seen["umask"] == 0o027
     assert seen["probe"] == "seen"
     assert seen["server"] is None  # neither the step nor what it starts sees the server
+    assert seen["path0"] == str(folder)  # the import path `python -m` gives: its folder first
     assert err.strip() == "to stderr"
 
 
@@ -143,13 +156,16 @@ def test_a_request_the_server_refuses_runs_nothing_and_falls_back(server, tmp_pa
     assert not mark.exists()
 
 
-def test_without_a_server_the_job_runs_its_step_itself(server, tmp_path):
+@pytest.mark.parametrize("step", [RULE_STEP, MODULE_STEP], ids=["rule", "module"])
+@pytest.mark.parametrize("why", ["gone", "none", "slurm"])
+def test_without_a_server_the_job_runs_its_step_itself(server, step, why):
     path = server.path
     server.stop()
     assert run_through_server(path, ["ringflow", "step", "execute"]) is None
-    proc = job(("execute", "--help"), env={SERVER_ENV: path})
-    out, _err = proc.communicate(timeout=30)
-    assert proc.returncode == 0 and "usage: ringflow step execute" in out
+    env = {"gone": {SERVER_ENV: path}, "none": {}, "slurm": {SERVER_ENV: path, "SLURM_JOB_ID": "7"}}
+    proc = job(("execute", "--help"), env=env[why], step=step)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "usage: ringflow step execute" in out, err
 
 
 def test_the_steps_but_an_engineers_session_outside_slurm_jobs_use_the_server():
