@@ -111,6 +111,7 @@ def test_an_equal_candidate_leaves_the_baseline(tmp_path):
     final = final_of(ring)
     assert final["decision"] == "baseline" and final["chosen"] == "n000-baseline"
     assert final["guard"]["complete"] and final["guard"]["lcb"] <= 0
+    assert final["guard_of"] == "n001-same"  # whose guard the kept baseline's record shows
     assert (ring / "final" / "solution" / "run.py").exists()
 
 

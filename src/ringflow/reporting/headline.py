@@ -17,11 +17,13 @@ from ..core.state import Ring
 
 
 def guarded_candidate(decision: dict) -> str | None:
-    """The candidate whose guard record the decision carries: the chosen node when a
-    candidate won, else the last finalist that was guarded (and did not replace the
-    baseline)."""
+    """The candidate whose guard record the decision carries (`guard_of`): the chosen node
+    when a candidate won, else the finalist that came closest to passing. A decision
+    written before `guard_of` carried the last finalist guarded."""
     if decision.get("decision") == "candidate":
         return decision.get("chosen")
+    if "guard_of" in decision:
+        return decision["guard_of"]
     guarded = [v for v in decision.get("verdicts") or [] if v.get("guard")]
     return guarded[-1]["node"] if guarded else None
 

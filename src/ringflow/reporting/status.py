@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..core.safetext import printable
 from .digest import digest_lines, failure_digest
+from .headline import guarded_candidate
 from .report import (
     Execution,
     base_context,
@@ -104,9 +105,11 @@ def _decision_lines(ctx: dict) -> list[str]:
         lines.append(f"  {decision['reason']}")
     guard = decision.get("guard") or {}
     if guard.get("lcb") is not None:
+        of = guarded_candidate(decision)
         lines.append(
-            f"  guard: LCB {guard['lcb']:.4f} at alpha {guard.get('alpha', 0):.4g}, "
-            f"margin {guard.get('margin')}, complete {guard.get('complete')}"
+            f"  guard{f' of {of}' if of else ''}: LCB {guard['lcb']:.4f} at alpha "
+            f"{guard.get('alpha', 0):.4g}, margin {guard.get('margin')}, "
+            f"complete {guard.get('complete')}"
         )
     return lines
 

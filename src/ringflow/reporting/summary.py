@@ -21,6 +21,7 @@ from ..core.state import Ring
 from ..search.best_so_far import ring_progress
 from ..selection.scores import node_mean
 from .digest import digest_lines, failure_digest
+from .headline import guarded_candidate
 
 
 def write_search_summary(ring_dir) -> dict:
@@ -271,8 +272,12 @@ def decision_lines(ring: Ring, layout: RingLayout) -> list[str]:
         confidence = 100 * (1 - float(guard["alpha"]))
         better = "better" if ring.task.direction == "maximize" else "lower (better)"
         mean = f"{guard['mean']:+.4f} on average, " if guard.get("mean") is not None else ""
+        if kind == "candidate":
+            what = "how much better"
+        else:  # nothing replaced what final/ holds: the guard shown is the closest finalist's
+            what = f"closest finalist, {guarded_candidate(decision)}, against the {side} {ref}"
         lines.append(
-            f"  how much better: {mean}at least {guard['lcb']:+.4f} {better} with "
+            f"  {what}: {mean}at least {guard['lcb']:+.4f} {better} with "
             f"{confidence:.1f}% confidence (guard: {len(seeds)} fresh seeds on view(s) {views}; "
             f"it needed more than {guard.get('margin', 0)})"
         )

@@ -813,6 +813,16 @@ def ships(ring, layout, node: str) -> dict:
     }
 
 
+def closest_to_passing(guarded: list[dict]) -> dict | None:
+    """Of the finalists guarded, none of which won: the one whose complete guard has the
+    highest lower bound (the first in rank order on a tie), else the last one guarded."""
+    bounded = [v for v in guarded
+               if v["guard"].get("complete") and v["guard"].get("lcb") is not None]  # fmt: skip
+    if bounded:
+        return max(bounded, key=lambda verdict: verdict["guard"]["lcb"])
+    return guarded[-1] if guarded else None
+
+
 def decide(ring_dir) -> dict:
     ring, layout, _ = _ctx(ring_dir)
     seated = read_json(layout.seated)
@@ -838,11 +848,10 @@ def decide(ring_dir) -> dict:
     configured_baseline = baseline if ref == base else baseline_alone(ring, layout, base)
     guarded = [v for v in verdicts if v.get("guard")]
     a_prime = guardstats.alpha_prime(ring.config.guard.alpha, eligible_at_ranking(ring, ranking))
+    shown = chosen_verdict or closest_to_passing(guarded)
     guard = (
-        chosen_verdict["guard"]
-        if chosen_verdict
-        else guarded[-1]["guard"]
-        if guarded
+        shown["guard"]
+        if shown
         else {
             **_guard_record(
                 ring,
@@ -874,6 +883,9 @@ def decide(ring_dir) -> dict:
         "incumbent": seated.get("incumbent"),
         "reason": reason,
         "guard": guard,
+        # Whose guard record `guard` is: the chosen candidate's, or where none won the
+        # finalist that came closest to passing.
+        "guard_of": shown["node"] if shown else None,
         "guard_ran": bool(guarded) and ring.config.guard.enabled,
         "complete": bool(guard.get("complete")),
         "verdicts": verdicts,

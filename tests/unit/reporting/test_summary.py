@@ -49,6 +49,27 @@ def test_the_decision_comes_first_with_its_interval_and_the_deploy_command(tmp_p
     assert "LCB" not in text and "Words used here:" in text
 
 
+def test_a_kept_baseline_names_the_finalist_whose_guard_it_shows(tmp_path):
+    ring = hand_ring(tmp_path)
+    finished(ring, "n000-base", "a", "s0", 0.5, ended_at=START + 30)
+    _lock(ring)
+    write(ring / "selection" / "decision.json", {
+        "decision": "baseline", "chosen": "n000-base", "baseline": "n000-base",
+        "reason": "baseline kept", "guard_of": "n002-close",
+        "guard": {"lcb": -0.01, "mean": 0.02, "alpha": 0.05, "margin": 0.0, "seeds": [3, 4],
+                  "views": ["g"]},
+        "verdicts": [{"node": "n001-far", "guard": {"lcb": -0.5}},
+                     {"node": "n002-close", "guard": {"lcb": -0.01}},
+                     {"node": "n003-last", "guard": {"lcb": -0.9}}],
+    })  # fmt: skip
+    lines = render_summary(ring).splitlines()
+    assert lines[3].startswith(
+        "  closest finalist, n002-close, against the baseline n000-base: +0.0200 on average, "
+        "at least -0.0100 better with 95.0% confidence (guard: 2 fresh seeds on view(s) g"
+    ), lines[3]
+    assert not any("how much better" in line for line in lines)
+
+
 def test_a_continuation_lists_every_changed_key_in_its_first_lines(tmp_path):
     ring = hand_ring(tmp_path)
     changed = {"engineer.command": {"parent": "builtin", "this": None},

@@ -20,6 +20,7 @@ from ringflow.ring.lock import lock_ring
 from ringflow.scoring import BOOTSTRAP_SEED_BASE, _bootstrap, bootstrap_values, usable
 from ringflow.selection.final import (
     choose,
+    closest_to_passing,
     guarded_before,
     guarded_before_reason,
     side_problem,
@@ -211,3 +212,17 @@ def test_a_guard_side_tells_its_own_failure_from_an_incomplete_guard(bad, kind):
     # Time running out anywhere outranks a failure elsewhere: the guard is incomplete.
     cut = run(5, status="interrupted", score=None, bootstrap=None, budget_cut=True)
     assert side_problem([bad, cut])[0] == "incomplete"
+
+
+def test_a_decision_without_a_winner_shows_the_guard_of_the_finalist_closest_to_passing():
+    def verdict(node, lcb, complete=True):
+        return {"node": node, "guard": {"lcb": lcb, "complete": complete}}
+
+    far, close, tie, last = (verdict("n1", -0.5), verdict("n2", -0.01), verdict("n3", -0.01),
+                             verdict("n4", -0.9))  # fmt: skip
+    assert closest_to_passing([far, close, tie, last]) is close  # the first on a tie
+    # An incomplete guard's bound is not a comparison: the complete ones are preferred.
+    assert closest_to_passing([far, verdict("n5", 0.3, complete=False)]) is far
+    unbounded = [verdict("n6", None), verdict("n7", None)]
+    assert closest_to_passing(unbounded) is unbounded[-1]
+    assert closest_to_passing([]) is None
