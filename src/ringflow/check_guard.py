@@ -41,6 +41,23 @@ def check_resampling(report, ring: Ring, node: str, view: str) -> None:
         report.ok("the score changes with --seed: the scorer resamples its rows")
     else:
         report.fail(problem)
+    if not ring.task.scorer_bootstrap:
+        report_bootstrap_cost(report, ring, first.get("scoring_s"))
+
+
+def report_bootstrap_cost(report, ring: Ring, scoring_s: float | None) -> None:
+    """A scorer that draws its own rows without `--bootstrap B` is called once per
+    resample on every guard run and on the final view: say what that will cost."""
+    count = ring.config.guard.bootstrap
+    took = f"{scoring_s:.2g} s" if isinstance(scoring_s, int | float) else "one call"
+    each = f", about {count * scoring_s:.0f} s" if isinstance(scoring_s, int | float) else ""
+    report.warn(
+        f"no scorer_bootstrap: the guard scores each of its runs, and each final-view run, "
+        f"{count} more times (guard.bootstrap, one scorer call per resample; scoring took "
+        f"{took} here{each} per run); a scorer that takes --bootstrap B and writes "
+        '"bootstrap": [...] does it in one call (scorer_bootstrap: true in task.yaml, '
+        "docs/contracts.md#scorer)"
+    )
 
 
 def report_power(report, ring: Ring, index: dict) -> None:

@@ -231,8 +231,12 @@ def _evaluate(
                 # (docs/contracts.md#validator).
                 return {"valid": False, "reason": f"invalid: {_last_line(err, ended)}"}
 
+        calls = 0
+
         def call_scorer(call_seed: int, extra: list[str]):
             """One scorer call: (how it ended, its stderr, its output file)."""
+            nonlocal calls
+            calls += 1
             record_dir = reset_dir(exec_dir / "scoring")
             loan = _lend(info, record_dir, limits)
             out = (INSIDE_RECORD if confined else record_dir) / "score.json"
@@ -280,6 +284,8 @@ def _evaluate(
                     # interval: without them the run keeps its score.
                     record.update(bootstrap=resampled["bootstrap"],
                                   bootstrap_seeds=resampled["bootstrap_seeds"])  # fmt: skip
+    # How many times the scorer ran: the reserve prices a guard run's bootstrap from it.
+    record["scorer_calls"] = calls
     return record
 
 

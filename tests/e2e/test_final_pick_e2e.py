@@ -120,6 +120,14 @@ def test_null_population_rarely_replaces_the_baseline(tmp_path):
             assert final["guard"]["views"] == ["guard"] and final["finalists"]
             assert final["selection_gap"]["view"] == "final"
             decisions.append(final["decision"])
+            # The scorer ran once for a search seed and twice for a guard run (its score,
+            # then `--bootstrap B`): what the reserve prices a bootstrap from.
+            nodes = work / "runs" / f"null{ring}" / "nodes"
+            calls = {path.parent.parent.name + "/" + path.parent.name:
+                     json.loads(path.read_text()).get("scorer_calls")
+                     for path in nodes.glob("*/exec/*/*/score.json")}  # fmt: skip
+            assert {c for run, c in calls.items() if run.startswith("proxy/s0")} == {1}, calls
+            assert {c for run, c in calls.items() if run.startswith("guard/")} == {2}, calls
         rings = rings[RINGS_AT_ONCE:]
     assert len(decisions) == 10 and decisions.count("candidate") <= 2, decisions
 

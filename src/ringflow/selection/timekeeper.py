@@ -27,11 +27,12 @@ from ..cluster.jobs import job_overhead_s, query_job_times
 from ..core import reserve, statuses
 from ..core.clock import FINAL_STAGES, load_ring, stage_of, view_limits
 from ..core.jsonio import atomic_write_json, read_json
-from ..core.layout import RingLayout
+from ..core.layout import RingLayout, is_guard_variant
 from ..core.ledger import Ledger, emit_event
 from ..core.node_state import ExecutionResult, Node, read_node, read_result
 from ..core.reserve import ASSUMED, MEASURED, Batch, Job, Price
 from ..core.state import Ring
+from ..scoring import bootstrap_calls, scorer_mode
 from .incumbent import reference
 from .order import ends_selection, usable_baseline
 from .scores import candidate_ids, node_mean, rank_key
@@ -126,7 +127,10 @@ class Measurements:
     def __init__(self, ring: Ring, layout: RingLayout):
         self.ring = ring
         self.runs: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+        # Scoring by one scorer call, and by several (a guard run's bootstrap, one call per
+        # resample or one `--bootstrap B` call beside the score's own).
         self.scoring: dict[str, list[float]] = defaultdict(list)
+        self.bootstrap_scoring: dict[str, list[float]] = defaultdict(list)
         self.review_command: list[float] = []
         self.count = 0
         slurm_runs: dict[str, float] = {}  # SLURM job id: the execution's own seconds
@@ -141,9 +145,11 @@ class Measurements:
                 slurm_runs[result.slurm_job_id] = _duration(result)
             score = folder / "score.json"
             if score.exists():
-                seconds = read_json(score).get("scoring_s")
+                scored = read_json(score)
+                seconds = scored.get("scoring_s")
                 if isinstance(seconds, int | float):
-                    self.scoring[view].append(float(seconds))
+                    several = (scored.get("scorer_calls") or 1) > 1
+                    (self.bootstrap_scoring if several else self.scoring)[view].append(seconds)
         for path in layout.reviews():
             for check in read_json(path).get("checks", []):
                 if check.get("check") == "review_command" and "wall_s" in check:
@@ -215,7 +221,19 @@ class Measurements:
             return Price(max(anything), ASSUMED, "slowest measured run of any kind")
         return Price(FALLBACK_EXECUTION_S, ASSUMED, "fallback: nothing measured")
 
-    def scoring_price(self, view: str) -> Price:
+    def scoring_price(self, view: str, calls: int = 1) -> Price:
+        """A run's scoring on `view` by `calls` scorer calls (more than one: a guard run's
+        bootstrap, priced from measured bootstraps, else from one call's price)."""
+        if calls > 1:
+            if self.bootstrap_scoring.get(view):
+                return Price(fmean(self.bootstrap_scoring[view]), MEASURED,
+                             "measured bootstrap scoring on the view")  # fmt: skip
+            every = [s for runs in self.bootstrap_scoring.values() for s in runs]
+            if every:
+                return Price(fmean(every), ASSUMED, "measured bootstrap scoring on other views")
+            one = self.scoring_price(view)
+            return Price(one.seconds * calls, ASSUMED,
+                         f"{one.how} x {calls} scorer calls (the guard's bootstrap)")  # fmt: skip
         if self.scoring.get(view):
             return Price(fmean(self.scoring[view]), MEASURED, "measured scoring on the view")
         every = [s for runs in self.scoring.values() for s in runs]
@@ -300,7 +318,18 @@ class Planner:
         if (overhead := self.measured.job_overhead_s) is not None:
             price = Price(price.seconds + overhead, price.basis,
                           f"{price.how}, + {overhead:.1f} s per SLURM job (measured)")  # fmt: skip
-        return Job(job_name(node, view, variant), price, self.measured.scoring_price(view))
+        scoring = self.measured.scoring_price(view, self.scorer_calls(view, variant))
+        return Job(job_name(node, view, variant), price, scoring)
+
+    def scorer_calls(self, view: str, variant: str) -> int:
+        """How many times scoring an execution runs the scorer: once, and for a guard run
+        or the final view's a bootstrap (scoring.py) where the scorer draws the rows."""
+        bootstrapped = is_guard_variant(variant) or (
+            view == self.ring.final_view and variant == "s0"
+        )
+        if not bootstrapped or scorer_mode(self.ring.task) != "resample":
+            return 1
+        return 1 + len(bootstrap_calls(self.ring.task, self.ring.config.guard.bootstrap))
 
     def batch(self, stage: str, runs, label: str, after: Price | None = None) -> Batch:
         runs = [r for r in runs if self.pending(*r[:3])]

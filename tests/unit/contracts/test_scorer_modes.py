@@ -73,6 +73,19 @@ def test_check_accepts_a_resampling_scorer(tmp_path):
     assert "the score changes with --seed" in done.stdout
 
 
+def test_check_says_what_a_scorer_without_bootstrap_will_cost_the_guard(tmp_path):
+    task = declare(make_task(tmp_path), scorer_bootstrap=False)
+    (task / "scorer.py").write_text(RESAMPLING_SCORER)
+    done = ringflow_check(task, make_candidate(tmp_path / "cands" / "a", mean=0.5))
+    assert done.returncode == 0, done.stdout  # a cost to know of, not a fault
+    warning = next(line for line in done.stdout.splitlines() if "no scorer_bootstrap" in line)
+    assert "200 more times (guard.bootstrap, one scorer call per resample" in warning
+    assert "scorer_bootstrap: true" in warning and " s per run)" in warning
+    with_batch = declare(task, scorer_bootstrap=True)
+    (with_batch / "scorer.py").write_text(RESAMPLING_SCORER)
+    assert "no scorer_bootstrap" not in ringflow_check(with_batch, tmp_path / "cands" / "a").stdout
+
+
 def test_a_rows_scorer_gives_one_value_per_row(tmp_path):
     path = tmp_path / "score.json"
     record = _check_rows({"score": 0.5, "valid": True, "rows": [1, 0, 1, 1]}, path)

@@ -147,6 +147,33 @@ def test_guard_views_train_once_then_replay_priced_by_size(tmp_path):
     assert {job.name.split()[1].split("/")[0] for job in guard[0].jobs} == {"holdout"}
 
 
+@pytest.mark.parametrize("mode, batched, calls", [("resample", False, 1 + 200),
+                                                  ("resample", True, 2), ("rows", False, 1),
+                                                  ("fixed", False, 1)])  # fmt: skip
+def test_a_guard_runs_scoring_is_priced_with_its_bootstrap_calls(tmp_path, mode, batched, calls):
+    ring = make_ring(tmp_path, {"a": False}, guard={"bootstrap": 200})
+    record(ring, "n001-a", "proxy", "s0", 1.0, scoring_s=0.3)  # a search run: one call
+    lock = load_ring(ring)
+    task = dataclasses.replace(lock.task, scorer_mode=mode, scorer_bootstrap=batched)
+    lock = dataclasses.replace(lock, task=task)
+    planner = Planner(lock, _layout(ring))
+    first = f"g{lock.guard_seeds[0]}"
+    # A search seed is one scorer call; a guard run and the final view's run add the
+    # bootstrap where the scorer draws the rows itself: one call per resample, or one more.
+    assert planner.job("n001-a", "proxy", "s1").scoring.seconds == pytest.approx(0.3)
+    for view, variant in (("proxy", first), (lock.final_view, "s0")):
+        scoring = planner.job("n001-a", view, variant).scoring
+        assert scoring.seconds == pytest.approx(0.3 * calls), (view, variant)
+        assert (f"x {calls} scorer calls" in scoring.how) == (calls > 1)
+    # Once a bootstrap was scored, what it took prices the others.
+    record(ring, "n001-a", "proxy", first, 1.0, scoring_s=20.0)
+    score = ring / "nodes" / "n001-a" / "exec" / "proxy" / first / "score.json"
+    score.write_text(json.dumps({**json.loads(score.read_text()), "scorer_calls": calls}))
+    measured = Planner(lock, _layout(ring)).job("n001-a", "proxy", f"g{lock.guard_seeds[1]}")
+    expected = 20.0 if calls > 1 else pytest.approx((0.3 + 20.0) / 2)
+    assert measured.scoring.seconds == expected and measured.scoring.basis == MEASURED
+
+
 def test_review_commands_are_priced_from_the_configured_default_then_measured(tmp_path):
     ring = make_ring(tmp_path, {"a": False}, review="true", reserve={"review_command_min": 2})
     measured = Measurements(load_ring(ring), _layout(ring))
