@@ -25,7 +25,7 @@ configfile: workflow.source_path("config/config.yaml")
 
 
 SCHEMA = workflow.source_path("config/config.schema.yaml")
-prepare_config(config, SCHEMA)
+prepare_config(config, SCHEMA, workflow.source_path("config/config.yaml"))
 # The configured ring (ring_id), and every ring a chain file names (with no configuration
 # file, the demo chain): `snakemake ring2` runs ring 2, after ring 1 if ring 1 has not run.
 DEMO_CHAIN = workflow.source_path("config/chain.yaml")

@@ -126,6 +126,25 @@ def inherit_config(
     return taken
 
 
+def place_beside_parent(config: dict, defaults: dict, workdir: Path | None = None,
+                        given: set[str] | None = None) -> bool:  # fmt: skip
+    """A ring that continues a locked ring in another runs folder, with its own `runs_dir`
+    left at the default, runs in that folder, beside its parent; in place. True where it
+    moved. A chain's ring whose parent is not locked yet keeps the chain's folder."""
+    previous = config.get("continue_from")
+    given = given_keys() if given is None else given
+    if not previous or "runs_dir" in given or config.get("runs_dir") != defaults["runs_dir"]:
+        return False
+    workdir = Path(workdir or os.getcwd())
+    parent = _resolve(previous, workdir)
+    if not RingLayout(parent).ring_json.is_file():
+        return False
+    if parent.parent == _resolve(config["runs_dir"], workdir):
+        return False  # already there: the configuration stays as it was written
+    config["runs_dir"] = str(parent.parent)
+    return True
+
+
 def parent_paths(config: RingConfig, parent: Ring) -> RingConfig:
     """config with task, candidates and baseline taken from the parent when left empty."""
     return dataclasses.replace(

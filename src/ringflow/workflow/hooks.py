@@ -23,7 +23,12 @@ from ..core.yamlio import load_yaml
 from ..reporting import notify
 from ..reporting.progress import ring_end, ring_start
 from ..ring.boxes import remove_abandoned_boxes
-from ..ring.chain import inherit_config, refuse_task_switch, remember_command_line
+from ..ring.chain import (
+    inherit_config,
+    place_beside_parent,
+    refuse_task_switch,
+    remember_command_line,
+)
 from ..ring.edits import refuse_edits
 from ..ring.janitor import start_janitor
 from ..ring.lease import hold_leases, release_leases
@@ -38,12 +43,19 @@ from .resident_steps import start_server
 from .scheduler_wakeups import one_pending_wakeup
 
 
-def prepare_config(config: dict, schema_path: str) -> None:
+def prepare_config(config: dict, schema_path: str, defaults_path: str) -> None:
     """The workflow's configuration, coerced (values given on the command line are text) and
-    checked, in place; each ring's overrides are checked with the ring."""
+    checked, in place; each ring's overrides are checked with the ring. A continuation
+    whose runs folder is left at the default runs beside the ring it continues."""
     remember_command_line()
     coerce_config(config, schema_path)
     check_config(config, schema_path)
+    if place_beside_parent(config, config_defaults(defaults_path)):
+        print(
+            f"ringflow: ring {config['ring_id']} runs beside the ring it continues, in "
+            f"{config['runs_dir']} (runs_dir=FOLDER puts it elsewhere)",
+            file=sys.stderr,
+        )
 
 
 def _parent_locked(config: dict) -> bool:

@@ -12,7 +12,12 @@ import yaml
 from ringflow.core.errors import InputError
 from ringflow.core.settings import RingConfig
 from ringflow.nodes import import_static
-from ringflow.ring.chain import command_line_keys, inherit_config, refuse_task_switch
+from ringflow.ring.chain import (
+    command_line_keys,
+    inherit_config,
+    place_beside_parent,
+    refuse_task_switch,
+)
 from ringflow.ring.lock import lock_ring
 from ringtools import DEFAULTS, full_config, make_candidate, make_task
 
@@ -120,3 +125,24 @@ def test_command_line_keys_come_from_every_config_option():
             "d={e: {f: null}, g: 1}"]  # fmt: skip
     # The last --config option replaces earlier ones in Snakemake; every key is noted.
     assert set(command_line_keys(argv)) == {"a", "b.c", "d.e.f", "d.g"}
+
+
+def test_a_continuation_of_a_ring_elsewhere_runs_beside_it_unless_told_where(parent, tmp_path):
+    work, r1 = parent
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    defaults = full_config()
+    config = full_config(ring_id="r2", continue_from=r1.ring_dir)
+    assert place_beside_parent(config, defaults, elsewhere, given=set())
+    assert config["runs_dir"] == str(work / "runs")
+    assert lock_ring(config, elsewhere).ring_dir == str(work / "runs" / "r2")
+    # A runs folder given on the command line, or in a configuration file, is kept.
+    for given, runs in ((set(), "mine"), ({"runs_dir"}, defaults["runs_dir"])):
+        config = full_config(ring_id="r3", continue_from=r1.ring_dir, runs_dir=runs)
+        assert not place_beside_parent(config, defaults, elsewhere, given=given)
+        assert config["runs_dir"] == runs
+    # Already beside it, or a parent not locked yet (a chain's): the configuration as written.
+    for where, previous in ((work, r1.ring_dir), (elsewhere, str(work / "runs" / "later"))):
+        config = full_config(ring_id="r4", continue_from=previous)
+        assert not place_beside_parent(config, defaults, where, given=set())
+        assert config["runs_dir"] == defaults["runs_dir"]
