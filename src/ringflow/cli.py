@@ -443,8 +443,9 @@ def cmd_check(args) -> int:
         baseline=args.baseline,
         profile=args.profile,
         configfile=args.configfile,
+        echo=sys.stdout,  # line by line: a run that takes its time shows what it waits for
     )
-    print(report.text(), end="")
+    print(f"\n{report.verdict()}")
     return 1 if report.failed else 0
 
 
@@ -524,8 +525,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument(
         "--configfile",
-        help="the ring's configuration file (e.g. config/quick.yaml): its limits are checked "
-        "with --profile",
+        help="the ring's configuration file (e.g. config/quick.yaml): the check's runs use "
+        "its limits, and with --profile they are checked against the partition",
     )
     check.set_defaults(func=cmd_check)
     add("status", cmd_status, "live table of nodes, in-flight executions, cutoff and reserve")

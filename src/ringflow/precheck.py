@@ -15,45 +15,67 @@ import shlex
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TextIO
 
 from .candidate import load_solution
 from .check_guard import check_resampling, report_power
 from .core import statuses
 from .core.errors import InputError, RingflowError
 from .core.state import Ring
-from .core.yamlio import load_yaml
+from .core.yamlio import YAMLError, load_yaml
 from .reporting.digest import first_line, last_line
 
 REPO_CONFIG = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
 
 
 class Report:
-    def __init__(self) -> None:
+    """The check's lines; with `echo`, each is also written there as it comes, so that a
+    run that takes its time shows what it is waiting for."""
+
+    def __init__(self, echo: TextIO | None = None) -> None:
         self.lines: list[str] = []
         self.failed = 0
+        self.echo = echo
+
+    def _add(self, line: str) -> None:
+        self.lines.append(line)
+        if self.echo is not None:
+            print(line, file=self.echo, flush=True)
 
     def head(self, text: str) -> None:
-        self.lines.append(text)
+        self._add(text)
 
     def ok(self, text: str) -> None:
-        self.lines.append(f"  ok    {text}")
+        self._add(f"  ok    {text}")
 
     def warn(self, text: str) -> None:
-        self.lines.append(f"  warn  {text}")
+        self._add(f"  warn  {text}")
 
     def fail(self, text: str) -> None:
         self.failed += 1
-        self.lines.append(f"  FAIL  {text}")
+        self._add(f"  FAIL  {text}")
+
+    def verdict(self) -> str:
+        return "check: " + ("no problem found" if not self.failed else f"{self.failed} problem(s)")
 
     def text(self) -> str:
-        verdict = "no problem found" if not self.failed else f"{self.failed} problem(s)"
-        return "\n".join([*self.lines, "", f"check: {verdict}"]) + "\n"
+        return "\n".join([*self.lines, "", self.verdict()]) + "\n"
 
 
-def default_config() -> dict:
+def default_config(configfile: str | Path | None = None) -> dict:
+    """The defaults, with the ring's configuration file (`--configfile`) laid over them."""
     if not REPO_CONFIG.is_file():
         raise InputError(f"check: the default configuration {REPO_CONFIG} is missing")
-    return load_yaml(REPO_CONFIG.read_text())
+    config = load_yaml(REPO_CONFIG.read_text())
+    if configfile is None:
+        return config
+    try:
+        given = load_yaml(Path(configfile).read_text()) or {}
+    except (OSError, YAMLError) as exc:
+        raise InputError(f"check: --configfile {configfile}: {exc}") from None
+    if not isinstance(given, dict):
+        raise InputError(f"check: --configfile {configfile} is not a mapping of config keys")
+    return _overlay(config, given)
 
 
 def solution_folders(paths: list[Path]) -> list[Path]:
@@ -154,8 +176,10 @@ def _run_one(report: Report, ring: Ring, node: str) -> None:
     from .scoring import score_execution
 
     view = ring.search_views[0]
+    limit = ring.views[view].limits["time_limit_min"]
     report.head(
-        f"one run of {node} on {view} (seed 0), its output validated and scored by the task:"
+        f"one run of {node} on {view} (seed 0; time limit {limit:g} min, "
+        "limits.time_limit_min), its output validated and scored by the task:"
     )
     result = run_execution(ring.ring_dir, node, view, "s0")
     exec_dir = RingLayout(Path(ring.ring_dir)).exec_dir(node, view, "s0")
@@ -218,9 +242,7 @@ def _check_slurm(report: Report, profile: str | Path, configfile: str | Path | N
         return
     if target is None:
         return
-    config = default_config()
-    if configfile is not None:
-        config = _overlay(config, load_yaml(Path(configfile).read_text()) or {})
+    config = default_config(configfile)
     report.head(f"SLURM partition {target.partition or '(the default)'}:")
     try:
         problem = slurm_problem(config, target)
@@ -276,20 +298,27 @@ def check(
     baseline: str | Path | None = None,
     profile: str | Path | None = None,
     configfile: str | Path | None = None,
+    echo: TextIO | None = None,
 ) -> Report:
     """Check a task and candidates as a ring would; nothing outside a temporary folder is
     written. The baseline (when one is given) and the first candidate each run once in
     the sandbox; the first of these runs also probes the scorer's mode. With a SLURM
-    `profile`, the executions' requests (the default limits, with `configfile` laid over
-    them) are checked against the profile's partition first."""
+    `profile`, the executions' requests are checked against the profile's partition
+    first. The runs use the defaults with `configfile` laid over them, as a ring would
+    (its limits: a program that hangs is stopped at its time limit)."""
     from .core.layout import RingLayout
     from .core.node_state import read_node
     from .nodes import import_static
     from .ring.lock import lock_ring
     from .task import load_task
 
-    report = Report()
-    config = default_config()
+    report = Report(echo)
+    try:
+        config = default_config(configfile)
+    except InputError as exc:
+        report.head("configuration:")
+        report.fail(str(exc))
+        return report
     task_dir = Path(task).resolve()
     try:
         spec = load_task(task_dir)
@@ -324,6 +353,7 @@ def check(
             baseline=None if baseline_dir is None else str(baseline_dir),
             continue_from=None,
         )
+        config.pop("rings", None)  # a chain file's rings: the check is one ring of its own
         try:
             ring = lock_ring(config, work)
         except RingflowError as exc:

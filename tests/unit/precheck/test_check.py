@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -123,3 +124,28 @@ def test_with_a_baseline_the_first_candidate_runs_too(tmp_path):
     (cands[0] / "run.py").write_text("raise SystemExit(4)\n")
     text = check(task, cands, baseline=base).text()
     assert "one run of n001-a on proxy" in text and "FAIL  crash: exited with code 4" in text
+
+
+def test_the_checks_runs_take_the_rings_configuration_file_and_print_as_they_go(tmp_path):
+    task = make_task(tmp_path)
+    cand = make_candidate(tmp_path / "cands" / "slow", mean=0.6)
+    (cand / "run.py").write_text("import time\ntime.sleep(600)\n")
+    configfile = tmp_path / "ring.yaml"
+    configfile.write_text(yaml.safe_dump({"limits": {"time_limit_min": 0.05},
+                                          "rings": {"one": {}}}))  # fmt: skip
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "ringflow", "check", str(task), str(cand),
+         "--configfile", str(configfile)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert time.monotonic() - started < 120  # its 3 s limit, not the default 6 hours
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "one run of n001-slow on proxy (seed 0; time limit 0.05 min" in done.stdout
+    assert "FAIL  timeout: time limit of 0.05 min reached" in done.stdout
+    assert done.stdout.rstrip().endswith("check: 1 problem(s)")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- a list\n")
+    done = subprocess.run([sys.executable, "-m", "ringflow", "check", str(task), str(cand),
+                           "--configfile", str(bad)], capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 1 and "is not a mapping of config keys" in done.stdout
