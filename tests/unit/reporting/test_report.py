@@ -486,6 +486,24 @@ def test_refused_decision(tmp_path):
     assert "Not written." in page  # no REPRO.json
 
 
+def test_a_finished_ring_says_when_it_finished_not_when_the_page_was_written(tmp_path):
+    from ringflow.reporting.report import format_time as when
+
+    ring = hand_ring(tmp_path)
+    finished(ring, "n001-good", "a", "s0", 0.7, ended_at=START + 90)
+    write(ring / "selection" / "decision.json",
+          {"decision": "refused", "reason": "no baseline", "final_written": False,
+           "decided_at": START + 100})  # fmt: skip
+    page = render_report(ring, now=START + 5000)
+    assert (
+        f"<b>Finished</b> at {when(START + 100)} (this page written at {when(START + 5000)})"
+        in page
+    )
+    write(ring / "stop_manifest.json", {"ring_id": "r", "stopped_at": START + 120})
+    page = render_report(ring, now=START + 5000)
+    assert f"<b>Finished</b> at {when(START + 120)} (this page written" in page
+
+
 def test_carried_over_and_resumed_nodes_listed(tmp_path):
     ring = hand_ring(tmp_path)
     add_node(
