@@ -236,9 +236,11 @@ def run_command(ring: Ring, manifest: dict, folder: str) -> str:
     argv = shlex.split((manifest.get("run") or {}).get("command") or "python run.py --seed 0")
     if argv and argv[0] in ("python", "python3") and ring.program_python:
         argv[0] = ring.program_python
+    # The program writes into the output folder; it does not make it.
     return (
-        f"cd {shlex.quote(folder)} && RINGFLOW_INPUT_DIR=/path/to/new/inputs "
-        f"RINGFLOW_OUTPUT_DIR=/path/to/predictions RINGFLOW_SEED=0 {shlex.join(argv)}"
+        f"mkdir -p /path/to/predictions && cd {shlex.quote(folder)} && "
+        "RINGFLOW_INPUT_DIR=/path/to/new/inputs RINGFLOW_OUTPUT_DIR=/path/to/predictions "
+        f"RINGFLOW_SEED=0 {shlex.join(argv)}"
     )
 
 

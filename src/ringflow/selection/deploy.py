@@ -89,7 +89,8 @@ def how_to_run(command: list[str], per_view: bool, python: str | None = None) ->
             "RINGFLOW_SEED": "0",
         },
         "example": (
-            "cd <this folder> && RINGFLOW_INPUT_DIR=/path/to/new/inputs "
+            "mkdir -p /path/to/predictions && cd <this folder> && "
+            "RINGFLOW_INPUT_DIR=/path/to/new/inputs "
             f"RINGFLOW_OUTPUT_DIR=/path/to/predictions RINGFLOW_SEED=0 {example}"
         ),
         "weights": (

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 from ringflow.cli import main
@@ -41,7 +43,9 @@ def _hand_ring(root: Path) -> Path:
 def _assert_runs_from_its_own_folder(run: dict) -> None:
     assert "solution" not in run["working_directory"], run
     assert "solution" not in run["example"], run
-    assert run["example"].startswith("cd <this folder> && RINGFLOW_INPUT_DIR="), run
+    assert run["example"].startswith(
+        "mkdir -p /path/to/predictions && cd <this folder> && RINGFLOW_INPUT_DIR="
+    ), run
     assert run["command"] == "python run.py --seed 0"
 
 
@@ -78,6 +82,24 @@ def test_an_export_s_manifest_and_hint_name_the_exported_folder_and_the_ring_s_p
     said = capsys.readouterr().out.splitlines()
     hint = next(line for line in said if line.startswith("run it: "))
     words = shlex.split(hint.removeprefix("run it: "))
-    assert words[:3] == ["cd", str(dest), "&&"], hint
+    assert words[:7] == ["mkdir", "-p", "/path/to/predictions", "&&", "cd", str(dest), "&&"]
     assert words[-4:] == [PYTHON, "run.py", "--seed", "0"], hint
     assert "solution" not in hint
+
+
+def test_the_example_runs_as_printed_into_an_output_folder_not_made_yet(tmp_path):
+    program = tmp_path / "model"
+    program.mkdir()
+    (program / "run.py").write_text(
+        "import os\n"
+        "open(os.path.join(os.environ['RINGFLOW_OUTPUT_DIR'], 'p.csv'), 'w').write('ok')\n"
+    )
+    inputs, out = tmp_path / "inputs", tmp_path / "new" / "predictions"
+    inputs.mkdir()
+    example = how_to_run(["python", "run.py"], per_view=False, python=sys.executable)["example"]
+    command = (example.replace("/path/to/predictions", shlex.quote(str(out)))
+               .replace("/path/to/new/inputs", shlex.quote(str(inputs)))
+               .replace("<this folder>", shlex.quote(str(program))))  # fmt: skip
+    done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (out / "p.csv").read_text() == "ok"
