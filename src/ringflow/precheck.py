@@ -204,10 +204,11 @@ def _run_one(report: Report, ring: Ring, node: str) -> None:
     elif not score.get("scored") and not str(score.get("reason", "")).startswith("invalid"):
         report.fail(f"not scored: {first_line(score.get('reason'))}")
     else:
+        # Whose fault: the program's output, unless that output is right and the task's
+        # scorer or validator misjudged it.
         report.fail(
-            f"{node}'s output was judged invalid: {first_line(score.get('reason'))} (for "
-            'output it cannot use, a scorer writes {"score": null, "valid": false, '
-            '"reason": "..."} and exits 0; a validator exits non-zero with the reason)'
+            f"{node}'s output was judged invalid: {first_line(score.get('reason'))} (fix the "
+            f"program; if its output is right, the task's scorer or validator misjudged it)"
         )
 
 

@@ -76,7 +76,7 @@ def test_a_validator_that_rejects_the_candidate_output_says_whose_fault(tmp_path
     cand = make_candidate(tmp_path / "cands" / "a", mean=3.0)  # out of [0, 1]
     text = check(task, [cand]).text()
     assert "FAIL  n001-a's output was judged invalid: invalid: value 3.0" in text
-    assert '{"score": null, "valid": false' in text
+    assert "(fix the program; if its output is right, the task's scorer or validator" in text
 
 
 def test_views_are_listed_by_role_and_no_validator_is_said_in_words(tmp_path):
