@@ -73,7 +73,7 @@ def snapshot(ring_root: str | Path, now: float | None = None) -> dict:
         if node.get("imported"):  # scored by an earlier ring; rescored on seed 0 only
             variants = ["s0"] if node.get("rescore") else []
         known |= {(node["id"], v, var) for v in views for var in variants}
-    done = running = failed = 0
+    done = running = scoring = failed = 0
     failed_nodes: set[str] = set()
     seed0: dict[str, dict[str, float]] = {}
     for node, view, variant, exec_dir in layout.executions():
@@ -82,8 +82,11 @@ def snapshot(ring_root: str | Path, now: float | None = None) -> dict:
         if result is None:
             running += (exec_dir / "health" / "health_latest.json").exists()
             continue
+        score = _read(exec_dir / "score.json")
+        if score is None:  # the program has ended; its job is scoring it (score.json next)
+            scoring += 1
+            continue
         done += 1
-        score = _read(exec_dir / "score.json") or {}
         # As the failure digest counts them: a run cut by the ring's own clock has not failed.
         cut = result.budget_cut or score.get("budget_cut")
         if not cut and (result.status != "ok" or (score and not score.get("valid"))):
@@ -103,6 +106,7 @@ def snapshot(ring_root: str | Path, now: float | None = None) -> dict:
         "done": done,
         "total": len(known),
         "running": running,
+        "scoring": scoring,
         "failed": failed,
         "failed_nodes": len(failed_nodes),
         "best": best,
@@ -129,7 +133,8 @@ def progress_line(snap: dict) -> str:
     )
     return printable(
         f"[{time.strftime('%H:%M:%S')}] ring {snap['ring_id']}: executions "
-        f"{snap['done']}/{snap['total']} done, {snap['running']} running{failed} | "
+        f"{snap['done']}/{snap['total']} done, {snap['running']} running"
+        f"{f', {scoring} being scored' if (scoring := snap.get('scoring')) else ''}{failed} | "
         f"best so far {best} (seed-0 mean) | {clock}"
     )
 
@@ -166,8 +171,8 @@ class Progress:
             return
         snap = snapshot(self.ring_root)
         pending = self._pending()
-        key = (snap["done"], snap["total"], snap["running"], snap["best"], snap["decided"],
-               pending and pending[0])  # fmt: skip
+        key = (snap["done"], snap["total"], snap["running"], snap["scoring"], snap["best"],
+               snap["decided"], pending and pending[0])  # fmt: skip
         if force or key != self.last_key or time.monotonic() - self.last_at >= HEARTBEAT_S:
             line = progress_line(snap) + (f" | {pending[1]}" if pending else "")
             print(line, file=self.stream, flush=True)

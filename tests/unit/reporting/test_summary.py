@@ -114,6 +114,14 @@ def test_the_progress_line_counts_failures_as_the_digest_does(tmp_path):
     assert snap["failed"] == sum(f.count for f in runs) == 4  # the clock's cut is no failure
     assert snap["failed_nodes"] == len({f.node for f in runs}) == 3
     assert ", 4 failed (of 3 nodes) |" in progress_line(snap)
+    assert "being scored" not in progress_line(snap)
+    # A program that has ended, its job still scoring it: neither running nor done.
+    done = snap["done"]
+    scores = sorted(ring.glob("nodes/*/exec/*/*/score.json"))
+    scores[0].unlink()
+    snap = snapshot(ring)
+    assert (snap["done"], snap["scoring"]) == (done - 1, 1)
+    assert f"{done - 1}/{snap['total']} done, 0 running, 1 being scored" in progress_line(snap)
 
 
 def test_a_stopped_ring_says_why_near_the_top(tmp_path):
