@@ -29,6 +29,7 @@ from filelock import FileLock
 
 from .anchors import StoreAnchors
 from .errors import InputError, RingflowError
+from .hints import ringflow_hint
 from .jsonio import (
     append_jsonl,
     atomic_write_bytes,
@@ -123,6 +124,10 @@ class Ledger:
     def context(self) -> RingContext | None:
         return ring_context(self.path)
 
+    def _repair_hint(self) -> str:
+        """The command that repairs this ledger: a ring's, by its folder."""
+        return ringflow_hint("ledger", "repair", self.path.parent)
+
     def head(self) -> dict[str, Any]:
         """{"seq", "hash"} of the last record, as anchors record it."""
         seq, digest = self._head()
@@ -139,7 +144,7 @@ class Ledger:
         if not last.endswith(b"\n"):
             raise RingflowError(
                 f"ledger {self.path}: the last line is incomplete (no newline); "
-                "`ringflow ledger repair` cuts a torn last line"
+                f"`{self._repair_hint()}` cuts a torn last line"
             )
         try:
             record = json.loads(last)
@@ -147,7 +152,7 @@ class Ledger:
         except (ValueError, KeyError, TypeError):
             raise RingflowError(
                 f"ledger {self.path}: the last line is not a ledger record; "
-                "`ringflow ledger repair` cuts a torn last line"
+                f"`{self._repair_hint()}` cuts a torn last line"
             ) from None
 
     def append(self, kind: str, **fields: Any) -> dict[str, Any]:

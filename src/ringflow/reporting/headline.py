@@ -7,11 +7,11 @@ own files; a ring still running shows what it has so far.
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from statistics import fmean, stdev
 
 from ..core import statuses
+from ..core.hints import ringflow_hint
 from ..core.layout import RingLayout
 from ..core.state import Ring
 
@@ -102,7 +102,7 @@ def deployable(root: Path, decision: dict | None) -> dict:
         "manifest": str(manifest) if manifest.is_file() else None,
         "final_json": str(RingLayout(root).final_dir / "FINAL.json"),
         "chosen": (decision or {}).get("chosen"),
-        "command": f"./ringflow export {shlex.quote(str(root))} DEST",
+        "command": f"{ringflow_hint('export', Path(root))} DEST",
     }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core import statuses
+from ..core.hints import ringflow_hint
 from ..core.layout import RingLayout
 from .digest import digest_lines, failure_digest
 from .report import base_context, format_duration, health_events, health_figures
@@ -84,5 +85,5 @@ def ring_digest(ring_root: str | Path, now: float | None = None) -> dict:
     else:
         lines.append("hung: none")
     lines += digest_lines(failures)
-    lines.append(f"report: {root / 'report.html'} (ringflow report {root})")
+    lines.append(f"report: {root / 'report.html'} ({ringflow_hint('report', Path(root))})")
     return {"ring_id": ring.ring_id, "data": data, "text": "\n".join(lines) + "\n"}

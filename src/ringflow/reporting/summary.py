@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import shlex
-import shutil
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -13,6 +10,7 @@ from pathlib import Path
 from ..carryover.scored import summary_lines as scored_summary
 from ..core import statuses
 from ..core.clock import load_ring
+from ..core.hints import ringflow_command, shown_path
 from ..core.jsonio import atomic_write_json, read_json
 from ..core.layout import RingLayout
 from ..core.node_state import ExecutionResult, read_node, read_result
@@ -195,30 +193,6 @@ def node_happened(node: dict, runs: list[ExecutionResult], failures: list) -> st
     return ", ".join(parts)
 
 
-def _shown_path(path: Path) -> str:
-    relative = os.path.relpath(path, Path.cwd())
-    return str(path) if relative.startswith("..") else relative
-
-
-def ringflow_command(cwd: Path | None = None) -> str:
-    """`ringflow` as whoever reads this can type it where they are: the plain name where it
-    is on PATH (an activated environment), `./ringflow` in a checkout's root (the launcher
-    that needs none), else this environment's own `ringflow` by its path."""
-    cwd = Path.cwd() if cwd is None else Path(cwd)
-    own = Path(sys.executable).parent / "ringflow"
-    on_path = shutil.which("ringflow")
-    if on_path and (not own.exists() or Path(on_path).resolve() == own.resolve()):
-        return "ringflow"
-    launcher, checkout_own = cwd / "ringflow", cwd / ".venv" / "bin" / "ringflow"
-    in_checkout = launcher.is_file() and os.access(launcher, os.X_OK) and checkout_own.exists()
-    if in_checkout and (not own.exists() or checkout_own.resolve() == own.resolve()):
-        return "./ringflow"
-    if own.exists():
-        relative = os.path.relpath(own, cwd)
-        return shlex.quote(str(own) if relative.startswith("..") else relative)
-    return "ringflow"
-
-
 def deploy_lines(ring: Ring, layout: RingLayout) -> list[str]:
     """The commands that take final/ out of the ring and run it on new inputs."""
     manifest_path = layout.final_dir / "solution" / "MANIFEST.json"
@@ -226,7 +200,7 @@ def deploy_lines(ring: Ring, layout: RingLayout) -> list[str]:
         return []
     manifest = read_json(manifest_path)
     dest = f"{ring.ring_id}-model"
-    root = shlex.quote(_shown_path(layout.root))
+    root = shlex.quote(shown_path(layout.root))
     return [
         f"  to deploy it: {ringflow_command()} export {root} {dest}",
         "    then run it on new inputs: " + run_command(ring, manifest, dest),

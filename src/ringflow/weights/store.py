@@ -53,6 +53,7 @@ from ..core.errors import (
     StoreError,
 )
 from ..core.hashing import CHUNK_BYTES, hash_files, is_cache, sha256_file
+from ..core.hints import ringflow_command
 from ..core.jsonio import fsync_dir
 from ..core.safetext import escape_name
 from ..core.safetree import TreeLimit, walk
@@ -231,6 +232,11 @@ def _index_fault(entry: Any, tree: str, key: str) -> str | None:
     return None
 
 
+def repair_hint() -> str:
+    """`store repair` as the user types it; RING is any ring that uses the store."""
+    return f"{ringflow_command()} store repair RING"
+
+
 class WeightsStore:
     """A weights store rooted at `root` (created with mode 0700 if absent)."""
 
@@ -289,11 +295,11 @@ class WeightsStore:
         where = f"per_view/{tree[:12]}…/{key}.json"
         if entry is None:
             raise ReplayCheckFailed("index entry", f"{where} is missing, but the store's "
-                                    f"anchors record its registration ({by}): `ringflow store "
-                                    "repair` restores it")  # fmt: skip
+                                    f"anchors record its registration ({by}): "
+                                    f"`{repair_hint()}` restores it")  # fmt: skip
         if not same_files(entry["files"], anchored["files"]):
             raise ReplayCheckFailed("index entry", f"{where} lists other objects than its "
-                                    f"registration anchored ({by}): `ringflow store repair` "
+                                    f"registration anchored ({by}): `{repair_hint()}` "
                                     "restores it")  # fmt: skip
         return entry
 
@@ -835,7 +841,7 @@ class WeightsStore:
                 elif os.stat(present[sha]).st_size != item["size"]:
                     problems.append(f"{where}: object size differs from the registered size")
         problems += [
-            f"leftover of an interrupted registration: {path} (`ringflow store repair` removes it)"
+            f"leftover of an interrupted registration: {path} (`{repair_hint()}` removes it)"
             for path in self.leftovers()
             if not owner_alive(path)  # a registration of another ring, still copying
         ]

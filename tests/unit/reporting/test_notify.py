@@ -12,6 +12,7 @@ import yaml
 from test_report import START, decided, finished, hand_ring, write
 
 from mailtools import local_servers
+from ringflow.core.hints import ringflow_command
 from ringflow.core.settings import Notify
 from ringflow.reporting import notify
 from ringtools import REPO
@@ -84,6 +85,8 @@ def test_digest_reaches_the_local_smtp_server_and_webhook(tmp_path, secrets):
     assert "time left: to the cutoff 20m00s, to stop_at 50m00s" in body
     assert "hung: 1 execution(s)\n  n001-good/b/s0: hung, would_hang 1" in body
     assert "n001-good: crash (1x, e.g. a/s0)" in body
+    root = ring.resolve()  # the report's command, as it can be typed where it was sent from
+    assert f"report: {root / 'report.html'} ({ringflow_command()} report {root})" in body
     assert inbox.logins == [("you", PASSWORD)]
     ((headers, posted),) = inbox.posts
     assert headers["Authorization"] == f"Bearer {TOKEN}"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ringflow.core.hints import ringflow_command
 from ringflow.reporting.report import render_report, write_report
 from ringtools import finished_demo_ring, full_config
 
@@ -651,7 +652,8 @@ def test_first_screen_leads_with_the_decision(tmp_path):
     assert "chosen − baseline 0.0500 (0.8000 vs 0.7500)" in text
     assert "n002-other (finalist #2): review failed: outputs change on disguised copies" in text
     assert "Time to first valid result: 30s" in text
-    assert f"./ringflow export {ring.resolve()} DEST" in text
+    # The command as it can be typed where the page was written.
+    assert f"{ringflow_command()} export {ring.resolve()} DEST" in text
     assert "3 executions" not in text and "2 executions (2 ok)" in text
     # The first screen comes before every table of the page.
     assert page.index('id="first-screen"') < page.index('<table id="nodes">')

@@ -10,9 +10,10 @@ import sys
 
 from test_report import START, finished, hand_ring, write
 
+from ringflow.core.hints import ringflow_command
 from ringflow.core.node_state import ExecutionResult
 from ringflow.reporting.digest import Failure
-from ringflow.reporting.summary import node_happened, render_summary, ringflow_command
+from ringflow.reporting.summary import node_happened, render_summary
 
 
 def _lock(ring, **extra):
