@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 from pathlib import Path
 
 from ..core.clock import load_ring
@@ -132,21 +131,10 @@ def find_edits(ring_dir: str | Path) -> list[str]:
 
 
 def refuse_edits(ring_dir: str | Path, ring_id: str) -> None:
-    """At workflow start: a locked ring does not run on after what it was given changed.
-    A finished ring (its stop manifest written: nothing of it reads its inputs again) is
-    not refused; it says that the edits are for a ring that continues it."""
+    """At workflow start: a locked ring does not run on after what it was given changed."""
     from ..core.recovery import continuation_command, user_argv
 
     edits = find_edits(ring_dir)
-    if edits and RingLayout(Path(ring_dir)).stop_manifest.is_file():
-        print(
-            f"ringflow: ring {ring_dir} is finished, and what it was given has changed since "
-            f"its lock ({'; '.join(edits)}); the finished ring stays as it was. To run the "
-            "edits in a new ring that continues it, run:\n    "
-            + continuation_command(Path(ring_dir), None, user_argv()),
-            file=sys.stderr,
-        )
-        return
     if edits:
         raise InputError(
             f"ring {ring_dir} is locked, and what it was given has changed since:\n  "

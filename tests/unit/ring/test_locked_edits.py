@@ -63,16 +63,3 @@ def test_a_removed_candidate_folder_is_reported(ring):
     assert find_edits(root) == [
         f"{work / 'cands' / 'a'} (n001-a) was removed after the ring was locked"
     ]
-
-
-def test_a_finished_ring_is_not_refused_for_an_edit_but_says_where_the_edit_goes(ring, capsys):
-    work, root = ring
-    (work / "cands" / "a" / "run.py").write_text("print('new')\n")
-    (root / "stop_manifest.json").write_text("{}")  # written once nothing reads the inputs
-    refuse_edits(root, "r1")
-    said = capsys.readouterr().err
-    assert f"ring {root} is finished, and what it was given has changed" in said
-    assert "cands/a (n001-a)" in said and "the finished ring stays as it was" in said
-    assert "ring_id=r1-2" in said
-    # verify still tells the ring's inputs from what they are now.
-    assert any(p.startswith("edited: ") for p in verify_ring(root))
