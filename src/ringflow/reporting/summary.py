@@ -178,10 +178,9 @@ def node_happened(node: dict, runs: list[ExecutionResult], failures: list) -> st
     if node["status"] != statuses.READY:
         return node["status"].replace("_", " ")
     if not runs:
-        imported = node.get("imported") or {}
-        if imported.get("comparable"):  # its earlier ring's scores count here as they are
-            return f"scored in {(imported.get('from') or {}).get('ring_id', 'an earlier ring')}"
-        return "not run"
+        # An imported node still ready is comparable (its earlier scores count here as they
+        # are) or owed a rescore; carryover/scored.py settles which.
+        return "scored earlier" if node.get("imported") and not node.get("rescore") else "not run"
     total = len(runs)
     parts = [f"{HAPPENED.get(f.kind, f.kind)} {f.count}/{total}" for f in failures]
     cut = sum(1 for r in runs if r.budget_cut)

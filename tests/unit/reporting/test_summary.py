@@ -92,12 +92,11 @@ def test_a_node_row_says_what_happened():
     )
     assert node_happened(ready, [cut, run], []) == "ok 1/2, cut 1/2"
     assert node_happened(ready, [], []) == "not run"
-    # Imported with scores this ring compares as they are; or owed a rescore, not run yet.
-    scored = {**ready, "imported": {"comparable": True, "from": {"ring_id": "r1"}}}
-    assert node_happened(scored, [], []) == "scored in r1"
-    owed = {**ready, "imported": {"comparable": False, "rescore": True, "from": {"ring_id": "r1"}}}
-    assert node_happened(owed, [], []) == "not run"
-    assert node_happened({"id": "n4", "status": "history", "imported": {}}, [], []) == "history"
+    # As the nodes' index has them: imported with scores this ring compares as they are;
+    # or owed a rescore, not run yet; or history.
+    assert node_happened({**ready, "imported": True, "rescore": False}, [], []) == "scored earlier"
+    assert node_happened({**ready, "imported": True, "rescore": True}, [], []) == "not run"
+    assert node_happened({"id": "n4", "status": "history", "imported": True}, [], []) == "history"
     assert node_happened({"id": "n2", "status": "rejected"}, [], []) == "rejected"
     assert node_happened({"id": "n3", "status": "carried_over"}, [], []) == "carried over"
 
