@@ -802,15 +802,19 @@ def tick_safely(ring_dir: str | Path) -> None:
         if RingLayout(Path(ring_dir)).ring_json.exists():
             tick(ring_dir)
     except Exception as exc:
-        emit_event(Path(ring_dir), "reserve_estimate_failed", error=str(exc))
+        if Path(ring_dir).is_dir():  # never a folder of its own for the event
+            emit_event(Path(ring_dir), "reserve_estimate_failed", error=str(exc))
 
 
 def start_in_background(
     ring_dir: str | Path, every_s: float = TICK_S, watch_s: float = WATCH_S
 ) -> threading.Thread:
     """Tick every `every_s`, and at once whenever a step of final selection is recorded
-    (a file appears in selection/), so each stage starts with a fresh plan."""
-    layout = RingLayout(Path(ring_dir))
+    (a file appears in selection/), so each stage starts with a fresh plan. The ring's
+    folder is taken absolute now: Snakemake returns to the folder it was started from as
+    the workflow ends, while this thread may still tick."""
+    ring_dir = Path(ring_dir).resolve()
+    layout = RingLayout(ring_dir)
 
     def loop() -> None:
         last_tick, seen = 0.0, None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,9 @@ from ringflow.selection.timekeeper import (
     settle_final_k,
     slots_for,
     stage_timing,
+    start_in_background,
     tick,
+    tick_safely,
 )
 from ringtools import full_config, make_candidate, make_task
 
@@ -395,3 +398,25 @@ def test_under_slurm_each_execution_is_priced_with_its_jobs_measured_overhead(
     record(plain, "n001-a", "proxy", "s0", 10.0)
     assert Measurements(load_ring(plain), _layout(plain)).job_overhead_s is None
     assert asked == [["40", "41"]]
+
+
+def test_the_background_ticks_keep_to_the_ring_when_the_driver_changes_folder(
+    tmp_path, monkeypatch
+):
+    ring = make_ring(tmp_path, {"a": False})
+    record(ring, "n001-a", "proxy", "s0", 1.0)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(tmp_path)
+    start_in_background("runs/t", every_s=0.05, watch_s=0.02)
+    # Snakemake returns to the folder it was started from as the workflow ends.
+    monkeypatch.chdir(elsewhere)
+    cutoff = ring / "cutoff.json"
+    before = json.loads(cutoff.read_text()).get("estimated_at")
+    deadline = time.monotonic() + 20
+    while json.loads(cutoff.read_text()).get("estimated_at") == before:
+        assert time.monotonic() < deadline, "no tick reached the ring"
+        time.sleep(0.05)
+    # A tick of a ring that is not there records nothing, and makes no folder for it.
+    tick_safely("runs/t")
+    assert list(elsewhere.iterdir()) == []
