@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import ctypes
 import os
+import select
 import signal
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -263,6 +265,32 @@ def executable(pid: int) -> str | None:
 def alive(members: dict[int, ProcStat]) -> dict[int, ProcStat]:
     """Members that are not zombies."""
     return {pid: s for pid, s in members.items() if s.state != "Z"}
+
+
+def wait_for_an_end(pids: Iterable[int], until: float, wake_fd: int | None = None) -> None:
+    """Sleep until one of `pids` ends, `wake_fd` is readable or time.monotonic() reaches
+    `until`. What a program leaves for a moment is mostly bubblewrap's init tearing its
+    namespaces down, a few milliseconds after the program's end; each is waited for as it
+    ends (a pidfd each), not on a fixed tick. Where a pidfd cannot be had (the process is
+    gone already, an old kernel), it sleeps 2 ms at most and the caller looks again."""
+    poller = select.poll()
+    if wake_fd is not None:
+        poller.register(wake_fd, select.POLLIN)
+    pidfds: list[int] = []
+    every_one = True
+    try:
+        for pid in pids:
+            try:
+                pidfds.append(os.pidfd_open(pid))
+            except (AttributeError, OSError):
+                every_one = False
+                break
+            poller.register(pidfds[-1], select.POLLIN)
+        left = max(until - time.monotonic(), 0.0)
+        poller.poll((left if every_one else min(left, 0.002)) * 1000)
+    finally:
+        for fd in pidfds:
+            os.close(fd)
 
 
 def describe(pid: int, stat: ProcStat | None = None) -> dict:

@@ -41,6 +41,7 @@ from .proctree import (
     describe,
     read_stat,
     set_child_subreaper,
+    wait_for_an_end,
 )
 from .sampling import Sample, TreeSampler
 from .settings import HealthSettings, ResourceLimits
@@ -513,8 +514,8 @@ class _Supervision:
             # own helpers (bubblewrap's init) may still be exiting: give them a moment.
             leftovers = alive(self.tree.discover())
             settle_end = time.monotonic() + LEFTOVER_SETTLE_S
-            while leftovers and time.monotonic() < settle_end:
-                self.wait(0.02)
+            while leftovers and time.monotonic() < settle_end and not self.got_signal:
+                wait_for_an_end(leftovers, settle_end, self.wake_r)
                 leftovers = alive(self.tree.discover())
             if leftovers:
                 self.event(

@@ -25,6 +25,7 @@ from ringflow.supervisor.cgroup import (
     OwnedCgroup,
     sweep_abandoned,
 )
+from ringflow.supervisor.proctree import wait_for_an_end
 
 SRC = str(Path(__file__).resolve().parents[3] / "src")
 FAST = HealthSettings(collect_s=0.2, interval_s=1, hang_min=0.05, term_grace_s=1)
@@ -326,6 +327,43 @@ def test_daemon_left_after_normal_exit_is_swept(tmp_path):
     assert outcome.status == statuses.OK and not outcome.budget_cut
     assert events(outcome, "leftover_descendants")
     assert not pid_alive(daemon)
+
+
+def test_a_child_ending_just_after_the_program_is_waited_for_not_swept(tmp_path):
+    # Bubblewrap's init ends a few milliseconds after the program: what ends by itself
+    # within the settle time is no leftover.
+    code = """
+    import os, time
+    if os.fork() == 0:
+        time.sleep(0.2)
+        os._exit(0)
+    """
+    outcome = run(tmp_path, code)
+    assert outcome.status == statuses.OK
+    assert not events(outcome, "leftover_descendants")
+
+
+def test_waiting_for_an_end_returns_as_one_process_ends():
+    quick = subprocess.Popen(["sleep", "0.2"])
+    slow = subprocess.Popen(["sleep", "30"])
+    try:
+        start = time.monotonic()
+        wait_for_an_end([slow.pid, quick.pid], start + 10)
+        assert 0.15 < time.monotonic() - start < 5  # the quick one's end, not the limit
+        start = time.monotonic()
+        wait_for_an_end([slow.pid], start + 0.3)
+        assert time.monotonic() - start >= 0.29  # nothing ended: the limit
+        wake_r, wake_w = os.pipe()
+        threading.Timer(0.2, os.write, (wake_w, b"x")).start()
+        start = time.monotonic()
+        wait_for_an_end([slow.pid], start + 10, wake_r)
+        assert time.monotonic() - start < 5  # woken (a signal, in the supervisor)
+        os.close(wake_r)
+        os.close(wake_w)
+    finally:
+        for proc in (quick, slow):
+            proc.kill()
+            proc.wait()
 
 
 def test_time_limit_applies_in_observe_mode_only(tmp_path):
