@@ -162,7 +162,9 @@ WEIGHTS_WORDS = {
 }
 GLOSSARY = (
     "Words used here: a run is one execution of a program on one view (a part of the data) "
-    "with one seed; seed-0 is a program's mean score over the search views with seed 0, "
+    "with one seed; in the table, runs ok counts a node's runs whose program ended without "
+    "an error and scored those whose output its scorer found valid (a run can be ok and "
+    "still unscored); seed-0 is a program's mean score over the search views with seed 0, "
     "3-seed the mean over seeds 0-2 of the programs promoted to final selection; the guard "
     "checks a finalist against the baseline (in a ring that continues another, the chain's "
     "incumbent: what the earlier ring's final/ holds) on fresh seeds and rows no program "

@@ -48,6 +48,10 @@ def test_the_decision_comes_first_with_its_interval_and_the_deploy_command(tmp_p
     assert lines[5].endswith("RINGFLOW_SEED=0 /envs/program/bin/python run.py --seed 0")
     text = "\n".join(lines)
     assert "LCB" not in text and "Words used here:" in text
+    # The table's columns are explained where they are read.
+    assert "runs ok counts a node's runs whose program ended without an error" in " ".join(
+        text.split()
+    )
 
 
 def test_a_kept_baseline_names_the_finalist_whose_guard_it_shows(tmp_path):
