@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+from ..carryover.scores import imported_score
 from ..cluster.queue import pending_jobs, pending_note
 from ..core import statuses
 from ..core.layout import RingLayout
@@ -94,6 +95,7 @@ def snapshot(ring_root: str | Path, now: float | None = None) -> dict:
             failed_nodes.add(node)
         if variant == "s0" and view in views and score.get("scored") and score.get("valid"):
             seed0.setdefault(node, {})[view] = score["score"]
+    _add_imported_scores(layout, index, ring.search_hash, views, seed0)
     means = {n: sum(s.values()) / len(views) for n, s in seed0.items() if len(s) == len(views)}
     best = None
     if means:
@@ -113,6 +115,22 @@ def snapshot(ring_root: str | Path, now: float | None = None) -> dict:
         "to_cutoff": None if cutoff is None else cutoff - now,
         "decided": layout.decision.exists(),
     }
+
+
+def _add_imported_scores(layout: RingLayout, index: dict, search_hash: str | None,
+                         views: list[str], seed0: dict[str, dict[str, float]]) -> None:  # fmt: skip
+    """The seed-0 scores an imported node brought from an earlier ring count toward the best
+    so far, as they count in the ranking: only those made under this ring's search_hash, and
+    only where this ring has not run the node again."""
+    for node in index.get("nodes", []):
+        if node.get("status") != statuses.READY or not node.get("imported"):
+            continue
+        for view in views:
+            if view in seed0.get(node["id"], {}):
+                continue
+            found = imported_score(layout, node["id"], view, "s0", search_hash or "") or {}
+            if found.get("scored") and found.get("valid") and found.get("score") is not None:
+                seed0.setdefault(node["id"], {})[view] = found["score"]
 
 
 def progress_line(snap: dict) -> str:

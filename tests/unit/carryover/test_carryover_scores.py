@@ -26,6 +26,7 @@ from ringflow.core.node_state import Node
 from ringflow.core.records import write_record
 from ringflow.core.state import Ring
 from ringflow.nodes import import_static
+from ringflow.reporting.progress import snapshot
 from ringflow.ring.lock import lock_ring
 from ringflow.search.instructions import context, refuted_directions, render
 from ringflow.search.plan import own_nodes, parent_scores
@@ -122,6 +123,8 @@ def test_unchanged_spec_imports_comparable_scores_used_for_parents_and_promotion
     ledger = [json.loads(line) for line in (b / "ledger.jsonl").read_text().splitlines()]
     (line,) = [r for r in ledger if r["kind"] == "scores_imported"]
     assert line["comparable"] is True and line["rescore"] == []
+    # The progress line's best so far counts them as the ranking does.
+    assert snapshot(b)["best"] == (nodes["alpha"]["id"], MEANS["alpha"])
 
 
 def test_changed_spec_makes_scores_history_and_rescores_only_the_top_k(tmp_path):
@@ -146,6 +149,7 @@ def test_changed_spec_makes_scores_history_and_rescores_only_the_top_k(tmp_path)
         assert node["imported"]["scores"]["proxy"]["s0"]["score"] == MEANS[name]
         assert node_mean(ring_b, layout, node["id"], "s0")["mean"] is None
     assert parent_scores(ring_b, layout, read(b / "nodes" / "index.json")) == {}
+    assert snapshot(b)["best"] is None  # history is no best so far either
     promotion = promote(b)
     assert promotion["promoted"] == []
 
