@@ -145,7 +145,7 @@ def progress_line(snap: dict) -> str:
         clock = f"final selection (cutoff passed {format_duration(-snap['to_cutoff'])} ago)"
     nodes = snap.get("failed_nodes", 0)
     failed = (
-        f", {snap['failed']} failed (of {nodes} node{'s' if nodes != 1 else ''})"
+        f", {snap['failed']} failed (across {nodes} node{'s' if nodes != 1 else ''})"
         if snap["failed"]
         else ""
     )

@@ -117,7 +117,7 @@ def test_the_progress_line_counts_failures_as_the_digest_does(tmp_path):
     snap = snapshot(ring)
     assert snap["failed"] == sum(f.count for f in runs) == 4  # the clock's cut is no failure
     assert snap["failed_nodes"] == len({f.node for f in runs}) == 3
-    assert ", 4 failed (of 3 nodes) |" in progress_line(snap)
+    assert ", 4 failed (across 3 nodes) |" in progress_line(snap)
     assert "being scored" not in progress_line(snap)
     # A program that has ended, its job still scoring it: neither running nor done.
     done = snap["done"]
