@@ -250,14 +250,20 @@ def decision_lines(ring: Ring, layout: RingLayout) -> list[str]:
         seeds = guard.get("seeds") or []
         views = ", ".join(guard.get("views") or []) or "the search views"
         confidence = 100 * (1 - float(guard["alpha"]))
-        better = "better" if ring.task.direction == "maximize" else "lower (better)"
+        maximize = ring.task.direction == "maximize"
+        lcb = float(guard["lcb"])
+        # A bound below zero reads as how much worse it may be, not as "-0.03 better".
+        if lcb >= 0:
+            bound = f"at least {lcb:+.4f} {'better' if maximize else 'lower (better)'}"
+        else:
+            bound = f"at worst {-lcb:.4f} {'worse' if maximize else 'higher (worse)'}"
         mean = f"{guard['mean']:+.4f} on average, " if guard.get("mean") is not None else ""
         if kind == "candidate":
             what = "how much better"
         else:  # nothing replaced what final/ holds: the guard shown is the closest finalist's
             what = f"closest finalist, {guarded_candidate(decision)}, against the {side} {ref}"
         lines.append(
-            f"  {what}: {mean}at least {guard['lcb']:+.4f} {better} with "
+            f"  {what}: {mean}{bound} with "
             f"{confidence:.1f}% confidence (guard: {len(seeds)} fresh seeds on view(s) {views}; "
             f"it needed more than {guard.get('margin', 0)})"
         )

@@ -70,9 +70,28 @@ def test_a_kept_baseline_names_the_finalist_whose_guard_it_shows(tmp_path):
     lines = render_summary(ring).splitlines()
     assert lines[3].startswith(
         "  closest finalist, n002-close, against the baseline n000-base: +0.0200 on average, "
-        "at least -0.0100 better with 95.0% confidence (guard: 2 fresh seeds on view(s) g"
+        "at worst 0.0100 worse with 95.0% confidence (guard: 2 fresh seeds on view(s) g"
     ), lines[3]
     assert not any("how much better" in line for line in lines)
+
+
+def test_the_guards_bound_reads_in_the_tasks_direction(tmp_path):
+    # A lower bound below zero says how much worse the finalist may be; for a task whose
+    # lower scores are better, "better" is lower and "worse" higher.
+    for lcb, direction, expected in (
+        (-0.01, "minimize", "at worst 0.0100 higher (worse) with"),
+        (0.1, "minimize", "at least +0.1000 lower (better) with"),
+        (0.1, "maximize", "at least +0.1000 better with"),
+    ):
+        ring = hand_ring(tmp_path / f"{direction}{lcb}")
+        _lock(ring, task={"name": "toy", "direction": direction})
+        write(ring / "selection" / "decision.json", {
+            "decision": "baseline", "chosen": "n000-base", "baseline": "n000-base",
+            "reason": "baseline kept", "guard_of": "n001-good",
+            "guard": {"lcb": lcb, "mean": 0.2, "alpha": 0.05, "margin": 0.0, "seeds": [3, 4],
+                      "views": ["g"]},
+        })  # fmt: skip
+        assert expected in render_summary(ring).splitlines()[3]
 
 
 def test_a_continuation_lists_every_changed_key_in_its_first_lines(tmp_path):
