@@ -228,7 +228,6 @@ def decision_lines(ring: Ring, layout: RingLayout) -> list[str]:
         return ["final decision: not made yet (the ring is running, or stopped before it)"]
     decision = read_json(layout.decision)
     kind, chosen, base = decision["decision"], decision.get("chosen"), decision.get("baseline")
-    reason = decision.get("reason", "")
     side = decision.get("guard_against") or "baseline"
     ref = decision.get("reference", base)
     came_from = (decision.get("incumbent") or {}).get("chosen_in")
@@ -245,7 +244,7 @@ def decision_lines(ring: Ring, layout: RingLayout) -> list[str]:
         lines = [f"final decision: {kind}: nothing was written to final/"]
     guard = decision.get("guard") or {}
     if kind != "candidate" or guard.get("lcb") is None:
-        lines.append(f"  why: {reason}")
+        lines.append(f"  why: {_short_reason(decision, side)}")
     if guard.get("lcb") is not None:
         seeds = guard.get("seeds") or []
         views = ", ".join(guard.get("views") or []) or "the search views"
@@ -385,6 +384,17 @@ def render_summary(ring_dir) -> str:
     ]
     # Reasons quote what programs wrote: no escape sequence reaches a terminal.
     return printable("\n".join(lines), keep_newlines=True) + "\n"
+
+
+def _short_reason(decision: dict, side: str) -> str:
+    """The decision's reason, unless it only strings together the finalists' own reasons,
+    which the `passed over` lines below give one by one: then where to read them."""
+    reason = decision.get("reason", "")
+    judged = [p for p in decision.get("passed_over") or [] if p.get("outcome") != "not_reached"]
+    listed = "; ".join(f"{p['node']}: {p['reason']}" for p in judged)
+    if judged and reason == f"{side} kept: {listed}":
+        return f"{side} kept; each finalist's reason is under `passed over` below"
+    return reason
 
 
 def decision_detail_lines(decision: dict) -> list[str]:

@@ -75,6 +75,37 @@ def test_a_kept_baseline_names_the_finalist_whose_guard_it_shows(tmp_path):
     assert not any("how much better" in line for line in lines)
 
 
+def test_a_kept_decision_gives_each_finalists_reason_once(tmp_path):
+    ring = hand_ring(tmp_path)
+    _lock(ring)
+    why = {"n001-far": "LCB -0.5 <= margin 0: baseline kept",
+           "n002-close": "LCB -0.01 <= margin 0: baseline kept"}  # fmt: skip
+    write(ring / "selection" / "decision.json", {
+        "decision": "baseline", "chosen": "n000-base", "baseline": "n000-base",
+        "reason": "baseline kept: " + "; ".join(f"{n}: {r}" for n, r in why.items()),
+        "guard_of": "n002-close",
+        "guard": {"lcb": -0.01, "mean": 0.02, "alpha": 0.05, "margin": 0.0, "seeds": [3, 4],
+                  "views": ["g"]},
+        "passed_over": [
+            {"rank": 1, "node": "n001-far", "outcome": "not_better", "reason": why["n001-far"]},
+            {"rank": 2, "node": "n002-close", "outcome": "not_better",
+             "reason": why["n002-close"]},
+            {"rank": 3, "node": "n003-late", "outcome": "not_reached",
+             "reason": "selection ended before this finalist"},
+        ],
+    })  # fmt: skip
+    lines = render_summary(ring).splitlines()
+    assert lines[2] == "  why: baseline kept; each finalist's reason is under `passed over` below"
+    text = "\n".join(lines)
+    for node, reason in why.items():
+        assert text.count(reason) == 1  # in its passed-over line alone
+        assert f"passed over: {node} (rank" in text
+    # A reason that says more than the finalists' own is shown whole.
+    decision = json.loads((ring / "selection" / "decision.json").read_text())
+    write(ring / "selection" / "decision.json", {**decision, "reason": "guard disabled: kept"})
+    assert render_summary(ring).splitlines()[2] == "  why: guard disabled: kept"
+
+
 def test_the_guards_bound_reads_in_the_tasks_direction(tmp_path):
     # A lower bound below zero says how much worse the finalist may be; for a task whose
     # lower scores are better, "better" is lower and "worse" higher.
