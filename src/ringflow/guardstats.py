@@ -168,6 +168,15 @@ def paired_bootstrap_lcb(
         "detectable": None,
         "reason": None,
     }
+    if all(d == 0 for row in diff for d in row):
+        # Not a seed-blind scorer: the two programs scored alike on every row resample of
+        # every run, as a program that makes the other's predictions does.
+        stats["reason"] = (
+            f"the paired difference has no spread: both programs scored the same on every "
+            f"guard run and every one of its {count} resamples, as programs that make the "
+            "same predictions do, so nothing shows the finalist better"
+        )
+        return stats
     if spread == 0 or spread <= NO_SPREAD_REL * abs(mean):
         stats["reason"] = (
             f"the bootstrap distribution of the paired difference has no spread (all {count} "

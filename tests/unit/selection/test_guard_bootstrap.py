@@ -56,6 +56,20 @@ def test_no_spread_never_passes_and_says_why():
     assert not replace and "ignores --seed" in why
 
 
+def test_a_finalist_that_scores_as_the_baseline_everywhere_is_told_apart_from_a_blind_scorer():
+    # A finalist making the baseline's predictions (a copy): every paired difference is 0,
+    # with a scorer that does resample; the seed-blind advice would mislead here.
+    rows = {s: [0.5 + 0.01 * ((b * 7 + s) % 13) for b in range(200)] for s in (3, 4, 5, 6, 7)}
+    stats = guardstats.paired_bootstrap_lcb(
+        tables(rows), tables(rows), alpha=ALPHA, direction="maximize"
+    )
+    assert stats["lcb"] is None and "no spread" in stats["reason"]
+    assert "scored the same on every guard run" in stats["reason"]
+    assert "ignores --seed" not in stats["reason"]
+    replace, why = guardstats.guard_verdict(stats, margin=0.0, complete=True, against="incumbent")
+    assert not replace and why.endswith(": incumbent kept")
+
+
 def test_rare_large_losses_are_not_read_as_certainty():
     # +0.1 on most seeds, -1.9 on a few (mean 0): resampling the seeds' runs keeps the
     # losses in the interval whenever a guard seed shows one.
