@@ -10,12 +10,32 @@ it met.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
 from .cgroup import UNLIMITED_V1, Mount, OwnedCgroup, _int, _join, _keyed, _read, own_cgroup_paths
 from .cgroup import read_mounts as _read_mounts
 
 KILLED_CODES = (137, -9)  # SIGKILL, seen directly or through a shell or bubblewrap
+# How programs say an allocation failed: Python (and numpy's _ArrayMemoryError), C's
+# strerror(ENOMEM), C++'s std::bad_alloc, PyTorch's and other allocators' own words.
+ALLOCATION_FAILED = re.compile(
+    rb"MemoryError|[Cc]annot allocate memory|can't allocate memory|[Uu]nable to allocate"
+    rb"|bad_alloc|[Oo]ut of memory|[Ff]ailed to allocate|[Aa]llocation failed"
+)
+STDERR_TAIL = 64 * 1024
+
+
+def allocation_failed(stderr_log: str | os.PathLike) -> bool:
+    """Whether the end of a program's stderr says an allocation failed: where no memory
+    cgroup could be had, RLIMIT_DATA refuses the allocation past the limit, and the
+    program's crash is then the limit's doing."""
+    try:
+        with open(stderr_log, "rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - STDERR_TAIL))
+            return ALLOCATION_FAILED.search(handle.read()) is not None
+    except OSError:
+        return False
 
 
 def machine_oom_kills(vmstat: str = "/proc/vmstat") -> int | None:

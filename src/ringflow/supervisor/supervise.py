@@ -31,7 +31,7 @@ from .gpu import GpuMonitor
 from .health_log import HealthLog
 from .logsink import LogSink
 from .memory import private_tmpfs_bytes, tree_memory_bytes
-from .oom import KILLED_CODES, MemoryWatch
+from .oom import KILLED_CODES, MemoryWatch, allocation_failed
 from .output_limits import over_limits
 from .proctree import (
     SIGNAL_NAMES,
@@ -557,10 +557,13 @@ class _Supervision:
         if stop is None and status == statuses.CRASH and (full := self._output_at_quota()):
             # A write refused at the file-size limit (RLIMIT_FSIZE) ends the program first.
             reason = f"{full}; {reason}"
-        elif stop is None and status == statuses.CRASH and self.data_limit is not None:
-            reason = (f"{reason} (each process may hold {self.data_limit} bytes of data: "
-                      "RLIMIT_DATA from limits.memory_gb, as no memory cgroup could be had; "
-                      "an allocation past it fails)")  # fmt: skip
+        elif (stop is None and status == statuses.CRASH and self.data_limit is not None
+              and allocation_failed(self.stderr_path)):  # fmt: skip
+            # Only where the program says an allocation failed: on any other crash the
+            # limit is beside the point (the limits are in result.json either way).
+            reason = (f"{reason} (each process may hold {self.data_limit / 2**30:.3g} GiB of "
+                      "data: RLIMIT_DATA from limits.memory_gb, as no memory cgroup could be "
+                      "had; an allocation past it fails)")  # fmt: skip
         if stop is None and status == statuses.OK and (over := self._output_over()):
             # Written faster than the once-a-second count could see: still over the limit.
             self.event("limit", limit="output", detail=over)

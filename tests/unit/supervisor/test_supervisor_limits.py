@@ -14,6 +14,7 @@ import pytest
 from ringflow.core import statuses
 from ringflow.supervisor import HealthSettings, ResourceLimits, supervise
 from ringflow.supervisor.cgroup import DISABLE_ENV
+from ringflow.supervisor.oom import allocation_failed
 
 # An ordinary user has no memory cgroup: the supervisor alone holds these limits.
 pytestmark = pytest.mark.user
@@ -138,6 +139,32 @@ def test_one_process_past_the_memory_limit_is_refused_by_rlimit_data(tmp_path, m
     assert outcome.status == statuses.CRASH and outcome.exit_code == 1
     assert "RLIMIT_DATA" in outcome.reason and "limits.memory_gb" in outcome.reason
     assert "MemoryError" in (tmp_path / "stderr.log").read_text()
+    assert "0.1 GiB of data" in outcome.reason
+
+
+def test_a_crash_that_is_no_failed_allocation_does_not_blame_the_memory_limit(
+    tmp_path, monkeypatch
+):
+    code = "raise RuntimeError('deliberate failure')"
+    outcome = supervise_without_cgroup(tmp_path, monkeypatch, code, memory_gb=0.1)
+    assert outcome.status == statuses.CRASH and outcome.exit_code == 1
+    assert "RLIMIT_DATA" not in outcome.reason  # beside the point here
+    assert outcome.limits["memory"]["rlimit_data_bytes"] == int(0.1 * 1024**3)  # still recorded
+
+
+def test_what_programs_write_when_an_allocation_fails_is_recognised(tmp_path):
+    said = {
+        "numpy": "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 8.00 GiB",
+        "c": "malloc: Cannot allocate memory",
+        "c++": "terminate called after throwing an instance of 'std::bad_alloc'",
+        "torch": "RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried 9 GB",
+        "other": "ValueError: the input has 3 columns, expected 4",
+    }
+    for name, line in said.items():
+        log = tmp_path / f"{name}.log"
+        log.write_text("x" * 100_000 + "\n" + line + "\n")  # after more than the tail read
+        assert allocation_failed(log) is (name != "other"), name
+    assert allocation_failed(tmp_path / "missing.log") is False
 
 
 def test_a_gpu_run_gets_no_data_limit(tmp_path, monkeypatch):
