@@ -127,6 +127,17 @@ def settled_jobs(prefix: str, count: int, timeout: float = 60) -> list[dict]:
         time.sleep(1)
 
 
+def jobs_with_ids(prefix: str, ids: set[str], timeout: float = 60) -> dict[str, dict]:
+    """sacct_jobs by id, once every one of `ids` is in the accounting: slurmdbd records a
+    job a few seconds after it ends."""
+    deadline = time.monotonic() + timeout
+    while True:
+        jobs = {j["id"]: j for j in sacct_jobs(prefix)}
+        if ids <= set(jobs) or time.monotonic() > deadline:
+            return jobs
+        time.sleep(1)
+
+
 def test_the_quick_ring_reaches_final_with_every_execution_a_named_slurm_job(tmp_path):
     ring_id = f"sq-{os.getpid()}"
     # The ring, its store and resources under a name the submitting shell would read: the
@@ -633,9 +644,10 @@ def test_a_gpu_ring_takes_its_gpus_from_slurms_allocations(tmp_path, monkeypatch
     assert json.loads((ring / "RING.json").read_text())["gpu"]["gpus"] == ["Fake GPU"]
     # Each program saw the GPU of its job's allocation, and only that one.
     executions = assert_each_run_held_its_own_gpu(ring)
-    jobs = {j["id"]: j for j in sacct_jobs(f"ringflow-{ring_id}_")}
+    ids = {result["slurm_job_id"] for result in executions.values()}
+    jobs = jobs_with_ids(f"ringflow-{ring_id}_", ids)
     for result in executions.values():
-        assert jobs[result["slurm_job_id"]]["gpus"] == 1, jobs[result["slurm_job_id"]]
+        assert jobs[result["slurm_job_id"]]["gpus"] == 1, jobs.get(result["slurm_job_id"])
     assert json.loads((ring / "slots.json").read_text())["cluster_slots"] == 2
     # The probe job asked for a GPU too; nothing else ran on the node.
     assert sorted(j["gpus"] for j in jobs.values()) == [1] * len(jobs)
