@@ -15,9 +15,11 @@ Two rules keep a finished ring finished and a killed ring exact:
   them (`CHECKPOINT_OUTPUTS`), up to the one it needs, and each round completes one more.
 
 Inputs are `ancient` only where the file's age must not matter and its producer is never
-running while the DAG is updated (a finished parent ring, a key target, a generation's
-plan): Snakemake skips an ancient input that exists when it propagates what must run, and
-a file that a running job writes during that update would drop every step after it.
+running while the DAG is updated (a finished parent ring, a key target that exists, a
+generation's plan): Snakemake skips an ancient input that exists when it propagates what
+must run. When a checkpoint completes while the producer of an ancient input runs and
+has already written it, Snakemake drops the job that takes it and every step after it,
+and ends as if the ring were done.
 
 The rules call the methods of `RingDag`; `FolderCheckpoints` runs the same methods over a
 ring folder, as the tests do (docs/architecture.md#the-workflow-glue).
@@ -262,8 +264,10 @@ class RingDag:
 
     def execution_inputs(self, wildcards) -> dict:
         """A replayer takes its key's target as input, so weight reuse is target existence.
-        A trainer re-run (its result deleted) re-creates the target without re-running the
-        key's replays."""
+        Once the target exists it is ancient, and its job has no input left that could run
+        it again (`key_target_inputs`): a trainer run again (its result deleted) leaves the
+        target and the key's replays alone. Before that it is a plain input, because its
+        job may be running when a checkpoint completes (see the module's docstring)."""
         node = self.node(wildcards.node)
         spec = node.executions[wildcards.view][wildcards.variant]
         key = spec.get("key")
@@ -272,12 +276,16 @@ class RingDag:
         owner = self._key_owner(key)
         me = [wildcards.node, wildcards.view, wildcards.variant]
         if owner["in_store"] or owner["trainer"] != me:
-            return {"key": ancient(str(self.ring.key_target(key)))}
+            target = self.ring.key_target(key)
+            return {"key": ancient(str(target)) if target.exists() else str(target)}
         return {}
 
     def key_target_inputs(self, wildcards) -> dict:
+        """The trainer's result, until the target exists: a made target is never made
+        again by its trainer running again, which re-registers nothing new (the store holds
+        the key, or the replayers train it themselves)."""
         owner = self._key_owner(wildcards.key)
-        if owner["in_store"]:
+        if owner["in_store"] or self.ring.key_target(wildcards.key).exists():
             return {}
         return {"trainer": str(self.ring.result(*owner["trainer"]))}
 

@@ -100,8 +100,8 @@ def through_search(layout: RingLayout, engineered: bool = True) -> None:
 def test_ancient_only_where_the_producer_never_runs_during_an_update(tmp_path):
     """An input that exists is skipped as ancient when Snakemake propagates what must run:
     a file a running job writes during that update would drop every step after it. So the
-    ring's own records are plain inputs; a key target (made before its replays) is ancient,
-    so re-running its trainer never re-runs the replays."""
+    ring's own records are plain inputs; a key target that exists is ancient, so re-running
+    its trainer never re-runs the replays."""
     layout = make_ring(tmp_path / "r")
     through_search(layout)
     dag, _ = dag_over(layout)
@@ -114,6 +114,7 @@ def test_ancient_only_where_the_producer_never_runs_during_an_update(tmp_path):
         list(dag.key_target_inputs(w(key="k" * 64)).values()),
     ):
         assert inputs and not any(is_flagged(path, "ancient") for path in inputs)
+    atomic_write_json(layout.key_target("k" * 64), {"key": "k" * 64})
     replay = dag.execution_inputs(w(node="n002-b", view="proxy", variant="s0"))
     assert is_flagged(replay["key"], "ancient")
 
@@ -266,6 +267,26 @@ def test_a_replayer_waits_for_its_key_and_the_trainer_does_not(tmp_path):
     assert dag.key_target_inputs(w(key=key))["trainer"].endswith(
         "nodes/n001-a/exec/proxy/s0/result.json"
     )
+
+
+def test_a_key_target_is_ancient_only_once_no_job_can_write_it_again(tmp_path):
+    """Snakemake drops a job whose ancient input exists while that input's job still runs
+    when a checkpoint completes, and every step after it. So a replayer takes the target as
+    a plain input until it exists; once it exists it is ancient, and its job no longer
+    waits for the trainer, so a trainer run again (its result deleted) writes no target
+    and re-runs no replay."""
+    layout = make_ring(tmp_path / "r")
+    dag, _ = dag_over(layout)
+    key = "k" * 64
+    replayer = w(node="n002-b", view="proxy", variant="s0")
+    before = dag.execution_inputs(replayer)["key"]
+    assert names([before]) == {f"keys/{key}.json"} and not is_flagged(before, "ancient")
+    assert "trainer" in dag.key_target_inputs(w(key=key))
+
+    atomic_write_json(layout.key_target(key), {"key": key})
+    after = dag.execution_inputs(replayer)["key"]
+    assert names([after]) == {f"keys/{key}.json"} and is_flagged(after, "ancient")
+    assert dag.key_target_inputs(w(key=key)) == {}
 
 
 def test_seed_zero_on_the_first_search_view_goes_first(tmp_path):
