@@ -32,6 +32,7 @@ from ..selection.scores import node_mean
 from .charts import Chart
 from .digest import failure_digest
 from .headline import guard_spread, guarded_candidate, headline
+from .numbers import figure
 
 HEALTH_EVENTS = ("would_hang", "busy_no_progress")
 LATE_VARIANTS = ("blind-s0", "blind2-s0", "fresh-s0")
@@ -241,14 +242,6 @@ def format_time(epoch: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
 
 
-def _num(value, digits: int = 4) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return str(value)
-    return f"{value:.{digits}f}"
-
-
 # ---------------------------------------------------------------------------------------------
 # Sections
 
@@ -285,11 +278,11 @@ def _score_cell(execution: Execution | None, direction: str) -> dict:
         return {"text": "not scored", "cls": "bad", "title": score.get("reason", "")}
     if not score.get("valid"):
         return {
-            "text": f"{_num(score.get('score'))} invalid",
+            "text": f"{figure(score.get('score'))} invalid",
             "cls": "bad",
             "title": score.get("reason", ""),
         }
-    return {"text": _num(value), "cls": "ok", "title": ""}
+    return {"text": figure(value), "cls": "ok", "title": ""}
 
 
 def _variant_columns(ring: Ring, found: set[str]) -> list[str]:
@@ -842,7 +835,7 @@ def _environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters.update(
-        num=_num,
+        num=figure,
         duration=format_duration,
         when=format_time,
         nbytes=format_bytes,

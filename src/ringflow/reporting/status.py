@@ -12,6 +12,7 @@ from pathlib import Path
 from ..core.safetext import printable
 from .digest import digest_lines, failure_digest
 from .headline import guarded_candidate
+from .numbers import figure
 from .report import (
     Execution,
     base_context,
@@ -21,10 +22,6 @@ from .report import (
     format_time,
     health_figures,
 )
-
-
-def _num(value, digits: int = 4) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def _until(target: float | None, now: float) -> str:
@@ -85,8 +82,8 @@ def _in_flight_row(execution: Execution, now: float) -> list[str]:
         execution.view,
         execution.variant,
         format_duration(None if started is None else now - started),
-        _num(figures["cpu_frac"], 2),
-        _num(figures["io_kbps"], 1),
+        figure(figures["cpu_frac"], 2),
+        figure(figures["io_kbps"], 1),
         format_bytes(figures["rss_bytes"]),
         format_states(figures["states"]),
         format_duration(age),
@@ -107,7 +104,7 @@ def _decision_lines(ctx: dict) -> list[str]:
     if guard.get("lcb") is not None:
         of = guarded_candidate(decision)
         lines.append(
-            f"  guard{f' of {of}' if of else ''}: LCB {guard['lcb']:.4f} at alpha "
+            f"  guard{f' of {of}' if of else ''}: LCB {figure(guard['lcb'])} at alpha "
             f"{guard.get('alpha', 0):.4g}, margin {guard.get('margin')}, "
             f"complete {guard.get('complete')}"
         )
@@ -125,7 +122,7 @@ def render_status(ring_dir: str | Path, now: float | None = None) -> str:
         "",
     ]
     rows = [
-        [n["id"], n["role"], n["status"], _num(n["s0"]), str(n["done"]), str(n["running"])]
+        [n["id"], n["role"], n["status"], figure(n["s0"]), str(n["done"]), str(n["running"])]
         for n in ctx["node_rows"]
     ]
     if rows:

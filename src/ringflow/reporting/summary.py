@@ -20,6 +20,7 @@ from ..search.best_so_far import ring_progress
 from ..selection.scores import node_mean
 from .digest import digest_lines, failure_digest
 from .headline import guarded_candidate
+from .numbers import figure
 
 
 def write_search_summary(ring_dir) -> dict:
@@ -43,7 +44,7 @@ def executions(layout: RingLayout):
 
 
 def _fmt(value) -> str:
-    return "-" if value is None else f"{value:.4f}"
+    return figure(value)
 
 
 def _valid(layout: RingLayout, node: str, view: str, variant: str) -> bool:
@@ -253,10 +254,12 @@ def decision_lines(ring: Ring, layout: RingLayout) -> list[str]:
         lcb = float(guard["lcb"])
         # A bound below zero reads as how much worse it may be, not as "-0.03 better".
         if lcb >= 0:
-            bound = f"at least {lcb:+.4f} {'better' if maximize else 'lower (better)'}"
+            better = "better" if maximize else "lower (better)"
+            bound = f"at least {figure(lcb, sign=True)} {better}"
         else:
-            bound = f"at worst {-lcb:.4f} {'worse' if maximize else 'higher (worse)'}"
-        mean = f"{guard['mean']:+.4f} on average, " if guard.get("mean") is not None else ""
+            bound = f"at worst {figure(-lcb)} {'worse' if maximize else 'higher (worse)'}"
+        mean = guard.get("mean")
+        mean = f"{figure(mean, sign=True)} on average, " if mean is not None else ""
         if kind == "candidate":
             what = "how much better"
         else:  # nothing replaced what final/ holds: the guard shown is the closest finalist's

@@ -13,6 +13,7 @@ from test_report import START, finished, hand_ring, write
 from ringflow.core.hints import ringflow_command
 from ringflow.core.node_state import ExecutionResult
 from ringflow.reporting.digest import Failure
+from ringflow.reporting.numbers import figure
 from ringflow.reporting.summary import node_happened, render_summary
 
 
@@ -123,6 +124,23 @@ def test_the_guards_bound_reads_in_the_tasks_direction(tmp_path):
                       "views": ["g"]},
         })  # fmt: skip
         assert expected in render_summary(ring).splitlines()[3]
+
+
+def test_a_guard_between_near_copies_keeps_its_significant_digits(tmp_path):
+    # Two near-copies of one program differ in the seventh decimal: four decimals read
+    # "+0.0000 on average, at worst 0.0000 worse".
+    ring = hand_ring(tmp_path)
+    _lock(ring, task={"name": "toy", "direction": "maximize"})
+    write(ring / "selection" / "decision.json", {
+        "decision": "baseline", "chosen": "n000-base", "baseline": "n000-base",
+        "reason": "baseline kept", "guard_of": "n001-good",
+        "guard": {"lcb": -8.249e-08, "mean": 3.1e-08, "alpha": 0.05, "margin": 0.0,
+                  "seeds": [3, 4], "views": ["g"]},
+    })  # fmt: skip
+    line = render_summary(ring).splitlines()[3]
+    assert "+3.1e-08 on average, at worst 8.249e-08 worse with" in line
+    assert figure(0.25) == "0.2500" and figure(-0.032, sign=True) == "-0.0320"
+    assert figure(0) == "0.0000" and figure(None) == "-"
 
 
 def test_a_continuation_lists_every_changed_key_in_its_first_lines(tmp_path):
