@@ -31,10 +31,19 @@ class Failure(Frozen):
     count: int  # executions with this kind of failure (1 for a rejection)
     example: str  # "view/variant" of the first one ("" for a rejection)
     reason: str  # first line of the reason
+    # How many of the others failed for another reason than the first, each in its own
+    # nodes/<node>/exec/<view>/<variant>/ (result.json, stderr.log): a line per reason would
+    # grow with the seeds, since a reason often names one.
+    other_reasons: int = 0
 
     def line(self) -> str:
         where = f" ({self.count}x, e.g. {self.example})" if self.example else ""
-        return f"{self.node}: {self.kind}{where}: {self.reason}"
+        line = f"{self.node}: {self.kind}{where}: {self.reason}"
+        if self.other_reasons:
+            n = self.other_reasons
+            runs = "run" if n == 1 else "runs"
+            line += f" [+{n} {runs} with other reasons: nodes/{self.node}/exec/]"
+        return line
 
 
 def first_line(text: str | None) -> str:
@@ -150,7 +159,9 @@ def failure_digest(ring_root: str | Path, nodes: list[dict] | None = None) -> li
                     (f"{exec_dir.parent.name}/{exec_dir.name}", failure[1])
                 )
         for kind, items in found.items():
-            digest.append(Failure(node_id, kind, len(items), items[0][0], items[0][1]))
+            first = items[0][1]
+            others = sum(reason != first for _, reason in items)
+            digest.append(Failure(node_id, kind, len(items), items[0][0], first, others))
     return digest
 
 

@@ -60,6 +60,17 @@ def test_the_digest_names_each_failure_with_the_first_line_of_its_reason(tmp_pat
     ]
 
 
+def test_runs_failing_for_other_reasons_than_the_first_are_counted(tmp_path):
+    ring = _ring_with_failures(tmp_path)
+    (ring / "nodes/n001-good/exec/b/s0/stderr.log").write_text("MemoryError\n")
+    crash = next(f for f in failure_digest(ring) if f.node == "n001-good")
+    assert crash.count == 2 and crash.other_reasons == 1
+    assert crash.line().endswith(
+        "stderr: NameError: name 'x' is not defined"
+        " [+1 run with other reasons: nodes/n001-good/exec/]"
+    )
+
+
 def test_summary_status_and_report_show_the_digest(tmp_path):
     ring = _ring_with_failures(tmp_path)
     # render_summary reads the ring folder named in RING.json
