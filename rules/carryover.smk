@@ -7,7 +7,7 @@
 checkpoint import_carryover:
     input:
         DAG.chain_parent_inputs("stop_manifest", "carryover_seals"),
-        lock=ancient(path(RING.ring_json)),
+        unpack(DAG.once_made(lock="ring_json")),
     output:
         imported=path(RING.carryover_imported),
     log:
@@ -39,14 +39,18 @@ rule seal_carryover:
         "{params.step} seal {params.ring:q} --out {output.seals:q} > {log:q} 2>&1"
 
 
-# After the ring's last checkpoint (decide), so its inputs may be ancient: a user's own
-# `ringflow report` or `summary` of a finished ring never makes it look out of date.
+# A user's own `ringflow report` or `summary` of a finished ring never makes it look out of
+# date: each input is ancient once it exists.
 rule stop_manifest:
     input:
-        decision=ancient(path(RING.decision)),
-        repro=ancient(path(RING.repro_record)),
-        summary=ancient(path(RING.summary)),
-        report=ancient(path(RING.report)),
+        unpack(
+            DAG.once_made(
+                decision="decision",
+                repro="repro_record",
+                summary="summary",
+                report="report",
+            )
+        ),
         seals=path(RING.carryover_seals),
     output:
         manifest=path(RING.stop_manifest),

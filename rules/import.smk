@@ -25,8 +25,7 @@ rule lock_ring:
 
 checkpoint import_nodes:
     input:
-        lock=ancient(path(RING.ring_json)),
-        carryover=ancient(path(RING.carryover_imported)),
+        unpack(DAG.once_made(lock="ring_json", carryover="carryover_imported")),
     output:
         nodes=path(RING.nodes_static),
     log:

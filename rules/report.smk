@@ -3,8 +3,7 @@
 
 rule summary:
     input:
-        decision=ancient(path(RING.decision)),
-        repro=ancient(path(RING.repro_record)),
+        unpack(DAG.once_made(decision="decision", repro="repro_record")),
     output:
         summary=path(RING.summary),
     log:
@@ -22,8 +21,7 @@ rule summary:
 # private record (ringflow.workflow.records), so that a finished ring never runs again for it.
 rule report:
     input:
-        decision=ancient(path(RING.decision)),
-        repro=ancient(path(RING.repro_record)),
+        unpack(DAG.once_made(decision="decision", repro="repro_record")),
     output:
         report=path(RING.report),
     log:

@@ -15,11 +15,13 @@ Two rules keep a finished ring finished and a killed ring exact:
   them (`CHECKPOINT_OUTPUTS`), up to the one it needs, and each round completes one more.
 
 Inputs are `ancient` only where the file's age must not matter and its producer is never
-running while the DAG is updated (a finished parent ring, a key target that exists, a
-generation's plan): Snakemake skips an ancient input that exists when it propagates what
-must run. When a checkpoint completes while the producer of an ancient input runs and
+running while the DAG is updated (a finished parent ring, a generation's plan, and a
+ring's own file that already exists when its consumer enters the DAG: a key target, the
+lock, the records after the decision; `once_made`): Snakemake skips an ancient input that
+exists when it propagates what must run. When a checkpoint completes (of this ring, or
+of another ring of the same invocation) while the producer of an ancient input runs and
 has already written it, Snakemake drops the job that takes it and every step after it,
-and ends as if the ring were done.
+and ends with exit 0 as if the ring were done.
 
 The rules call the methods of `RingDag`; `FolderCheckpoints` runs the same methods over a
 ring folder, as the tests do (docs/architecture.md#the-workflow-glue).
@@ -99,6 +101,20 @@ class RingDag:
 
     def log(self, rule: str, name: str) -> str:
         return str(self.ring.root / "logs" / rule / f"{name}.log")
+
+    def once_made(self, **names: str) -> Callable[[Any], dict[str, str]]:
+        """An input function for the steps after the decision: each of the ring's files
+        `names` (input name: layout attribute) is ancient once it exists, so that a user's
+        own `ringflow report` or `summary` of a finished ring never makes it look out of
+        date; before, it is a plain input, because its job may still be running when a
+        checkpoint completes (of another ring of the same invocation: see the module's
+        docstring)."""
+
+        def inputs(_wildcards) -> dict[str, str]:
+            files = {name: getattr(self.ring, attr) for name, attr in names.items()}
+            return {name: ancient(str(f)) if f.exists() else str(f) for name, f in files.items()}
+
+        return inputs
 
     def chain_parent_inputs(self, *names: str) -> list[str]:
         """Files of the ring of the chain this one waits for (none for other rings); ancient,

@@ -289,6 +289,20 @@ def test_a_key_target_is_ancient_only_once_no_job_can_write_it_again(tmp_path):
     assert dag.key_target_inputs(w(key=key)) == {}
 
 
+def test_the_records_after_the_decision_are_ancient_once_made(tmp_path):
+    """A user's own report of a finished ring leaves it finished (ancient inputs); before
+    the records exist their jobs may be running when a checkpoint completes, so they are
+    plain inputs then."""
+    layout = make_ring(tmp_path / "r")
+    dag, _ = dag_over(layout)
+    inputs = dag.once_made(lock="ring_json", report="report")
+    made = inputs(w())
+    assert names(made.values()) == {"RING.json", "report.html"}
+    assert is_flagged(made["lock"], "ancient") and not is_flagged(made["report"], "ancient")
+    layout.report.write_text("<html></html>")
+    assert is_flagged(inputs(w())["report"], "ancient")
+
+
 def test_seed_zero_on_the_first_search_view_goes_first(tmp_path):
     layout = make_ring(tmp_path / "r")
     dag, _ = dag_over(layout)
