@@ -15,9 +15,9 @@ Two rules keep a finished ring finished and a killed ring exact:
   them (`CHECKPOINT_OUTPUTS`), up to the one it needs, and each round completes one more.
 
 Inputs are `ancient` only where the file's age must not matter and its producer is never
-running while the DAG is updated (a finished parent ring, a generation's plan, and a
-ring's own file that already exists when its consumer enters the DAG: a key target, the
-lock, the records after the decision; `once_made`): Snakemake skips an ancient input that
+running while the DAG is updated (a generation's plan, and a file that already exists
+when its consumer enters the DAG: a key target, the lock, the records after the decision,
+a chain parent's records; `once_made`): Snakemake skips an ancient input that
 exists when it propagates what must run. When a checkpoint completes (of this ring, or
 of another ring of the same invocation) while the producer of an ancient input runs and
 has already written it, Snakemake drops the job that takes it and every step after it,
@@ -74,6 +74,12 @@ def _ancient(paths) -> list[str]:
     return [ancient(str(p)) for p in paths]
 
 
+def _once_made(path: Path) -> str:
+    """Ancient if the file exists, else plain: its job may still be running when a
+    checkpoint completes (see the module's docstring)."""
+    return ancient(str(path)) if path.exists() else str(path)
+
+
 class RingDag:
     """The input functions, priorities and resources of one ring's rules."""
 
@@ -111,18 +117,18 @@ class RingDag:
         docstring)."""
 
         def inputs(_wildcards) -> dict[str, str]:
-            files = {name: getattr(self.ring, attr) for name, attr in names.items()}
-            return {name: ancient(str(f)) if f.exists() else str(f) for name, f in files.items()}
+            return {name: _once_made(getattr(self.ring, attr)) for name, attr in names.items()}
 
         return inputs
 
     def chain_parent_inputs(self, *names: str) -> list[str]:
-        """Files of the ring of the chain this one waits for (none for other rings); ancient,
-        so that the finished parent never makes this ring's lock or import run again."""
+        """Files of the ring of the chain this one waits for (none for other rings); ancient
+        once made, so that the finished parent never makes this ring's lock or import run
+        again."""
         if self.chain_parent is None:
             return []
         parent = RingLayout(Path(self.chain_parent))
-        return _ancient(getattr(parent, name) for name in names)
+        return [_once_made(getattr(parent, name)) for name in names]
 
     # ---- the checkpoints, in ring order -----------------------------------------------
 
@@ -292,8 +298,7 @@ class RingDag:
         owner = self._key_owner(key)
         me = [wildcards.node, wildcards.view, wildcards.variant]
         if owner["in_store"] or owner["trainer"] != me:
-            target = self.ring.key_target(key)
-            return {"key": ancient(str(target)) if target.exists() else str(target)}
+            return {"key": _once_made(self.ring.key_target(key))}
         return {}
 
     def key_target_inputs(self, wildcards) -> dict:

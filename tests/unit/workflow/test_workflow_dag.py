@@ -303,6 +303,25 @@ def test_the_records_after_the_decision_are_ancient_once_made(tmp_path):
     assert is_flagged(inputs(w())["report"], "ancient")
 
 
+def test_a_chains_parent_files_are_ancient_once_made(tmp_path):
+    """A parent ring running in the same invocation may still be writing its stop manifest
+    when a checkpoint completes: plain until made, ancient after."""
+    layout = make_ring(tmp_path / "r")
+    parent = RingLayout(tmp_path / "p")
+    dag = RingDag(layout, full_config(), FolderCheckpoints(layout), chain_parent=str(parent.root))
+    assert (
+        RingDag(layout, full_config(), FolderCheckpoints(layout)).chain_parent_inputs(
+            "stop_manifest"
+        )
+        == []
+    )
+    (before,) = dag.chain_parent_inputs("stop_manifest")
+    assert before == str(parent.stop_manifest) and not is_flagged(before, "ancient")
+    atomic_write_json(parent.stop_manifest, {})
+    (after,) = dag.chain_parent_inputs("stop_manifest")
+    assert is_flagged(after, "ancient")
+
+
 def test_seed_zero_on_the_first_search_view_goes_first(tmp_path):
     layout = make_ring(tmp_path / "r")
     dag, _ = dag_over(layout)
