@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from ringflow.core.interrupts import stopped_by_signal
-from ringflow.workflow.relay import is_supervisor
+from ringflow.workflow.relay import command_words, is_supervisor
 from ringtools import (
     gated_ring,
     locked_ring,
@@ -78,7 +78,8 @@ def _supervisors(workdir: Path) -> list[psutil.Process]:
 
 def _supervisor_of(workdir: Path, node: str) -> psutil.Process:
     for proc in _supervisors(workdir):
-        if node in proc.info["cmdline"] and "proxy" in proc.info["cmdline"]:
+        words = command_words(proc.info["cmdline"])
+        if node in words and "proxy" in words:
             return proc
     raise AssertionError("no supervisor found")
 

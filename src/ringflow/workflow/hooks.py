@@ -38,6 +38,7 @@ from ..sandbox.slots import gpu_declared, gpu_slots
 from ..selection import timekeeper
 from ..weights.store import WeightsStore
 from .cluster import slots_on_slurm
+from .driver_steps import send_local_steps
 from .relay import install_relay
 from .resident_steps import start_server
 from .scheduler_wakeups import one_pending_wakeup
@@ -134,15 +135,18 @@ def start_rings(rings: list[NamedRing], configs: dict[str, dict], workflow) -> N
                                 cluster_slots=slots_on_slurm(workflow, ring.prefix,
                                                              configs[ring.name]))  # fmt: skip
         timekeeper.start_in_background(ring.root)
-        install_relay(ring.root)
         ring_start(
             ring.root, config.terminal, 0 if config.slurm is None else config.slurm.pending_warn_min
         )
         notify.ring_start(ring.root, config.notify)
+    install_relay([ring.root for ring in rings])
     # The steps this machine runs (all of them; on a cluster the bookkeeping steps, while
     # the executions are jobs whose steps never ask it) start as forks of a process that
-    # has ringflow imported (docs/architecture.md#resident-steps).
+    # has ringflow imported (docs/architecture.md#resident-steps); a local job's step goes
+    # from the driver to that server without a process of its own.
     _RESIDENT[:] = [server for server in [start_server()] if server is not None]
+    for server in _RESIDENT:
+        send_local_steps(workflow, server.path)
 
 
 def gpu_slots_here(workflow) -> tuple[bool, int | None]:

@@ -18,14 +18,25 @@ from collections.abc import Callable
 import psutil
 
 from ..core.ledger import emit_event
+from .driver_steps import relay_to_steps
 from .resident_client import SCRIPT
 
 RELAYED = (signal.SIGINT, signal.SIGTERM)
+SERVER_MODULE = "ringflow.workflow.resident_steps"
+
+
+def command_words(cmdline: list[str]) -> list[str]:
+    """A process's command as words. A resident step's title (resident_steps.py) reads as
+    one string of words followed by empty ones."""
+    words = [word for word in cmdline if word]
+    return words[0].split() if len(words) == 1 else words
 
 
 def is_supervisor(cmdline: list[str]) -> bool:
     """The execute rule's command, `python -P …/resident_client.py step execute RING …`,
-    or the same step as `python -m ringflow step execute RING …`."""
+    or the same step as `python -m ringflow step execute RING …` (a step started afresh,
+    or a resident step's title)."""
+    cmdline = command_words(cmdline)
     for at in range(1, len(cmdline) - 2):
         if cmdline[at + 1 : at + 3] != ["step", "execute"]:
             continue
@@ -54,7 +65,20 @@ def _descendants(pid: int | None, pick: Callable[[psutil.Process], psutil.Proces
 
 
 def supervisors(pid: int | None = None) -> list[psutil.Process]:
-    return _descendants(pid, lambda child: child if is_supervisor(child.cmdline()) else None)
+    """The executions' processes below `pid` that the relay signals: a job's client or a
+    step started afresh. A step the resident server forked shows the same command, and is
+    told through its client or by the driver (driver_steps.py), once."""
+    return _descendants(
+        pid,
+        lambda child: (
+            child if is_supervisor(child.cmdline()) and not _forked_by_server(child) else None
+        ),
+    )
+
+
+def _forked_by_server(proc: psutil.Process) -> bool:
+    parent = proc.parent()
+    return parent is not None and SERVER_MODULE in parent.cmdline()
 
 
 def srun_waiters(pid: int | None = None) -> list[psutil.Process]:
@@ -92,17 +116,21 @@ def _terminate(procs: list[psutil.Process], foreground: int | None) -> list[int]
     return sent
 
 
-def relay(ring_root, signum: int) -> list[int]:
+def relay(ring_roots, signum: int) -> list[int]:
     """Send SIGTERM to every in-flight execution's supervisor that did not get the signal,
-    and to every step waiting on a SLURM job through srun."""
+    and to every step waiting on a SLURM job through srun; once, whichever rings the
+    driver runs, each of which records it."""
     foreground = _terminal_group() if signum == signal.SIGINT else None
     if waiting := _terminate(srun_waiters(), foreground):
         print(f"ringflow: {signal.Signals(signum).name}: cancelling the SLURM job that "
               f"{len(waiting)} step(s) wait for (the lock's probe)", file=sys.stderr)  # fmt: skip
-    sent = _terminate(supervisors(), foreground)
+    sent = _terminate(supervisors(), foreground) + relay_to_steps(
+        signum, foreground is not None and foreground == os.getpgrp()
+    )
     if sent:
         name = signal.Signals(signum).name
-        emit_event(ring_root, "interrupt_relayed", signal=name, supervisors=sent)
+        for ring_root in ring_roots:
+            emit_event(ring_root, "interrupt_relayed", signal=name, supervisors=sent)
         print(
             f"ringflow: {name}: stopping {len(sent)} execution(s) in flight; they are recorded "
             "interrupted and run again when the ring is run again",
@@ -111,13 +139,15 @@ def relay(ring_root, signum: int) -> list[int]:
     return sent
 
 
-def install_relay(ring_root) -> bool:
-    """Relay SIGINT and SIGTERM to the executions, then let Snakemake handle them as usual."""
+def install_relay(ring_roots) -> bool:
+    """Relay SIGINT and SIGTERM to the executions of the rings at `ring_roots`, then let
+    Snakemake handle them as usual."""
+    ring_roots = list(ring_roots)
     for signum in RELAYED:
         previous = signal.getsignal(signum)
 
         def handler(sig, frame, previous=previous):
-            relay(ring_root, sig)
+            relay(ring_roots, sig)
             if callable(previous):
                 previous(sig, frame)
             elif previous == signal.SIG_DFL:

@@ -30,6 +30,9 @@ SERVER_ENV = "RINGFLOW_STEP_SERVER"
 # bookkeeping step, a few dozen a ring) runs in the server.
 SELF_STARTED_STEPS = frozenset({"engineer"})
 PROTOCOL = b"ringflow-step/1"
+# The same request sent by the driver itself for a local job (driver_steps.py): no job
+# process holds the connection, so the step does not die when it closes.
+HELD_PROTOCOL = PROTOCOL + b"+driver"
 # Forwarded to the step as they come: Snakemake's and the relay's stop, a terminal's.
 FORWARDED = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT)
 EXIT_LOST = 1
@@ -54,14 +57,16 @@ def step_command(python: str = sys.executable) -> list[str]:
     return [python, "-P", SCRIPT, "step"]
 
 
-def encode_request(argv: list[str], path: list[str] | None = None) -> bytes:
-    """The request for a step with this process's argv, folder, umask, environment and
-    import path (or `path`)."""
+def encode_request(argv: list[str], path: list[str] | None = None, environ=None,
+                   protocol: bytes = PROTOCOL) -> bytes:  # fmt: skip
+    """The request for a step with this process's argv, folder, umask, environment (or
+    `environ`, bytes to bytes) and import path (or `path`)."""
     path = sys.path if path is None else path
+    environ = os.environb if environ is None else environ
     mask = os.umask(0)
     os.umask(mask)
-    env = [key + b"=" + value for key, value in os.environb.items()]
-    fields = [PROTOCOL, os.fsencode(sys.executable), os.fsencode(os.getcwd()), b"%d" % mask,
+    env = [key + b"=" + value for key, value in environ.items()]
+    fields = [protocol, os.fsencode(sys.executable), os.fsencode(os.getcwd()), b"%d" % mask,
               b"%d" % len(argv), *map(os.fsencode, argv), b"%d" % len(env), *env,
               b"%d" % len(path), *map(os.fsencode, path)]  # fmt: skip
     body = b"\0".join(fields)

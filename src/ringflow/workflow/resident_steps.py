@@ -42,7 +42,7 @@ import tempfile
 import traceback
 
 from ..core.clock import load_ring
-from .resident_client import PROTOCOL, SERVER_ENV
+from .resident_client import HELD_PROTOCOL, PROTOCOL, SERVER_ENV
 
 # What the resident steps import: loaded once, before the first fork. The executions'
 # first (they are most of a ring's steps), then the bookkeeping steps' own modules.
@@ -52,7 +52,8 @@ PRELOAD = ("ringflow.cli", "ringflow.execute", "ringflow.scoring",
            "ringflow.carryover.executions", "ringflow.carryover.manifest",
            "ringflow.search.plan", "ringflow.selection.promote", "ringflow.selection.power",
            "ringflow.selection.final", "ringflow.reporting.summary",
-           "ringflow.reporting.report", "ringflow.reporting.chain_report")  # fmt: skip
+           "ringflow.reporting.report", "ringflow.reporting.chain_report",
+           "setproctitle")  # fmt: skip
 # A job sends its whole request as it connects; the server serves one request at a time,
 # so a request that stalls is refused (the job then starts its step itself) before it
 # holds up the others for long.
@@ -66,8 +67,10 @@ class Request:
 
     def __init__(self, body: bytes) -> None:
         fields = body.split(b"\0")
-        if fields[0] != PROTOCOL:
+        if fields[0] not in (PROTOCOL, HELD_PROTOCOL):
             raise ValueError(f"protocol {fields[0][:40]!r}, not {PROTOCOL!r}")
+        # Sent by the driver for a local job: no job process to die with.
+        self.held_by_driver = fields[0] == HELD_PROTOCOL
         self.executable = os.fsdecode(fields[1])
         self.cwd = fields[2]
         self.umask = int(fields[3])
@@ -299,13 +302,21 @@ def _become_step(conn, request: Request, fds: list[int], inherited: list, main) 
             os.close(fd)
     os.chdir(request.cwd)
     os.umask(request.umask)
+    from setproctitle import setproctitle  # loaded before the first fork (PRELOAD)
+
+    # What ps and top show, and what the Ctrl-C relay looks for: the step's own command,
+    # as it would read had the step started afresh, not the server's. Before the
+    # environment changes: the title takes the room of the server's argv and environment.
+    argv = [os.fsdecode(arg) for arg in request.argv[1:]]
+    setproctitle(" ".join([request.executable, "-m", "ringflow", *argv]))
     os.environb.clear()
     os.environb.update(entry.split(b"=", 1) for entry in request.env if b"=" in entry)
     sys.argv = [os.fsdecode(arg) for arg in request.argv]
     sys.path[:] = [os.fsdecode(entry) for entry in request.path]
     tempfile.tempdir = None
     _send(conn, b"P%d\n" % os.getpid())
-    _die_with_job(conn)
+    if not request.held_by_driver:
+        _die_with_job(conn)
     return _exit_code(SystemExit(main()))
 
 

@@ -26,3 +26,9 @@ def test_other_steps_and_other_programs_are_not_executions():
     assert not is_supervisor([sys.executable, "-P", "/tmp/client.py", "step", "execute"])
     assert not is_supervisor(["sh", "-c", " ".join([*rule, "execute", *EXECUTION])])
     assert not is_supervisor([])
+
+
+def test_a_resident_steps_title_is_found_as_the_step_it_runs():
+    title = " ".join([sys.executable, "-m", "ringflow", "step", "execute", *EXECUTION])
+    assert is_supervisor([title, "", "", ""])  # as psutil reads a title set in place
+    assert not is_supervisor([title.replace("execute", "summary"), "", ""])

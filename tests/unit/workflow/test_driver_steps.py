@@ -1,0 +1,228 @@
+"""A local job's step sent to the resident server by the driver itself
+(ringflow.workflow.driver_steps): run by a real Snakemake on a small Snakefile whose rules
+run a probe step as the ring's rules run theirs."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ringflow.workflow.driver_steps import SERVER_ENV, job_environment, step_words
+from ringflow.workflow.resident_client import step_command
+
+PROBE = textwrap.dedent("""\
+    import json, os, signal, sys, time
+    import psutil
+
+    def main():
+        server = psutil.Process(os.getppid())
+        driver = server.parent()
+        between = [" ".join(p.cmdline()) for p in driver.children(recursive=True)
+                   if p.pid not in (server.pid, os.getpid())]
+        print(json.dumps({"pid": os.getpid(), "server": server.pid, "driver": driver.pid,
+                          "between": between, "argv": sys.argv[1:], "cwd": os.getcwd(),
+                          "omp": os.environ.get("OMP_NUM_THREADS"),
+                          "tmpdir": os.environ.get("TMPDIR"),
+                          "address": os.environ.get("RINGFLOW_STEP_SERVER"),
+                          "stdin": os.readlink("/proc/self/fd/0"),
+                          "title": open("/proc/self/cmdline", "rb").read().split(b"\\0")[0]
+                          .decode()}), flush=True)
+        print("to stderr", file=sys.stderr, flush=True)
+        action = sys.argv[-1]
+        if action == "exit0":
+            open("out/exit0.done", "w").close()  # the step rule's output
+        if action.startswith("exit"):
+            return int(action[4:])
+        if action.startswith("sleep"):
+            time.sleep(float(action[5:]))
+        if action == "term":
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))
+            time.sleep(60)
+        return 0
+    """)
+
+SNAKEFILE = textwrap.dedent("""\
+    from ringflow.workflow.driver_steps import send_local_steps
+    from ringflow.workflow.relay import install_relay
+    from ringflow.workflow.resident_steps import start_server
+
+    STEP = {step!r}
+    SERVER = []
+
+    onstart:
+        install_relay([])
+        SERVER.append(start_server("resident_probe:main"))
+        if config.get("direct", True):
+            send_local_steps(workflow, SERVER[0].path)
+
+    onsuccess:
+        SERVER.pop().stop()
+
+    onerror:
+        SERVER.pop().stop()
+
+    rule all:
+        input: expand("out/{{action}}.done", action=config["actions"].split(","))
+
+    rule step:
+        output: "out/{{action}}.done"
+        log: "logs/{{action}}.log"
+        threads: 2
+        params: step=STEP
+        shell: "{{params.step}} execute 'a ring' {{wildcards.action:q}} > {{log:q}} 2>&1"
+
+    rule shaped_otherwise:
+        output: "out/{{action}}.other"
+        log: "logs/{{action}}.other.log"
+        params: step=STEP
+        shell:
+            "{{params.step}} execute 'a ring' {{wildcards.action:q}} > {{log:q}} 2>&1;"
+            " touch {{output:q}}"
+    """)
+
+STEP = shlex.join(step_command(sys.executable))
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    (probe / "resident_probe.py").write_text(PROBE)
+    monkeypatch.setenv("PYTHONPATH", str(probe))
+    monkeypatch.delenv(SERVER_ENV, raising=False)
+    folder = tmp_path / "w"
+    folder.mkdir()
+    (folder / "Snakefile").write_text(SNAKEFILE.format(step=STEP))
+    return folder
+
+
+def snakemake(folder: Path, *targets: str, actions="exit0", direct=True, **kwargs):
+    argv = [sys.executable, "-m", "snakemake", *targets, "--cores", "2", "--config",
+            f"actions={actions}", f"direct={direct}",
+            "--default-resources", f"tmpdir='{folder / 'tmp'}'"]  # fmt: skip
+    return subprocess.Popen(argv, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, **kwargs)  # fmt: skip
+
+
+def probe_of(folder: Path, log: str) -> tuple[dict, str]:
+    lines = (folder / "logs" / log).read_text().splitlines()
+    return json.loads(lines[0]), "\n".join(lines[1:])
+
+
+def test_the_rules_step_command_is_recognised_and_nothing_else():
+    step = step_command("/v/bin/python")
+    args = "execute 'runs/a ring' n001 proxy s0 --gpus 0"
+    command = f"{shlex.join(step)} {args} > 'logs/x y.log' 2>&1"
+    assert step_words(command, step) == (
+        ["execute", "runs/a ring", "n001", "proxy", "s0", "--gpus", "0"],
+        "logs/x y.log",
+    )
+    for other in (
+        command + "; rm -rf x",  # more than the step
+        command.replace(" 2>&1", ""),  # stderr elsewhere
+        command.replace("> ", ">> "),  # appended
+        f"{shlex.join(step)} execute a;b > l 2>&1",  # a word a shell reads otherwise
+        f'{shlex.join(step)} execute "$HOME" > l 2>&1',  # expanded by a shell
+        "/other/python -P x.py step execute a > l 2>&1",  # another program
+        f"{shlex.join(step)} execute 'unclosed > l 2>&1",
+        f"{shlex.join(step)} > l 2>&1",  # no step at all
+    ):
+        assert step_words(other, step) is None, other
+
+
+def test_the_environment_is_the_one_snakemake_gives_a_shell_job(monkeypatch):
+    monkeypatch.setenv(SERVER_ENV, "/run/s")
+    monkeypatch.setenv("KEPT", "yes")
+    env = job_environment(3, "/scratch/t")
+    assert env[b"KEPT"] == b"yes"
+    assert env[b"OMP_NUM_THREADS"] == env[b"MKL_NUM_THREADS"] == b"3"
+    assert env[b"TMPDIR"] == env[b"TEMP"] == b"/scratch/t"
+    assert SERVER_ENV.encode() not in env
+    assert b"TMPDIR" not in job_environment(1, None) or os.environ.get("TMPDIR")
+
+
+def test_a_local_step_job_runs_in_the_server_with_no_process_of_its_own(workdir):
+    proc = snakemake(workdir)
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    seen, rest = probe_of(workdir, "exit0.log")
+    assert seen["between"] == []  # neither a shell nor the client ran for the job
+    assert seen["driver"] == proc.pid
+    assert seen["argv"] == ["step", "execute", "a ring", "exit0"]
+    assert seen["cwd"] == str(workdir)
+    assert seen["omp"] == "2"  # the rule's threads, as Snakemake's shell() gives them
+    assert seen["tmpdir"] == str(workdir / "tmp")
+    assert seen["address"] is None
+    assert seen["stdin"] == "/dev/null"
+    # ps shows the step's own command, as if it had started afresh, not the server's.
+    assert seen["title"] == f"{sys.executable} -m ringflow step execute a ring exit0"
+    assert rest == "to stderr"
+
+
+def test_without_the_driver_taking_it_the_job_runs_through_its_client(workdir):
+    proc = snakemake(workdir, direct=False)
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    seen, _ = probe_of(workdir, "exit0.log")
+    assert any("resident_client.py step execute" in line for line in seen["between"])
+    assert seen["omp"] == "2" and seen["tmpdir"] == str(workdir / "tmp")
+
+
+def test_a_command_of_another_shape_runs_as_snakemake_runs_it(workdir):
+    proc = snakemake(workdir, "out/exit0.other")
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    seen, _ = probe_of(workdir, "exit0.other.log")
+    assert any("resident_client.py step execute" in line for line in seen["between"])
+
+
+def test_a_failing_step_fails_its_job_with_its_exit_code(workdir):
+    proc = snakemake(workdir, actions="exit3")
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert "returned non-zero exit status 3" in err
+    assert not (workdir / "out" / "exit3.done").exists()
+
+
+def test_a_signal_to_the_driver_reaches_an_execution_step(workdir):
+    proc = snakemake(workdir, actions="term")
+    log = workdir / "logs" / "term.log"
+    deadline = time.monotonic() + 60
+    while not (log.exists() and log.read_text().count("\n") >= 2):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=60)
+    assert "returned non-zero exit status 7" in err  # the step's own SIGTERM handler ran
+
+
+def test_a_killed_driver_leaves_its_step_to_its_own_checks(workdir):
+    proc = snakemake(workdir, actions="sleep30")
+    log = workdir / "logs" / "sleep30.log"
+    deadline = time.monotonic() + 60
+    while not (log.exists() and log.read_text().strip()):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    seen, _ = probe_of(workdir, "sleep30.log")
+    proc.kill()
+    proc.communicate(timeout=30)
+    try:
+        # As when its client outlived the driver: an execution's supervisor sees its
+        # grandparent gone and stops on its own, rather than being killed unrecorded.
+        time.sleep(0.5)
+        assert psutil.pid_exists(seen["pid"])
+    finally:
+        for pid in (seen["pid"], seen["server"]):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
