@@ -33,13 +33,21 @@ import subprocess
 import sys
 import threading
 
-from .resident_client import HELD_PROTOCOL, SERVER_ENV, encode_request, step_command, wants_server
+from .resident_client import (
+    EXIT_LOST,
+    HELD_PROTOCOL,
+    LOST_MESSAGE,
+    SERVER_ENV,
+    answers,
+    encode_request,
+    step_command,
+    wants_server,
+)
 
 # What Snakemake's shell() sets in every job's environment (snakemake/shell.py).
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                     "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")  # fmt: skip
 TMPDIR_VARIABLES = ("TMPDIR", "TMP", "TEMPDIR", "TEMP")
-LOST = 1  # the exit code of a job whose step's end was not heard (resident_client.EXIT_LOST)
 
 _IN_FLIGHT: dict[int, str] = {}  # a running step's pid -> its step's name
 _RELAYED: list[tuple[int, bool]] = []  # the signal relayed, for the steps that start after
@@ -134,7 +142,7 @@ class StepDispatch:
         return request, log, args[0]
 
     def run(self, request: bytes, log: str, name: str) -> int | None:
-        """Run the step: its exit code (negative for a signal), LOST where the server
+        """Run the step: its exit code (negative for a signal), EXIT_LOST where the server
         ended before it, or None where the server did not take it (nothing ran)."""
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             try:
@@ -166,46 +174,37 @@ class StepDispatch:
     @staticmethod
     def _wait(sock: socket.socket, log: str, name: str) -> int | None:
         pid = None
-        buffer = b""
         try:
-            while True:
-                try:
-                    chunk = sock.recv(256)
-                except OSError:
-                    chunk = b""
-                if not chunk:
+            for kind, value in answers(sock):
+                if not kind:
                     if pid is None:
                         return None
                     _say_lost(log)
-                    return LOST
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    kind, value = line[:1], line[1:]
-                    if kind == b"P" and pid is None:
-                        pid = int(value)
-                        with _GUARD:
-                            _IN_FLIGHT[pid] = name
-                            relayed = list(_RELAYED)
-                        for signum, from_terminal in relayed:
-                            _tell(pid, name, signum, from_terminal)
-                    elif kind == b"E":
-                        return int(value)
-                    elif kind == b"S":
-                        return -int(value)
-                    elif kind == b"R" and pid is None:
-                        return None
+                    return EXIT_LOST
+                if kind == b"P" and pid is None:
+                    pid = int(value)
+                    with _GUARD:
+                        _IN_FLIGHT[pid] = name
+                        relayed = list(_RELAYED)
+                    for signum, from_terminal in relayed:
+                        _tell(pid, name, signum, from_terminal)
+                elif kind == b"E":
+                    return int(value)
+                elif kind == b"S":
+                    return -int(value)
+                elif kind == b"R" and pid is None:
+                    return None
         finally:
             if pid is not None:
                 with _GUARD:
                     _IN_FLIGHT.pop(pid, None)
+        return None
 
 
 def _say_lost(log: str) -> None:
     try:
-        with open(log, "a") as stream:
-            stream.write("ringflow: the resident step server ended before the step did; "
-                         "the step's own record says how far it got\n")  # fmt: skip
+        with open(log, "ab") as stream:
+            stream.write(LOST_MESSAGE)
     except OSError:
         pass
 

@@ -36,6 +36,8 @@ HELD_PROTOCOL = PROTOCOL + b"+driver"
 # Forwarded to the step as they come: Snakemake's and the relay's stop, a terminal's.
 FORWARDED = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT)
 EXIT_LOST = 1
+LOST_MESSAGE = (b"ringflow: the resident step server ended before the step did; "
+                b"the step's own record says how far it got\n")  # fmt: skip
 SCRIPT = os.path.abspath(__file__)
 
 
@@ -129,6 +131,24 @@ def _converse(sock, path: str, request: bytes) -> int | None:
         sock.sendmsg([request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
     except OSError:
         return _refused(previous, relay)
+    for kind, value in answers(sock):
+        if not kind:
+            if relay.pid is None:
+                return _refused(previous, relay)
+            os.write(2, LOST_MESSAGE)
+            return EXIT_LOST
+        if kind == b"P":
+            relay.started(int(value))
+        elif kind == b"E":
+            return int(value)
+        elif kind == b"S":
+            return -int(value)
+        elif kind == b"R" and relay.pid is None:
+            return _refused(previous, relay)
+
+
+def answers(sock):
+    """The server's answers as (kind, value) lines, then (b"", b"") once it hangs up."""
     buffer = b""
     while True:
         try:
@@ -136,23 +156,12 @@ def _converse(sock, path: str, request: bytes) -> int | None:
         except OSError:
             chunk = b""
         if not chunk:
-            if relay.pid is None:
-                return _refused(previous, relay)
-            os.write(2, b"ringflow: the resident step server ended before the step did; "
-                        b"the step's own record says how far it got\n")  # fmt: skip
-            return EXIT_LOST
+            yield b"", b""
+            return
         buffer += chunk
         while b"\n" in buffer:
             line, buffer = buffer.split(b"\n", 1)
-            kind, value = line[:1], line[1:]
-            if kind == b"P":
-                relay.started(int(value))
-            elif kind == b"E":
-                return int(value)
-            elif kind == b"S":
-                return -int(value)
-            elif kind == b"R" and relay.pid is None:
-                return _refused(previous, relay)
+            yield line[:1], line[1:]
 
 
 def _refused(previous: dict, relay: _Relay) -> None:

@@ -39,17 +39,13 @@ PROBE = textwrap.dedent("""\
                           "title": open("/proc/self/cmdline", "rb").read().split(b"\\0")[0]
                           .decode()}), flush=True)
         print("to stderr", file=sys.stderr, flush=True)
-        action = sys.argv[-1]
+        action = sys.argv[-1]  # exit0 (writes the rule's output), exit3, sleep3, sleep30, term
         if action == "exit0":
-            open("out/exit0.done", "w").close()  # the step rule's output
-        if action.startswith("exit"):
-            return int(action[4:])
-        if action.startswith("sleep"):
-            time.sleep(float(action[5:]))
-        if action == "term":
+            open("out/exit0.done", "w").close()
+        elif action == "term":
             signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))
-            time.sleep(60)
-        return 0
+        time.sleep({"sleep3": 3, "sleep30": 30, "term": 60}.get(action, 0))
+        return int(action[4:]) if action.startswith("exit") else 0
     """)
 
 SNAKEFILE = textwrap.dedent("""\
@@ -226,3 +222,22 @@ def test_a_killed_driver_leaves_its_step_to_its_own_checks(workdir):
         for pid in (seen["pid"], seen["server"]):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_server_that_dies_mid_step_fails_the_job_loudly(workdir):
+    proc = snakemake(workdir, actions="sleep3")
+    log = workdir / "logs" / "sleep3.log"
+    deadline = time.monotonic() + 60
+    while not (log.exists() and log.read_text().strip()):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    seen, _ = probe_of(workdir, "sleep3.log")
+    os.kill(seen["server"], signal.SIGKILL)
+    try:
+        _out, err = proc.communicate(timeout=90)  # the job waits for its step, then fails
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(seen["pid"], signal.SIGKILL)
+    assert proc.returncode != 0
+    assert "resident step server ended before the step did" in log.read_text()
+    assert "returned non-zero exit status 1" in err
