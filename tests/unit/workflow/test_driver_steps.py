@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from test_resident_steps import install_probe
 
 from ringflow.workflow.driver_steps import SERVER_ENV, job_environment, step_words
 from ringflow.workflow.resident_client import step_command
@@ -26,6 +27,9 @@ PROBE = textwrap.dedent("""\
     import psutil
 
     def main():
+        action = sys.argv[-1]  # exit0 (writes the rule's output), exit3, sleep3, sleep30, term
+        if action == "term":
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))
         server = psutil.Process(os.getppid())
         driver = server.parent()
         between = [" ".join(p.cmdline()) for p in driver.children(recursive=True)
@@ -39,11 +43,8 @@ PROBE = textwrap.dedent("""\
                           "title": open("/proc/self/cmdline", "rb").read().split(b"\\0")[0]
                           .decode()}), flush=True)
         print("to stderr", file=sys.stderr, flush=True)
-        action = sys.argv[-1]  # exit0 (writes the rule's output), exit3, sleep3, sleep30, term
         if action == "exit0":
             open("out/exit0.done", "w").close()
-        elif action == "term":
-            signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))
         time.sleep({"sleep3": 3, "sleep30": 30, "term": 60}.get(action, 0))
         return int(action[4:]) if action.startswith("exit") else 0
     """)
@@ -92,10 +93,7 @@ STEP = shlex.join(step_command(sys.executable))
 
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
-    probe = tmp_path / "probe"
-    probe.mkdir()
-    (probe / "resident_probe.py").write_text(PROBE)
-    monkeypatch.setenv("PYTHONPATH", str(probe))
+    install_probe(tmp_path, monkeypatch, PROBE)
     monkeypatch.delenv(SERVER_ENV, raising=False)
     folder = tmp_path / "w"
     folder.mkdir()
@@ -109,6 +107,17 @@ def snakemake(folder: Path, *targets: str, actions="exit0", direct=True, **kwarg
             "--default-resources", f"tmpdir='{folder / 'tmp'}'"]  # fmt: skip
     return subprocess.Popen(argv, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, **kwargs)  # fmt: skip
+
+
+def running(folder: Path, action: str):
+    """The driver, and what the probe step said, once the step runs `action`."""
+    proc = snakemake(folder, actions=action)
+    log = folder / "logs" / f"{action}.log"
+    deadline = time.monotonic() + 60
+    while not (log.exists() and log.read_text().count("\n") >= 2):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    return proc, probe_of(folder, log.name)[0]
 
 
 def probe_of(folder: Path, log: str) -> tuple[dict, str]:
@@ -192,25 +201,14 @@ def test_a_failing_step_fails_its_job_with_its_exit_code(workdir):
 
 
 def test_a_signal_to_the_driver_reaches_an_execution_step(workdir):
-    proc = snakemake(workdir, actions="term")
-    log = workdir / "logs" / "term.log"
-    deadline = time.monotonic() + 60
-    while not (log.exists() and log.read_text().count("\n") >= 2):
-        assert time.monotonic() < deadline and proc.poll() is None
-        time.sleep(0.05)
+    proc, _seen = running(workdir, "term")
     proc.send_signal(signal.SIGTERM)
     _out, err = proc.communicate(timeout=60)
     assert "returned non-zero exit status 7" in err  # the step's own SIGTERM handler ran
 
 
 def test_a_killed_driver_leaves_its_step_to_its_own_checks(workdir):
-    proc = snakemake(workdir, actions="sleep30")
-    log = workdir / "logs" / "sleep30.log"
-    deadline = time.monotonic() + 60
-    while not (log.exists() and log.read_text().strip()):
-        assert time.monotonic() < deadline and proc.poll() is None
-        time.sleep(0.05)
-    seen, _ = probe_of(workdir, "sleep30.log")
+    proc, seen = running(workdir, "sleep30")
     proc.kill()
     proc.communicate(timeout=30)
     try:
@@ -225,13 +223,8 @@ def test_a_killed_driver_leaves_its_step_to_its_own_checks(workdir):
 
 
 def test_a_server_that_dies_mid_step_fails_the_job_loudly(workdir):
-    proc = snakemake(workdir, actions="sleep3")
+    proc, seen = running(workdir, "sleep3")
     log = workdir / "logs" / "sleep3.log"
-    deadline = time.monotonic() + 60
-    while not (log.exists() and log.read_text().strip()):
-        assert time.monotonic() < deadline and proc.poll() is None
-        time.sleep(0.05)
-    seen, _ = probe_of(workdir, "sleep3.log")
     os.kill(seen["server"], signal.SIGKILL)
     try:
         _out, err = proc.communicate(timeout=90)  # the job waits for its step, then fails

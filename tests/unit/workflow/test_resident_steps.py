@@ -57,13 +57,18 @@ PROBE = textwrap.dedent("""\
     """)
 
 
-@pytest.fixture
-def probe_path(tmp_path, monkeypatch):
+def install_probe(tmp_path: Path, monkeypatch, text: str = PROBE) -> Path:
+    """`resident_probe.main` on the import path of every process started from here."""
     folder = tmp_path / "probe"
     folder.mkdir()
-    (folder / "resident_probe.py").write_text(PROBE)
+    (folder / "resident_probe.py").write_text(text)
     monkeypatch.setenv("PYTHONPATH", str(folder))
     return folder
+
+
+@pytest.fixture
+def probe_path(tmp_path, monkeypatch):
+    return install_probe(tmp_path, monkeypatch)
 
 
 @pytest.fixture
