@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pty
+import select
 import shlex
 import signal
 import subprocess
@@ -234,3 +236,43 @@ def test_a_server_that_dies_mid_step_fails_the_job_loudly(workdir):
     assert proc.returncode != 0
     assert "resident step server ended before the step did" in log.read_text()
     assert "returned non-zero exit status 1" in err
+
+
+def test_a_terminals_ctrl_c_reaches_every_step_the_driver_runs(workdir):
+    """A terminal's Ctrl-C reaches the whole foreground group, a job's client among it; a
+    step the driver sent itself gets it from the relay instead."""
+    argv = [sys.executable, "-m", "snakemake", "--cores", "2", "--config", "actions=sleep30"]
+    pid, terminal = pty.fork()
+    if pid == 0:  # the driver, in a terminal of its own
+        os.chdir(workdir)
+        os.execv(sys.executable, argv)
+    log = workdir / "logs" / "sleep30.log"
+    said = b""
+    try:
+        deadline = time.monotonic() + 60
+        while not (log.exists() and log.read_text().count("\n") >= 2):
+            assert time.monotonic() < deadline, said.decode(errors="replace")[-2000:]
+            said += _read_ready(terminal)
+        seen, _ = probe_of(workdir, "sleep30.log")
+        os.write(terminal, b"\x03")
+        deadline = time.monotonic() + 20  # well before the step's 30 s are up
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            assert time.monotonic() < deadline, said.decode(errors="replace")[-2000:]
+            said += _read_ready(terminal)
+    finally:
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(terminal)
+    assert not psutil.pid_exists(seen["pid"])
+    assert "KeyboardInterrupt" in log.read_text()  # the step's own SIGINT, as Python ends
+
+
+def _read_ready(fd: int) -> bytes:
+    ready, _, _ = select.select([fd], [], [], 0.1)
+    if not ready:
+        return b""
+    try:
+        return os.read(fd, 65536)
+    except OSError:  # the terminal's other side has closed
+        return b""
