@@ -111,6 +111,22 @@ def job_environment(threads, tmpdir: str | None) -> dict[bytes, bytes]:
     return environ
 
 
+def current_umask() -> int:
+    """This process's umask, read without changing it (Linux 4.7+ shows it in /proc):
+    setting it to read it back would, for a moment, leave every file the driver's other
+    threads create without a mask."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def client_import_path(python: str = sys.executable) -> list[str]:
     """The import path the client would send: its folder first, then what `python -P`
     starts with in this environment (asked once per driver)."""
@@ -126,6 +142,7 @@ class StepDispatch:
         self.server_path = server_path
         self.step = step_command(python)
         self.import_path = client_import_path(python)
+        self.umask = current_umask()  # Snakemake never changes it while it runs
 
     def request_for(self, command: str, threads, tmpdir: str | None):
         """(request, log, step name) for a job's command, or None where it is not a step
@@ -138,7 +155,8 @@ class StepDispatch:
         if wants_server(argv, {SERVER_ENV: self.server_path}) is None:
             return None
         request = encode_request([self.step[2], *argv], [os.getcwd(), *self.import_path],
-                                 job_environment(threads, tmpdir), HELD_PROTOCOL)  # fmt: skip
+                                 job_environment(threads, tmpdir), HELD_PROTOCOL,
+                                 self.umask)  # fmt: skip
         return request, log, args[0]
 
     def run(self, request: bytes, log: str, name: str) -> int | None:

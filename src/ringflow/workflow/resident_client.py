@@ -60,13 +60,14 @@ def step_command(python: str = sys.executable) -> list[str]:
 
 
 def encode_request(argv: list[str], path: list[str] | None = None, environ=None,
-                   protocol: bytes = PROTOCOL) -> bytes:  # fmt: skip
-    """The request for a step with this process's argv, folder, umask, environment (or
-    `environ`, bytes to bytes) and import path (or `path`)."""
+                   protocol: bytes = PROTOCOL, mask: int | None = None) -> bytes:  # fmt: skip
+    """The request for a step with this process's argv, folder, umask (or `mask`),
+    environment (or `environ`, bytes to bytes) and import path (or `path`)."""
     path = sys.path if path is None else path
     environ = os.environb if environ is None else environ
-    mask = os.umask(0)
-    os.umask(mask)
+    if mask is None:  # this process has one thread: the umask is 0 for no one else
+        mask = os.umask(0)
+        os.umask(mask)
     env = [key + b"=" + value for key, value in environ.items()]
     fields = [protocol, os.fsencode(sys.executable), os.fsencode(os.getcwd()), b"%d" % mask,
               b"%d" % len(argv), *map(os.fsencode, argv), b"%d" % len(env), *env,

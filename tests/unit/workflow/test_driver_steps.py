@@ -21,7 +21,12 @@ import psutil
 import pytest
 from test_resident_steps import install_probe
 
-from ringflow.workflow.driver_steps import SERVER_ENV, job_environment, step_words
+from ringflow.workflow.driver_steps import (
+    SERVER_ENV,
+    current_umask,
+    job_environment,
+    step_words,
+)
 from ringflow.workflow.resident_client import step_command
 
 PROBE = textwrap.dedent("""\
@@ -41,7 +46,7 @@ PROBE = textwrap.dedent("""\
                           "omp": os.environ.get("OMP_NUM_THREADS"),
                           "tmpdir": os.environ.get("TMPDIR"),
                           "address": os.environ.get("RINGFLOW_STEP_SERVER"),
-                          "stdin": os.readlink("/proc/self/fd/0"),
+                          "stdin": os.readlink("/proc/self/fd/0"), "umask": os.umask(0),
                           "title": open("/proc/self/cmdline", "rb").read().split(b"\\0")[0]
                           .decode()}), flush=True)
         print("to stderr", file=sys.stderr, flush=True)
@@ -103,12 +108,12 @@ def workdir(tmp_path, monkeypatch):
     return folder
 
 
-def snakemake(folder: Path, *targets: str, actions="exit0", direct=True, **kwargs):
+def snakemake(folder: Path, *targets: str, actions="exit0", direct=True, umask=0o027, **kwargs):
     argv = [sys.executable, "-m", "snakemake", *targets, "--cores", "2", "--config",
             f"actions={actions}", f"direct={direct}",
             "--default-resources", f"tmpdir='{folder / 'tmp'}'"]  # fmt: skip
     return subprocess.Popen(argv, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, **kwargs)  # fmt: skip
+                            text=True, umask=umask, **kwargs)  # fmt: skip
 
 
 def running(folder: Path, action: str):
@@ -148,6 +153,22 @@ def test_the_rules_step_command_is_recognised_and_nothing_else():
         assert step_words(other, step) is None, other
 
 
+def test_the_umask_is_read_without_being_changed(monkeypatch):
+    """The driver has other threads: a umask set to 0 to read it, even for a moment,
+    would give the files they create no mask."""
+    mask = os.umask(0o027)
+    try:
+
+        def forbidden(_mask):
+            raise AssertionError("the umask was set")
+
+        monkeypatch.setattr(os, "umask", forbidden)
+        assert current_umask() == 0o027
+    finally:
+        monkeypatch.undo()
+        os.umask(mask)
+
+
 def test_the_environment_is_the_one_snakemake_gives_a_shell_job(monkeypatch):
     monkeypatch.setenv(SERVER_ENV, "/run/s")
     monkeypatch.setenv("KEPT", "yes")
@@ -172,6 +193,7 @@ def test_a_local_step_job_runs_in_the_server_with_no_process_of_its_own(workdir)
     assert seen["tmpdir"] == str(workdir / "tmp")
     assert seen["address"] is None
     assert seen["stdin"] == "/dev/null"
+    assert seen["umask"] == 0o027  # the driver's, read without changing it
     # ps shows the step's own command, as if it had started afresh, not the server's.
     assert seen["title"] == f"{sys.executable} -m ringflow step execute a ring exit0"
     assert rest == "to stderr"
