@@ -302,13 +302,15 @@ def _become_step(conn, request: Request, fds: list[int], inherited: list, main) 
             os.close(fd)
     os.chdir(request.cwd)
     os.umask(request.umask)
-    from setproctitle import setproctitle  # loaded before the first fork (PRELOAD)
+    from setproctitle import setproctitle, setthreadtitle  # loaded before the first fork
 
     # What ps and top show, and what the Ctrl-C relay looks for: the step's own command,
     # as it would read had the step started afresh, not the server's. Before the
     # environment changes: the title takes the room of the server's argv and environment.
+    # The process's name stays the interpreter's, as an exec would have named it.
     argv = [os.fsdecode(arg) for arg in request.argv[1:]]
     setproctitle(" ".join([request.executable, "-m", "ringflow", *argv]))
+    setthreadtitle(os.path.basename(request.executable)[:15])
     os.environb.clear()
     os.environb.update(entry.split(b"=", 1) for entry in request.env if b"=" in entry)
     sys.argv = [os.fsdecode(arg) for arg in request.argv]

@@ -48,7 +48,8 @@ PROBE = textwrap.dedent("""\
                           "address": os.environ.get("RINGFLOW_STEP_SERVER"),
                           "stdin": os.readlink("/proc/self/fd/0"), "umask": os.umask(0),
                           "title": open("/proc/self/cmdline", "rb").read().split(b"\\0")[0]
-                          .decode()}), flush=True)
+                          .decode(), "name": open("/proc/self/comm").read().strip()}),
+              flush=True)
         print("to stderr", file=sys.stderr, flush=True)
         if action == "exit0":
             open("out/exit0.done", "w").close()
@@ -196,6 +197,7 @@ def test_a_local_step_job_runs_in_the_server_with_no_process_of_its_own(workdir)
     assert seen["umask"] == 0o027  # the driver's, read without changing it
     # ps shows the step's own command, as if it had started afresh, not the server's.
     assert seen["title"] == f"{sys.executable} -m ringflow step execute a ring exit0"
+    assert seen["name"] == os.path.basename(sys.executable)  # as an exec would name it
     assert rest == "to stderr"
 
 
