@@ -27,8 +27,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
-
+from .brief_lock import brief_lock
 from .jsonio import canonical_json, fsync_dir
 
 SECRET_BYTES = 32
@@ -50,7 +49,7 @@ class StoreAnchors:
         self.secret_path = self.folder / "secret"
         self.heads_path = self.folder / HEADS
         self.registrations_path = self.folder / REGISTRATIONS
-        self._lock = FileLock(str(self.store / "locks" / "anchors.lock"))
+        self._lock = brief_lock(self.store / "locks" / "anchors.lock")
 
     # ----------------------------------------------------------------- secret
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from .brief_lock import brief_lock
 from .errors import InputError
 from .jsonio import atomic_write_bytes, canonical_json, sha256_json
 
@@ -101,12 +102,8 @@ class HashMemo:
         """Write the memo atomically, merged with entries other processes saved meanwhile."""
         if not self._changed:
             return
-        # filelock (with asyncio's and logging's imports) loads here, not at import: every
-        # execution imports this module and most find their hashes memoized.
-        from filelock import FileLock
-
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(self.path) + ".lock"):
+        with brief_lock(str(self.path) + ".lock"):
             merged = self._read_disk()
             merged.update(self._changed)
             atomic_write_bytes(self.path, canonical_json(merged))

@@ -25,9 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
-
 from .anchors import StoreAnchors
+from .brief_lock import brief_lock
 from .errors import InputError, RingflowError
 from .hints import ringflow_hint
 from .jsonio import (
@@ -117,7 +116,7 @@ class Ledger:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        self._lock = FileLock(str(self.path) + ".lock")
+        self._lock = brief_lock(str(self.path) + ".lock")
         self.head_path = self.path.with_suffix(".head")
 
     @property
