@@ -49,12 +49,15 @@ def _parse_locked(path: Path, ring_dir: str | Path) -> Ring:
     if st is None or not stat.S_ISREG(st.st_mode):
         raise InputError(f"{ring_dir}: not a ring folder (RING.json not found)")
     version = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    known = _parsed.get(str(path))
+    # By absolute path: the server reads ahead by its job's folder joined to the ring's
+    # path, the step by the path as the rule gave it, often relative.
+    key = os.path.abspath(path)
+    known = _parsed.get(key)
     if known is not None and known[0] == version:
         return known[1]
     ring = Ring.from_record(read_json(path, what=str(path)), source=path)
     if time.time_ns() - st.st_mtime_ns > _RACY_NS:
-        _parsed[str(path)] = (version, ring)
+        _parsed[key] = (version, ring)
     return ring
 
 

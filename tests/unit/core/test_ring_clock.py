@@ -59,6 +59,18 @@ def test_the_settle_phase_never_runs_past_stop_at_minus_the_margin(tmp_path):
     assert settle_deadline(late) == 3540
 
 
+def test_a_ring_parsed_by_one_path_is_found_by_another(ring, monkeypatch):
+    # The resident server reads a ring ahead by its job's folder joined to the ring's
+    # path; the step names it as its rule gave it, relative to that folder.
+    path = Path(ring.ring_dir) / "RING.json"
+    settled = time.time() - 5
+    os.utime(path, (settled, settled))
+    first = load_ring(ring.ring_dir)
+    monkeypatch.chdir(Path(ring.ring_dir).parent)
+    assert load_ring(Path(ring.ring_dir).name) is first
+    assert load_ring(f"./{Path(ring.ring_dir).name}/") is first
+
+
 def test_a_ring_is_parsed_once_per_version_of_its_lock(ring):
     # A step reads its ring more than once, and the resident server reads it ahead of its
     # forks; a RING.json written since (or too recently to tell apart) is read again.
