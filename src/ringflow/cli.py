@@ -4,6 +4,7 @@ internal steps that the workflow's rules call."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -665,11 +666,13 @@ def add_steps(sub, only: str | None = None) -> None:
     add("stop-manifest", cmd_stop_manifest, "write stop_manifest.json")
 
 
+@functools.lru_cache(maxsize=64)
 def step_parser(name: str | None = None) -> argparse.ArgumentParser:
     """`ringflow step …` alone: every execution is a step in a process of its own, and the
     whole command table cost it more than its own arguments. With `name`, the table holds
     that step alone when it is one (a rule's call); otherwise every step, for help and
-    for the error that names the steps there are."""
+    for the error that names the steps there are. Kept once built (parsing leaves a
+    parser as it was), for the forks of a process that built it (prepare_step_parsers)."""
     parser = argparse.ArgumentParser(prog="ringflow step", description=add_steps.__doc__)
     sub = parser.add_subparsers(dest="step", required=True)
     add_steps(sub, only=name)
@@ -677,6 +680,18 @@ def step_parser(name: str | None = None) -> argparse.ArgumentParser:
         add_steps(sub)
     parser.set_defaults(command="step")
     return parser
+
+
+def prepare_step_parsers() -> None:
+    """Build every step's parser and parse one execution's call with it, in a process that
+    forks steps (the resident step server, docs/architecture.md#resident-steps): each fork
+    then finds its parser built and argparse's patterns compiled, where it would otherwise
+    spend a tenth of an execution's own CPU on them."""
+    steps = next(a for a in step_parser()._actions if a.dest == "step")
+    for name in steps.choices:
+        step_parser(name)
+    step_parser("execute").parse_args(["execute", "RING", "NODE", "VIEW", "VARIANT", "--gpus",
+                                       "0", "--result", "RESULT", "--score", "SCORE"])  # fmt: skip
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

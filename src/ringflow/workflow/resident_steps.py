@@ -46,7 +46,8 @@ from .resident_client import HELD_PROTOCOL, PROTOCOL, SERVER_ENV
 
 # What the resident steps import: loaded once, before the first fork. The executions'
 # first (they are most of a ring's steps), then the bookkeeping steps' own modules.
-PRELOAD = ("ringflow.cli", "ringflow.execute", "ringflow.scoring",
+PRELOAD = ("ringflow.cli", "ringflow.execute", "ringflow.scoring", "heapq",
+           "ringflow.core.recovery", "ringflow.weights.environment",
            "ringflow.core.interrupts", "ringflow.weights.keytarget",
            "ringflow.ring.lock", "ringflow.nodes", "ringflow.carryover.importing",
            "ringflow.carryover.executions", "ringflow.carryover.manifest",
@@ -378,6 +379,9 @@ def run(argv: list[str]) -> int:
     main = _main_of(argv[3] if argv[2:3] == ["--main"] else None)
     for module in PRELOAD:
         importlib.import_module(module)
+    from ..cli import prepare_step_parsers  # preloaded above
+
+    prepare_step_parsers()
     # A job's Ctrl-C is relayed by its own process; the server itself ends with the driver.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     path = listener.getsockname()

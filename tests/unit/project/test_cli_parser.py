@@ -74,3 +74,18 @@ def test_a_new_user_meets_check_first_and_the_rules_steps_last():
     names = list(next(a for a in whole._actions if a.dest == "command").choices)
     assert names[0] == "check"
     assert names[-2:] == ["query-score", "step"]
+
+
+def test_a_process_that_forks_steps_builds_their_parsers_once_beforehand():
+    # The resident step server prepares them before its first fork: each fork parses with
+    # the parser built there, and the same parser parses the next call as the first.
+    cli.step_parser.cache_clear()
+    cli.prepare_step_parsers()
+    every = next(a for a in cli.step_parser()._actions if a.dest == "step")
+    built = cli.step_parser.cache_info()
+    assert built.currsize == len(every.choices) + 1  # each step's own, and the whole table
+    argv = ["step", "execute", "runs/r", "n001-a", "proxy", "s0", "--result", "r.json",
+            "--score", "s.json"]  # fmt: skip
+    first, again = cli.parse(argv), cli.parse([*argv[:5], "s1", *argv[6:]])
+    assert cli.step_parser.cache_info().currsize == built.currsize  # nothing built anew
+    assert (first.variant, again.variant, again.gpus) == ("s0", "s1", 0)
