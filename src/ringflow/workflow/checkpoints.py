@@ -49,15 +49,27 @@ class Checkpoints(Protocol):
 
 
 class SnakemakeCheckpoints:
-    """Snakemake's checkpoints of one ring's module."""
+    """Snakemake's checkpoints of one ring's module.
+
+    An output once given is given again without asking Snakemake: its `get` expands the
+    rule's output and looks it up among the checkpoints' created outputs, a set that only
+    grows while Snakemake runs, so a checkpoint once complete stays complete under the
+    same path. The input, priority and resource functions ask for the first checkpoints
+    for every job, again at each update of the DAG; asking Snakemake each time was most
+    of what they cost."""
 
     def __init__(self, checkpoints) -> None:
         self._checkpoints = checkpoints
+        self._complete: dict[tuple, Path] = {}
 
     def output(self, rule: str, **wildcards) -> Path:
-        key = CHECKPOINT_OUTPUTS[rule][0]
-        job = getattr(self._checkpoints, rule).get(**wildcards)
-        return Path(getattr(job.output, key))
+        known = (rule, *sorted(wildcards.items()))
+        path = self._complete.get(known)
+        if path is None:
+            key = CHECKPOINT_OUTPUTS[rule][0]
+            job = getattr(self._checkpoints, rule).get(**wildcards)  # raises while pending
+            path = self._complete[known] = Path(getattr(job.output, key))
+        return path
 
 
 class FolderCheckpoints:

@@ -387,3 +387,42 @@ def test_a_rewritten_node_record_is_read_again(tmp_path):
     assert dag.execution_inputs(one) == {}
     atomic_write_json(layout.node_json("n003-c"), _node("n003-c", "candidate", key="k" * 64))
     assert names([dag.execution_inputs(one)["key"]]) == {f"keys/{'k' * 64}.json"}
+
+
+def test_a_completed_checkpoint_is_given_again_without_asking_snakemake():
+    # Snakemake's own Checkpoint.get over a rule that expands its one output: pending until
+    # its output is among the created outputs, then complete for good (that set only grows
+    # while Snakemake runs), so the output is kept and the rule not expanded again.
+    from snakemake.checkpoints import Checkpoints
+    from snakemake.exceptions import IncompleteCheckpointException
+    from snakemake.iocontainers import OutputFiles
+
+    from ringflow.workflow.checkpoints import SnakemakeCheckpoints
+
+    class ScreenRule:  # what Checkpoint.get reads of a rule
+        name = "screen"
+        wildcard_names = frozenset({"node"})
+        expanded = 0
+
+        def expand_output(self, wildcards):
+            ScreenRule.expanded += 1
+            output = OutputFiles([f"runs/r/final/{wildcards['node']}/screen.json"])
+            output._set_name("screen", 0)
+            return output, {}
+
+    namespace = Checkpoints().spawn_new_namespace()
+    namespace.register(ScreenRule())
+    checkpoints = SnakemakeCheckpoints(namespace)
+    with pytest.raises(IncompleteCheckpointException):
+        checkpoints.output("screen", node="n001-a")
+    namespace.created_output.add("runs/r/final/n001-a/screen.json")
+    first = checkpoints.output("screen", node="n001-a")
+    asked = ScreenRule.expanded
+    assert (
+        checkpoints.output("screen", node="n001-a")
+        == first
+        == Path("runs/r/final/n001-a/screen.json")
+    )
+    assert ScreenRule.expanded == asked  # given again without asking
+    with pytest.raises(IncompleteCheckpointException):  # another node's is still pending
+        checkpoints.output("screen", node="n002-b")
