@@ -87,3 +87,17 @@ def broken_bwrap(tmp_path, monkeypatch):
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ.get('PATH', os.defpath)}")
     return fake
+
+
+@pytest.fixture
+def synced(monkeypatch):
+    """The paths os.fsync is called on from here on, in order (each is still synced)."""
+    paths: list[str] = []
+    real = os.fsync
+
+    def recording(fd: int) -> None:
+        paths.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    return paths

@@ -45,11 +45,18 @@ def fsync_tree(root: str | os.PathLike) -> None:
 
 
 def atomic_write_bytes(
-    path: str | os.PathLike, data: bytes, mode: int = 0o644, durable: bool = True
+    path: str | os.PathLike,
+    data: bytes,
+    mode: int = 0o644,
+    durable: bool = True,
+    sync_folder: bool = True,
 ) -> None:
     """Readers see the old bytes or the new, never a mix. `durable=False` skips the fsyncs:
     for a live view rewritten many times a second, where a stall on a busy disk would cost
-    more than the last copy lost in a crash."""
+    more than the last copy lost in a crash. `sync_folder=False` syncs the new bytes before
+    the rename but not the rename itself: a crash may bring the previous version back,
+    never a torn or empty file. For a file whose previous version stays true (the ledger's
+    head: every earlier head is still in the ledger)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -64,7 +71,7 @@ def atomic_write_bytes(
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    if durable:
+    if durable and sync_folder:
         fsync_dir(path.parent)
 
 
@@ -76,10 +83,14 @@ def _encode(text: str) -> bytes:
 
 
 def atomic_write_json(
-    path: str | os.PathLike, obj: Any, mode: int = 0o644, durable: bool = True
+    path: str | os.PathLike,
+    obj: Any,
+    mode: int = 0o644,
+    durable: bool = True,
+    sync_folder: bool = True,
 ) -> None:
     text = json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    atomic_write_bytes(path, _encode(text), mode, durable)
+    atomic_write_bytes(path, _encode(text), mode, durable, sync_folder)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str, mode: int = 0o644) -> None:

@@ -190,7 +190,10 @@ class Ledger:
             os.close(fd)
         if created:
             fsync_dir(self.path.parent)
-        atomic_write_json(self.head_path, {"seq": record["seq"], "hash": record["hash"]})
+        # The head's rename is not synced: a crash may leave the previous head, which the
+        # ledger still holds, so it still verifies; the line itself was synced above.
+        atomic_write_json(self.head_path, {"seq": record["seq"], "hash": record["hash"]},
+                          sync_folder=False)  # fmt: skip
         if context is not None:
             # Under the ledger lock, so the store's heads of a ring come in ledger order.
             context.anchors.anchor_head(context.identity, str(context.ring_dir), record["seq"],

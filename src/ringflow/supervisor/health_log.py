@@ -240,8 +240,10 @@ class HealthLog:
         if extra:
             data.update(extra)
 
+        # A live view, never synced: what ended the run is in result.json and in the
+        # timeline's last line (synced at close), and a run a crash cut runs again.
         def write(path: Path, data: dict) -> None:
-            atomic_write_json(path, data, durable=state == "ended")
+            atomic_write_json(path, data, durable=False)
 
         self._written(write, self.latest, data)
 

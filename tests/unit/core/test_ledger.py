@@ -149,3 +149,16 @@ def test_emit_event_appends_plain_lines(tmp_path):
     events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert [e["kind"] for e in events] == ["exec_started", "exec_done"]
     assert events[1]["status"] == "ok" and "ts" in events[1] and "hash" not in events[1]
+
+
+def test_an_append_syncs_its_line_and_the_heads_bytes_not_the_heads_rename(tmp_path, synced):
+    # A crash may bring back the previous ledger.head: a line the ledger still holds, so
+    # it still verifies. The head is never torn or empty: its bytes are synced first.
+    ledger = Ledger(tmp_path / "ring" / "ledger.jsonl")
+    ledger.append("first")
+    del synced[:]
+    ledger.append("second", n=2)
+    assert synced[0] == str(ledger.path)
+    assert [Path(p).name.startswith(".ledger.head.") for p in synced[1:]] == [True]
+    assert json.loads(ledger.head_path.read_text()) == ledger.head() == {
+        "seq": 2, "hash": ledger.records()[-1]["hash"]}  # fmt: skip
