@@ -17,12 +17,14 @@ from .carryover.scored import (
     settle_imported,
     submission_problem,
 )
+from .core.durability import group_commit
 from .core.errors import CandidateError
 from .core.hashing import solution_tree_hash
 from .core.jsonio import atomic_write_json, read_json
 from .core.layout import RingLayout, is_guard_variant, is_review_variant, node_slug, variant_seed
 from .core.ledger import Ledger, emit_event
 from .core.node_state import Node, write_node
+from .core.safetree import remove_tree
 from .core.seeds import PROBE_SEEDS
 from .core.state import Ring
 from .core.statuses import READY, REJECTED
@@ -111,6 +113,8 @@ def _make_node(ring, layout, store, node_id, role, source: Path, max_bytes) -> d
         node.update(status=REJECTED, error=str(exc))
         return node
     submission = layout.submission(node_id)
+    # An import cut short left this copy read-only: it is made again whole.
+    remove_tree(submission)
     copy_submission(solution, submission)
     # Working copies hardlink these files: read-only, so none of them can change it.
     make_readonly_tree(submission)
@@ -183,12 +187,31 @@ def import_static(ring: Ring) -> dict:
         if entry.is_dir() and not entry.name.startswith("."):
             sources.append(("candidate", Path(entry.path)))
     ledger = Ledger(layout.ledger)
-    nodes = []
-    number = 0 if ring.baseline_dir else 1
     if sources and sources[0][0] == "baseline":
         sources.insert(1, ("resume", None))
     else:
         sources.insert(0, ("resume", None))
+    # Every node's record and ledger lines are synced together once all are written,
+    # before the index that marks the import done (docs/ring-folder.md#durability).
+    with group_commit():
+        nodes = _import_nodes(ring, layout, store, ledger, sources, max_bytes)
+    index = {
+        "nodes": [_index_entry(n) for n in nodes],
+        "baseline": next((n["id"] for n in nodes if n["role"] == "baseline"), None),
+        "keys": _assign_trainers(nodes, store),
+    }
+    record_sources(ring, [Node.from_record(node) for node in nodes])
+    atomic_write_json(layout.nodes_index, index)
+    # The import checkpoint's output, never rewritten: the search adds engineered nodes
+    # to the living index, and the workflow reads the imported nodes from this one.
+    atomic_write_json(layout.nodes_static, index)
+    return index
+
+
+def _import_nodes(ring: Ring, layout: RingLayout, store: WeightsStore, ledger: Ledger,
+                  sources: list, max_bytes: int) -> list[dict]:  # fmt: skip
+    nodes: list[dict] = []
+    number = 0 if ring.baseline_dir else 1
     resumed_trees: dict[str, str] = {}
     imported_trees: dict[str, str] = {}
     sender_ids: dict[tuple[str, str], str] = {}
@@ -248,14 +271,4 @@ def import_static(ring: Ring) -> dict:
             status=node["status"],
             tree_hash=node.get("tree_hash"),
         )
-    index = {
-        "nodes": [_index_entry(n) for n in nodes],
-        "baseline": next((n["id"] for n in nodes if n["role"] == "baseline"), None),
-        "keys": _assign_trainers(nodes, store),
-    }
-    record_sources(ring, [Node.from_record(node) for node in nodes])
-    atomic_write_json(layout.nodes_index, index)
-    # The import checkpoint's output, never rewritten: the search adds engineered nodes
-    # to the living index, and the workflow reads the imported nodes from this one.
-    atomic_write_json(layout.nodes_static, index)
-    return index
+    return nodes

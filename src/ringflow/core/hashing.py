@@ -22,6 +22,9 @@ from .errors import InputError
 from .jsonio import atomic_write_bytes, canonical_json, sha256_json
 
 CHUNK_BYTES = 1 << 20
+# Below this many bytes to hash, a thread pool costs more to start (a thread per core, a
+# few hundred microseconds each) than hashing the files one after another.
+POOL_MIN_BYTES = 8 << 20
 
 # A file modified again within one tick of the filesystem clock can keep the
 # same mtime_ns; trusting the memo for such a file could return a stale hash.
@@ -149,18 +152,20 @@ def _hash_sized(
     """{path: (sha256, size)}: `hash_files` with the sizes it learned on the way."""
     result: dict[str, tuple[str, int]] = {}
     to_hash: list[str] = []
+    to_hash_bytes = 0
     for raw in paths:
         path = os.fspath(raw)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            raise InputError(f"{path}: file not found") from None
         if memo is not None:
-            try:
-                st = os.stat(path)
-            except FileNotFoundError:
-                raise InputError(f"{path}: file not found") from None
             sha = memo.lookup(path, st)
             if sha is not None:
                 result[path] = (sha, st.st_size)
                 continue
         to_hash.append(path)
+        to_hash_bytes += st.st_size
     if not to_hash:
         return result
 
@@ -172,7 +177,7 @@ def _hash_sized(
         return path, sha, st
 
     pool_size = max(1, min(workers or os.cpu_count() or 1, len(to_hash)))
-    if pool_size == 1:
+    if pool_size == 1 or to_hash_bytes < POOL_MIN_BYTES:
         hashed = [hash_one(path) for path in to_hash]
     else:
         from concurrent.futures import ThreadPoolExecutor  # only when there is a pool

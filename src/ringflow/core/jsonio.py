@@ -9,6 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from . import durability
+from .durability import fsync_dir
 from .errors import InputError
 
 
@@ -19,14 +21,6 @@ def canonical_json(obj: Any) -> bytes:
 
 def sha256_json(obj: Any) -> str:
     return hashlib.sha256(canonical_json(obj)).hexdigest()
-
-
-def fsync_dir(path: str | os.PathLike) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def fsync_tree(root: str | os.PathLike) -> None:
@@ -65,14 +59,14 @@ def atomic_write_bytes(
             handle.write(data)
             handle.flush()
             if durable:
-                os.fsync(handle.fileno())
+                durability.sync_file(handle.fileno(), path)
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     if durable and sync_folder:
-        fsync_dir(path.parent)
+        durability.sync_folder(path.parent)
 
 
 def _encode(text: str) -> bytes:

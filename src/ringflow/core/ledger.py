@@ -18,6 +18,7 @@ alone has no valid signatures; a ledger cut short or rolled back misses anchored
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -27,6 +28,7 @@ from typing import Any
 
 from .anchors import StoreAnchors
 from .brief_lock import brief_lock
+from .durability import grouped, sync_ledger
 from .errors import InputError, RingflowError
 from .hints import ringflow_hint
 from .jsonio import (
@@ -180,24 +182,32 @@ class Ledger:
         record["hash"] = record_hash(record)
         line = canonical_json(record) + b"\n"
         created = not self.path.exists()
+        anchor = None
+        if context is not None:
+            anchor = functools.partial(
+                context.anchors.anchor_head,
+                context.identity,
+                str(context.ring_dir),
+                record["seq"],
+                record["hash"],
+            )
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             view = memoryview(line)
             while view:
                 view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            # The line, then the store's anchor of it (at once, under the ledger lock, so
+            # the store's heads of a ring come in ledger order; or at a group's end).
+            sync_ledger(fd, self.path, anchor)
         finally:
             os.close(fd)
-        if created:
+        if created and not grouped():
             fsync_dir(self.path.parent)
-        # The head's rename is not synced: a crash may leave the previous head, which the
-        # ledger still holds, so it still verifies; the line itself was synced above.
+        # The head is a convenience copy of the last line, never synced: a crash may leave
+        # an older head (still in the ledger) or an unreadable one, which verify skips; what
+        # vouches for the ledger's length is the line itself, synced above, and the store.
         atomic_write_json(self.head_path, {"seq": record["seq"], "hash": record["hash"]},
-                          sync_folder=False)  # fmt: skip
-        if context is not None:
-            # Under the ledger lock, so the store's heads of a ring come in ledger order.
-            context.anchors.anchor_head(context.identity, str(context.ring_dir), record["seq"],
-                                        record["hash"])  # fmt: skip
+                          durable=False)  # fmt: skip
         return record
 
     def write_record(self, path: str | os.PathLike, data: bytes, mode: int = 0o644) -> dict:

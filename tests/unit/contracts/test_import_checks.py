@@ -3,15 +3,21 @@ and crashed four times), and `ringflow check` finds it before a ring is spent.""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
 from ringflow.candidate import load_solution
+from ringflow.core.clock import load_ring
 from ringflow.core.errors import CandidateError
+from ringflow.core.jsonio import read_json
+from ringflow.core.layout import RingLayout
+from ringflow.core.records import record_problems
+from ringflow.nodes import import_static
 from ringflow.precheck import check
-from ringtools import make_candidate, make_task
+from ringtools import locked_ring, make_candidate, make_task
 
 LIMIT = 1024**3
 
@@ -85,3 +91,25 @@ def test_check_command_exit_code_and_clean_up(tmp_path):
         text=True,
     )
     assert bad.returncode == 1 and "task.yaml not found" in bad.stdout
+
+
+@pytest.mark.user
+def test_an_import_cut_before_its_index_runs_again_whole(tmp_path):
+    # The import's records are synced at its end, before the index that marks it done
+    # (docs/ring-folder.md#durability): cut before the index, it runs again from the start,
+    # over the read-only copies it made the first time.
+    cands = tmp_path / "cands"
+    for name in ("a", "b"):
+        make_candidate(cands / name, mean=0.5)
+    ring_dir = locked_ring(tmp_path, cands, "r")
+    layout = RingLayout(ring_dir)
+    first = read_json(layout.nodes_index)
+    layout.nodes_index.unlink()
+    layout.nodes_static.unlink()
+    (layout.submission("n001-a") / "left-by-the-cut.txt").write_text("x")
+
+    again = import_static(load_ring(ring_dir))
+    assert again == first
+    assert not (layout.submission("n001-a") / "left-by-the-cut.txt").exists()
+    assert not os.access(layout.submission("n001-a") / "run.py", os.W_OK) or os.geteuid() == 0
+    assert record_problems(ring_dir) == []

@@ -221,3 +221,25 @@ def test_tree_hash_counts_undeclared_weights(tmp_path):
     assert solution_tree_hash(solution, {"weights/model.pt"})[0] != digest
     # A declared per-view folder excludes everything under it.
     assert solution_tree_hash(solution, {"weights"})[0] == digest
+
+
+def test_a_pool_hashes_only_what_is_worth_its_threads(tmp_path, monkeypatch):
+    import concurrent.futures
+
+    import ringflow.core.hashing as hashing
+
+    pools = []
+
+    class Recorded(concurrent.futures.ThreadPoolExecutor):
+        def __init__(self, *args, **kwargs):
+            pools.append(kwargs.get("max_workers"))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(concurrent.futures, "ThreadPoolExecutor", Recorded)
+    paths = [write(tmp_path / f"f{i}", bytes([i]) * 3000) for i in range(3)]
+    expected = {str(p): sha(p.read_bytes()) for p in paths}
+    assert hash_files(paths, workers=2) == expected
+    assert pools == []  # 9 kB: hashed one after another
+    monkeypatch.setattr(hashing, "POOL_MIN_BYTES", 9000)
+    assert hash_files(paths, workers=2) == expected
+    assert pools == [2]

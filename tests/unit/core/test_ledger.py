@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from ringflow.core.errors import InputError, RingflowError
-from ringflow.core.ledger import GENESIS, Ledger, emit_event, record_hash
+from ringflow.core.layout import RingLayout
+from ringflow.core.ledger import GENESIS, Ledger, emit_event, ledger_anchors, record_hash
 
 SRC = Path(__file__).resolve().parents[3] / "src"
 
@@ -151,14 +152,30 @@ def test_emit_event_appends_plain_lines(tmp_path):
     assert events[1]["status"] == "ok" and "ts" in events[1] and "hash" not in events[1]
 
 
-def test_an_append_syncs_its_line_and_the_heads_bytes_not_the_heads_rename(tmp_path, synced):
-    # A crash may bring back the previous ledger.head: a line the ledger still holds, so
-    # it still verifies. The head is never torn or empty: its bytes are synced first.
-    ledger = Ledger(tmp_path / "ring" / "ledger.jsonl")
+def test_an_append_syncs_its_line_alone(tmp_path, synced):
+    # The line is the record; ledger.head and the store's anchor of it are written after
+    # it and not synced: a crash can lose the newest of them, never hold one the ledger lost.
+    (tmp_path / "RING.json").write_text(json.dumps({"ring_id": "r", "store": str(tmp_path / "s")}))
+    ledger = Ledger(tmp_path / "ledger.jsonl")
     ledger.append("first")
     del synced[:]
     ledger.append("second", n=2)
-    assert synced[0] == str(ledger.path)
-    assert [Path(p).name.startswith(".ledger.head.") for p in synced[1:]] == [True]
+    assert synced == [str(ledger.path)]
     assert json.loads(ledger.head_path.read_text()) == ledger.head() == {
         "seq": 2, "hash": ledger.records()[-1]["hash"]}  # fmt: skip
+    heads, _ = ledger.context.anchors.heads(ledger.context.identity)
+    assert heads[-1] == (2, ledger.records()[-1]["hash"])
+
+
+@pytest.mark.parametrize("left", [b"", b"\0" * 40, b'{"seq": 2, "ha'])
+def test_a_head_a_crash_tore_is_skipped_by_verify(tmp_path, left):
+    (tmp_path / "RING.json").write_text(json.dumps({"ring_id": "r", "store": str(tmp_path / "s")}))
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    ledger.append("first")
+    ledger.append("second")
+    ledger.head_path.write_bytes(left)
+    layout = RingLayout(tmp_path)
+    assert [where for where, _ in ledger_anchors(layout)] == []
+    assert ledger.verify(ledger_anchors(layout)) == []
+    ledger.append("third")  # the next append writes a whole head again
+    assert json.loads(ledger.head_path.read_text())["seq"] == 3
