@@ -489,7 +489,7 @@ def _run_program(ex: Execution, inputs: Path, training: bool) -> dict:
             wrappers=plan.wrappers,
             gpu_ids=[gpu.index for gpu in ex.gpus.gpus] if ex.gpus else None,
             pass_fds=plan.pass_fds,
-            preexec_fn=plan.child_setup,
+            spawn_setup=plan.spawn_setup,
             mark_environment=plan.mode == "none",
             # A sandbox binds GPU devices only for an allocation: without one the program
             # can reach no GPU, and there is nothing to watch.

@@ -9,8 +9,8 @@ Where no sandbox can be had the ring refuses to start, unless `sandbox.mode: non
 (trusted programs only) is named.
 
     plan = sandbox.plan(request, [python, "run.py", "--seed", "0"], base_env, info)
-    ... run plan.argv with plan.env in plan.cwd, plan.child_setup as the child's last
-        step before exec (the supervisor) ...
+    ... call plan.spawn_setup() in the starting thread, then run plan.argv with plan.env
+        in plan.cwd (the supervisor) ...
     plan.confirm_started(); plan.finish()
 """
 

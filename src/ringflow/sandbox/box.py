@@ -117,7 +117,7 @@ def confined_plan(
     return SandboxPlan(
         mode=info["mode"],
         argv=short,
-        child_setup=fresh_session_keyring_setup(),
+        spawn_setup=fresh_session_keyring_setup(),
         env=env,
         cwd="/",
         network_isolated=network_isolated,

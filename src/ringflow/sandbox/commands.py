@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import errno
 import fcntl
@@ -145,19 +144,18 @@ def args_through_pipe(argv: list[str]) -> tuple[list[str], int]:
 KEYCTL = {"x86_64": 250, "aarch64": 219, "i686": 288, "armv7l": 311, "ppc64le": 271,
           "s390x": 280, "riscv64": 219}  # fmt: skip
 KEYCTL_JOIN_SESSION_KEYRING = 1
-# The exit status of a child that could not set itself up: bubblewrap never starts, the
-# started marker never comes, and the run is the machine's failure (SandboxError).
-SETUP_FAILED = 126
 
 
 def fresh_session_keyring_setup() -> Callable[[], None] | None:
-    """The child's last step before bwrap starts: join a new, empty session keyring.
+    """What the starting thread does just before a run starts: join a new, empty session
+    keyring, which the run inherits.
 
     Every process inherits its parent's session keyring and may use it (it possesses it),
     whatever its uid or user namespace: a ringflow started from a login session would hand
-    that keyring to every run, a channel between them (docs/isolation.md). Runs in the
-    forked child (the supervisor's preexec step), so no interpreter starts for it; libc is
-    resolved here, in the parent. None where the machine's keyctl number is not known."""
+    that keyring to every run, a channel between them (docs/isolation.md). A keyring is a
+    thread's credential, so the thread that starts the run joins one before each start: the
+    next run gets another. Raises OSError where the kernel refuses; None where the
+    machine's keyctl number is not known."""
     number = KEYCTL.get(os.uname().machine)
     if number is None:
         return None
@@ -171,9 +169,7 @@ def fresh_session_keyring_setup() -> Callable[[], None] | None:
         err = ctypes.get_errno()
         if err == errno.ENOSYS:
             return
-        with contextlib.suppress(OSError):
-            message = f"cannot give the run a session keyring of its own: {os.strerror(err)}\n"
-            os.write(2, message.encode())
-        os._exit(SETUP_FAILED)
+        raise OSError(err, f"cannot give the run a session keyring of its own: "
+                           f"{os.strerror(err)}")  # fmt: skip
 
     return join

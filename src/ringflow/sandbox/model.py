@@ -68,8 +68,9 @@ class SandboxPlan:
     # What kept the run's kernel state its own (sandbox/identity.py), for result.json.
     isolation: dict = field(default_factory=dict)
     extra_fds: list[int] = field(default_factory=list)  # also passed to the child
-    # What the forked child does last, before it becomes argv[0] (Popen's preexec_fn).
-    child_setup: Callable[[], None] | None = field(default=None, repr=False)
+    # What the starting thread does just before the start; the run inherits what it gives
+    # the thread (a session keyring of its own).
+    spawn_setup: Callable[[], None] | None = field(default=None, repr=False)
     _status_read: int | None = field(default=None, repr=False)
     _owned_fds: list[int] = field(default_factory=list, repr=False)
     _cleanups: list[Callable[[], list[str] | None]] = field(default_factory=list, repr=False)

@@ -46,10 +46,11 @@ def selftest(info: dict, program: dict, settings: Sandbox, scratch_parent: Path)
         layout = resolve_layout(request, argv, None)
         plan = plan_box(request, layout, argv, {"PATH": "/usr/bin:/bin"}, info)
         try:
+            if plan.spawn_setup is not None:
+                plan.spawn_setup()
             done = subprocess.run(
                 plan.argv, env=plan.env, cwd=plan.cwd, capture_output=True, text=True,
                 timeout=SELFTEST_TIMEOUT_S, pass_fds=plan.pass_fds, check=False,
-                preexec_fn=plan.child_setup,
             )  # fmt: skip
             plan.confirm_started()
         finally:

@@ -391,7 +391,7 @@ def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
             watch_writable=[box / "workspace"],
             wrappers=plan.wrappers,
             pass_fds=plan.pass_fds,
-            preexec_fn=plan.child_setup,
+            spawn_setup=plan.spawn_setup,
             mark_environment=plan.mode == "none",
         )
         if outcome.events and outcome.events[0].get("event") == "start_failed":

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import resource
 import select
 import signal
 import subprocess
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from ..core import diskspace, statuses
 from ..core.errors import InputError
+from . import gate
 from .activity import ActivityTracker, judge_window
 from .cgroup import OwnedCgroup
 from .gpu import GpuMonitor
@@ -146,7 +146,7 @@ class _Supervision:
         progress_file,
         gpu_ids,
         watch_ancestors,
-        preexec_fn,
+        spawn_setup,
         wrappers=(),
         pass_fds=(),
         mark_environment=True,
@@ -160,7 +160,7 @@ class _Supervision:
         self.deadline_fn = deadline
         self.watch_output, self.watch_writable = watch_output, watch_writable
         self.progress_file, self.gpu_ids = progress_file, gpu_ids
-        self.watch_ancestors, self.preexec_fn = watch_ancestors, preexec_fn
+        self.watch_ancestors, self.spawn_setup = watch_ancestors, spawn_setup
         self.wrappers = frozenset(os.path.realpath(w) for w in wrappers)
         self.pass_fds = tuple(pass_fds)
         self.mark_environment = mark_environment
@@ -201,13 +201,6 @@ class _Supervision:
         self.signal_count += 1
         with contextlib.suppress(OSError):
             os.write(self.wake_w, b"s")
-
-    def _child_setup(self) -> None:
-        self.cgroup.join_self()
-        if self.data_limit is not None:
-            resource.setrlimit(resource.RLIMIT_DATA, (self.data_limit, self.data_limit))
-        if self.preexec_fn is not None:
-            self.preexec_fn()
 
     def root_exited(self) -> bool:
         """Reap the root if it has exited (its rusage goes into the tree's CPU)."""
@@ -390,20 +383,40 @@ class _Supervision:
         # Inside a sandbox the tree is found through its namespace; the token would only
         # tell the program that it is supervised.
         env = {**self.env, TOKEN_ENV: token} if self.mark_environment else dict(self.env)
+        procs_files = self.cgroup.procs_files()
+        gated = bool(procs_files) or self.data_limit is not None
+        gate_r = gate_w = None
         try:
+            if gated:
+                gate.check_executable(self.argv[0], env)
+                gate_r, gate_w = os.pipe()
+            if self.spawn_setup is not None:
+                self.spawn_setup()
+            # No code of ours runs in the child (docs/architecture.md#how-a-program-starts).
             self.proc = subprocess.Popen(
-                self.argv,
+                gate.gated_argv(self.argv) if gated else self.argv,
                 cwd=self.cwd,
                 env=env,
-                stdin=subprocess.DEVNULL,
+                stdin=gate_r if gated else subprocess.DEVNULL,
                 stdout=self.sinks[0].write_fd,
                 stderr=self.sinks[1].write_fd,
                 start_new_session=True,
-                preexec_fn=self._child_setup,
                 close_fds=True,
                 pass_fds=self.pass_fds,
             )
+            if gate_r is not None:
+                os.close(gate_r)
+                gate_r = None
+                gate.place(self.proc.pid, procs_files, self.data_limit)
+                gate.release(gate_w)
+                gate_w = None
         except (OSError, subprocess.SubprocessError) as exc:
+            for fd in (gate_r, gate_w):
+                if fd is not None:
+                    os.close(fd)
+            if self.proc is not None:  # told nothing, its gate ends it unstarted
+                self.proc.wait()
+                self.proc = None
             for sink in self.sinks:
                 sink.close()
             reason = f"could not start {self.argv[0]!r}: {exc}"
@@ -750,7 +763,7 @@ def supervise(
     progress_file: os.PathLike | str | None = None,
     gpu_ids: Sequence[int] | None = None,
     watch_ancestors: bool = True,
-    preexec_fn: Callable[[], None] | None = None,
+    spawn_setup: Callable[[], None] | None = None,
     wrappers: Sequence[str] = (),
     pass_fds: Sequence[int] = (),
     mark_environment: bool = True,
@@ -782,7 +795,7 @@ def supervise(
         progress_file,
         gpu_ids,
         watch_ancestors,
-        preexec_fn,
+        spawn_setup,
         wrappers,
         pass_fds,
         mark_environment,

@@ -135,10 +135,10 @@ def plan(request: SandboxRequest, info: dict, program: dict, *args: str):
 def run(request, info, program, *args: str) -> dict:
     confined = plan(request, info, program, *args)
     try:
+        confined.spawn_setup()
         done = subprocess.run(
             confined.argv, env=confined.env, cwd=confined.cwd, capture_output=True,
             text=True, timeout=60, pass_fds=confined.pass_fds, check=False,
-            preexec_fn=confined.child_setup,
         )  # fmt: skip
         confined.confirm_started()
     finally:
@@ -161,9 +161,9 @@ def test_runs_at_the_same_time_share_no_key_segment_or_abstract_socket(
 ):
     holder_request = make_run(tmp_path, "holder", program)
     holder = plan(holder_request, info, program, "hold", syscalls)
+    holder.spawn_setup()
     proc = subprocess.Popen(
         holder.argv, env=holder.env, cwd=holder.cwd, pass_fds=holder.pass_fds,
-        preexec_fn=holder.child_setup,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
@@ -211,10 +211,10 @@ def test_what_the_program_writes_belongs_to_its_host_uid_during_the_run(tmp_path
     host = confined.isolation["host_uid"]
     try:
         assert request.output_dir.stat().st_uid == host
+        confined.spawn_setup()
         done = subprocess.run(
             confined.argv, env=confined.env, cwd=confined.cwd, capture_output=True,
             text=True, timeout=60, pass_fds=confined.pass_fds, check=False,
-            preexec_fn=confined.child_setup,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         # Inside it is sandbox.uid, and its folder is its own.

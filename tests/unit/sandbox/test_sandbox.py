@@ -173,9 +173,10 @@ def ring(tmp_path: Path, program) -> Ring:
 
 def run_agent(plan: sandbox.SandboxPlan, actions: list[tuple[str, str]]) -> list[dict]:
     """Run the planned argv (the agent) and return one outcome per action."""
+    plan.spawn_setup()
     done = subprocess.run(
         plan.argv, env=plan.env, cwd=plan.cwd, capture_output=True, text=True, timeout=60,
-        check=False, pass_fds=plan.pass_fds, preexec_fn=plan.child_setup,
+        check=False, pass_fds=plan.pass_fds,
     )  # fmt: skip
     plan.confirm_started()
     assert done.returncode == 0, f"agent failed ({done.returncode}): {done.stderr}"
@@ -433,8 +434,9 @@ def test_a_set_up_failure_is_reported_as_the_sandbox_s(ring, info):
     """bubblewrap that cannot set up (a bind source vanished) never reports a started child."""
     plan = start(ring, info, ring.request(mounts=(ring.root.parent / "missing",)))
     fds = () if plan.status_fd is None else (plan.status_fd,)
+    plan.spawn_setup()
     subprocess.run(plan.argv, env=plan.env, cwd=plan.cwd, capture_output=True, timeout=60,
-                   check=False, pass_fds=fds, preexec_fn=plan.child_setup)  # fmt: skip
+                   check=False, pass_fds=fds)  # fmt: skip
     with pytest.raises(SandboxError, match="did not start the program"):
         plan.confirm_started()
     plan.finish()

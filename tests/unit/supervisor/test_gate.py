@@ -1,0 +1,122 @@
+"""A program starts inside its cgroups and limits with no code of ours in the child
+(docs/architecture.md#how-a-program-starts)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ringflow.core import statuses
+from ringflow.supervisor import HealthSettings, ResourceLimits, gate, supervise
+from ringflow.supervisor.cgroup import DISABLE_ENV
+
+pytestmark = pytest.mark.user
+# The module, which its function of the same name hides from `from … import`.
+supervise_module = importlib.import_module("ringflow.supervisor.supervise")
+FAST = HealthSettings(collect_s=0.2, interval_s=1, hang_min=5, term_grace_s=1)
+# What the program sees of itself as its first lines run.
+FIRST = """
+import os, resource
+with open(os.path.join(os.environ["OUT"], "first.txt"), "w") as out:
+    out.write(open("/proc/self/cgroup").read())
+    out.write(f"data {resource.getrlimit(resource.RLIMIT_DATA)[0]}\\n")
+    out.write(f"stdin {os.readlink('/proc/self/fd/0')}\\n")
+"""
+
+
+def run(tmp_path: Path, argv: list[str], memory_gb: float | None = 0.5, **kw):
+    out = tmp_path / "output"
+    out.mkdir(exist_ok=True)
+    return supervise(
+        argv,
+        cwd=tmp_path,
+        env={**os.environ, "OUT": str(out)},
+        stdout_path=tmp_path / "stdout.log",
+        stderr_path=tmp_path / "stderr.log",
+        health_dir=tmp_path / "health",
+        settings=FAST,
+        limits=ResourceLimits(memory_gb=memory_gb, time_limit_min=2, threads=1),
+        watch_ancestors=False,
+        **kw,
+    )
+
+
+def python(code: str) -> list[str]:
+    return [sys.executable, "-c", textwrap.dedent(code)]
+
+
+@pytest.fixture
+def popen_calls(monkeypatch) -> list[dict]:
+    """The keyword arguments of every Popen the supervisor makes (each still runs)."""
+    calls: list[dict] = []
+    real = subprocess.Popen
+
+    def recording(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(supervise_module.subprocess, "Popen", recording)
+    return calls
+
+
+def test_the_program_starts_inside_its_cgroups_and_limits(tmp_path, popen_calls):
+    outcome = run(tmp_path, python(FIRST))
+    assert outcome.status == statuses.OK, outcome.reason
+    first = (tmp_path / "output" / "first.txt").read_text()
+    assert "stdin /dev/null" in first
+    cgroup = outcome.limits["cgroup"]
+    owned = [cgroup.get(k) for k in ("cgroup2", "memory_v1") if cgroup.get(k)]
+    if not owned:  # an ordinary user without delegation: the data limit holds memory
+        assert f"data {outcome.limits['memory']['rlimit_data_bytes']}" in first
+    for path in owned:
+        assert os.path.basename(path) in first, (path, first)
+    assert len(popen_calls) == 1 and popen_calls[0].get("preexec_fn") is None
+
+
+def test_a_run_with_nothing_to_join_starts_without_the_gate(tmp_path, monkeypatch, popen_calls):
+    monkeypatch.setenv(DISABLE_ENV, "1")
+    outcome = run(tmp_path, python("import sys; sys.exit(3)"), memory_gb=None)
+    assert outcome.exit_code == 3
+    assert popen_calls[0]["stdin"] == subprocess.DEVNULL
+
+
+def test_what_starts_the_run_is_called_in_the_starting_thread(tmp_path):
+    seen = []
+    outcome = run(tmp_path, python("pass"), spawn_setup=lambda: seen.append(os.getpid()))
+    assert outcome.status == statuses.OK and seen == [os.getpid()]
+
+
+def test_a_limit_the_kernel_refuses_starts_nothing(tmp_path, monkeypatch):
+    def refused(pid, procs_files, data_limit):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(gate, "place", refused)
+    outcome = run(tmp_path, python(FIRST))
+    assert outcome.status == statuses.CRASH
+    assert outcome.events[0]["event"] == "start_failed"
+    assert "Operation not permitted" in outcome.reason
+    assert not (tmp_path / "output" / "first.txt").exists()
+
+
+@pytest.mark.parametrize("command", ["/nonexistent/program", "no-such-program-anywhere"])
+def test_a_program_that_cannot_start_is_refused_as_popen_refuses_it(tmp_path, command):
+    outcome = run(tmp_path, [command])
+    assert outcome.events[0]["event"] == "start_failed"
+    assert outcome.reason.startswith(f"could not start {command!r}")
+
+
+def test_the_gate_without_its_go_exits_without_starting_the_program(tmp_path):
+    marker = tmp_path / "ran"
+    read, write = os.pipe()
+    proc = subprocess.Popen(gate.gated_argv(["touch", str(marker)]), stdin=read)
+    os.close(read)
+    os.write(write, b"no\n")
+    os.close(write)
+    assert proc.wait(timeout=10) == gate.NOT_RELEASED
+    assert not marker.exists()
