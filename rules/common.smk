@@ -17,7 +17,7 @@ from ringflow.workflow.checkpoints import SnakemakeCheckpoints
 from ringflow.workflow.cluster import execution_gpus, slurm_job_options
 from ringflow.workflow.dag import RingDag
 from ringflow.workflow.resident_client import step_command
-from ringflow.workflow.resume import rerun_interrupted
+from ringflow.workflow.resume import locked_by_another_driver, rerun_interrupted
 
 # The Snakefile gives this ring its whole configuration, checked (and taken from the ring it
 # continues where left at a default), and the ring of the chain it waits for, if any;
@@ -36,11 +36,14 @@ DEFAULTS = workflow.source_path("../config/config.yaml")
 
 def first_reach():
     """When the DAG first reaches a locked ring: refuse it under another configuration, with
-    edited inputs or continuing another task (workflow/hooks.py); a driver then sets aside the
-    records of executions a kill interrupted, so they run again (workflow/resume.py)."""
+    edited inputs or continuing another task (workflow/hooks.py); a driver that Snakemake's
+    lock will not refuse then sets aside the records of executions a kill interrupted, so
+    they run again (workflow/resume.py)."""
     if not workflow.is_main_process or not refuse_locked(RING.root, config, DEFAULTS):
         return False
-    if not workflow.dryrun:
+    if not workflow.dryrun and not locked_by_another_driver(
+        RING.root, workflow.persistence, workflow.execution_settings.lock
+    ):
         rerun_interrupted(RING.root)
     return True
 

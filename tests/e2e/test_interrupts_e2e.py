@@ -190,3 +190,47 @@ def test_a_signal_before_the_sandbox_started_the_program_is_an_interruption(tmp_
     # Not a machine failure: the ring is not stopped, and nothing blames the sandbox.
     assert not (ring / "STOPPED.json").exists()
     assert "did not start" not in stderr
+
+
+def _wait_recorded(result: Path, timeout: float = 60) -> dict:
+    end = time.time() + timeout
+    while time.time() < end:
+        with contextlib.suppress(OSError, ValueError):
+            return json.loads(result.read_text())
+        time.sleep(0.2)
+    raise AssertionError(f"{result} was never written")
+
+
+def test_a_killed_drivers_lock_leaves_the_ring_as_it_was_until_unlocked(tmp_path, drivers):
+    # After a kill -9 Snakemake's lock stays. The same command must be refused by it
+    # before anything of the ring changes: the interrupted execution's record is set aside
+    # only by the run that goes on (docs/recovery.md).
+    from ringflow.verify import verify_ring
+
+    config, ring = gated_ring(tmp_path, SLOW, GATE_AFTER_S)
+    node = "n001-slow"
+    driver = start_snakemake(tmp_path, config)
+    drivers.append(driver)
+    exec_dir = _wait_in_flight(ring, node, time.time() - 1)
+    os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait(timeout=60)
+    record = _wait_recorded(exec_dir / "result.json")
+    assert stopped_by_signal(record), record
+    assert list((tmp_path / ".snakemake" / "locks").iterdir())
+
+    refused = snakemake(tmp_path, config, check=False)
+    assert refused.returncode != 0
+    assert "--unlock" in refused.stdout + refused.stderr
+    assert json.loads((exec_dir / "result.json").read_text()) == record
+    assert not any(e["kind"] == "interrupted_rerun" for e in _events(ring))
+    assert verify_ring(ring) == []
+
+    # Unlocked, the same command sets the record aside and runs the execution again.
+    snakemake(tmp_path, config, "--unlock")
+    driver = start_snakemake(tmp_path, config)
+    drivers.append(driver)
+    _wait_in_flight(ring, node, time.time() - 1)
+    assert any(e["kind"] == "interrupted_rerun" for e in _events(ring))
+    driver.send_signal(signal.SIGINT)  # stopped as a user stops it: the run is recorded
+    driver.wait(timeout=60)
+    assert stopped_by_signal(_wait_recorded(exec_dir / "result.json"))

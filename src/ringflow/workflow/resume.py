@@ -9,6 +9,8 @@ the ring's clock cut (`budget_cut`) keeps its record: it is carried over, not re
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from ..core.errors import InputError
@@ -41,3 +43,22 @@ def rerun_interrupted(root: Path) -> list[str]:
     if again:
         emit_event(layout.root, "interrupted_rerun", executions=again)
     return again
+
+
+def names_the_ring(root: Path, locked_paths: Iterable[str]) -> bool:
+    """Whether any of Snakemake's locked paths (relative to the working folder, or
+    absolute) lies in the ring's folder."""
+    ring = os.path.abspath(root)
+    return any(
+        full == ring or full.startswith(ring + os.sep)
+        for full in (os.path.abspath(path) for path in locked_paths)
+    )
+
+
+def locked_by_another_driver(root: Path, persistence, locking: bool) -> bool:
+    """Whether Snakemake will refuse this run for a lock on the ring's files: the locks its
+    persistence (file or database) holds before this run writes its own."""
+    read_locks = getattr(persistence, "_read_locks", None)
+    if not locking or read_locks is None:
+        return False
+    return names_the_ring(root, (path for _kind, path in read_locks()))
