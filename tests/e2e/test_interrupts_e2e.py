@@ -233,4 +233,4 @@ def test_a_killed_drivers_lock_leaves_the_ring_as_it_was_until_unlocked(tmp_path
     assert any(e["kind"] == "interrupted_rerun" for e in _events(ring))
     driver.send_signal(signal.SIGINT)  # stopped as a user stops it: the run is recorded
     driver.wait(timeout=60)
-    assert stopped_by_signal(_wait_recorded(exec_dir / "result.json"))
+    assert len(_interrupted(ring, node)) == 2
