@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from ringflow.core import statuses
-from ringflow.supervisor import HealthSettings, ResourceLimits, gate, supervise
+from ringflow.supervisor import ResourceLimits, gate
 from ringflow.supervisor.cgroup import DISABLE_ENV
+from supervisetools import supervised
 
 pytestmark = pytest.mark.user
 # The module, which its function of the same name hides from `from … import`.
 supervise_module = importlib.import_module("ringflow.supervisor.supervise")
-FAST = HealthSettings(collect_s=0.2, interval_s=1, hang_min=5, term_grace_s=1)
 # What the program sees of itself as its first lines run.
 FIRST = """
 import os, resource
@@ -31,20 +31,8 @@ with open(os.path.join(os.environ["OUT"], "first.txt"), "w") as out:
 
 
 def run(tmp_path: Path, argv: list[str], memory_gb: float | None = 0.5, **kw):
-    out = tmp_path / "output"
-    out.mkdir(exist_ok=True)
-    return supervise(
-        argv,
-        cwd=tmp_path,
-        env={**os.environ, "OUT": str(out)},
-        stdout_path=tmp_path / "stdout.log",
-        stderr_path=tmp_path / "stderr.log",
-        health_dir=tmp_path / "health",
-        settings=FAST,
-        limits=ResourceLimits(memory_gb=memory_gb, time_limit_min=2, threads=1),
-        watch_ancestors=False,
-        **kw,
-    )
+    limits = ResourceLimits(memory_gb=memory_gb, time_limit_min=2, threads=1)
+    return supervised(tmp_path, argv, limits, **kw)
 
 
 def python(code: str) -> list[str]:

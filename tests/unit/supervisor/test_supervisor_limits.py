@@ -3,7 +3,6 @@ output, processes, memory."""
 
 from __future__ import annotations
 
-import os
 import resource
 import sys
 import textwrap
@@ -12,30 +11,19 @@ from pathlib import Path
 import pytest
 
 from ringflow.core import statuses
-from ringflow.supervisor import HealthSettings, ResourceLimits, supervise
+from ringflow.supervisor import ResourceLimits
 from ringflow.supervisor.cgroup import DISABLE_ENV
 from ringflow.supervisor.oom import allocation_failed
+from supervisetools import supervised
 
 # An ordinary user has no memory cgroup: the supervisor alone holds these limits.
 pytestmark = pytest.mark.user
-FAST = HealthSettings(collect_s=0.2, interval_s=1, hang_min=5, term_grace_s=1)
 
 
 def run(tmp_path: Path, code: str, env: dict | None = None, **limits):
-    out = tmp_path / "output"
-    out.mkdir(exist_ok=True)
-    return supervise(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=tmp_path,
-        env={**os.environ, "OUT": str(out), **(env or {})},
-        stdout_path=tmp_path / "stdout.log",
-        stderr_path=tmp_path / "stderr.log",
-        health_dir=tmp_path / "health",
-        settings=FAST,
-        limits=ResourceLimits(memory_gb=None, time_limit_min=2, threads=1, **limits),
-        watch_output=[out],
-        watch_ancestors=False,
-    )
+    limits = ResourceLimits(memory_gb=None, time_limit_min=2, threads=1, **limits)
+    return supervised(tmp_path, [sys.executable, "-c", textwrap.dedent(code)], limits, env,
+                      watch_output=[tmp_path / "output"])  # fmt: skip
 
 
 def test_a_flooded_log_is_cut_with_a_marker_and_the_program_finishes(tmp_path):
@@ -99,18 +87,8 @@ def test_forking_past_the_process_limit_ends_the_execution(tmp_path):
 
 def supervise_without_cgroup(tmp_path, monkeypatch, code: str, memory_gb: float, **kw):
     monkeypatch.setenv(DISABLE_ENV, "1")  # as an ordinary user, who has no memory cgroup
-    return supervise(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=tmp_path,
-        env=dict(os.environ),
-        stdout_path=tmp_path / "stdout.log",
-        stderr_path=tmp_path / "stderr.log",
-        health_dir=tmp_path / "health",
-        settings=FAST,
-        limits=ResourceLimits(memory_gb=memory_gb, time_limit_min=2, threads=1),
-        watch_ancestors=False,
-        **kw,
-    )
+    limits = ResourceLimits(memory_gb=memory_gb, time_limit_min=2, threads=1)
+    return supervised(tmp_path, [sys.executable, "-c", textwrap.dedent(code)], limits, **kw)
 
 
 # Three processes of 60 MB each: every one under RLIMIT_DATA, the tree over the limit.
