@@ -29,10 +29,14 @@ def gated_argv(argv: Sequence[str]) -> list[str]:
     return ["/bin/sh", "-c", GATE, "sh", *argv]
 
 
-def check_executable(command: str, env: dict) -> None:
+def check_executable(command: str, env: dict, cwd: str | os.PathLike) -> None:
     """Raise as Popen would for a program that cannot be started: the gate's shell would
-    report it only as an exit code, which reads like the program's own."""
-    found = command if "/" in command else shutil.which(command, path=env.get("PATH", os.defpath))
+    report it only as an exit code, which reads like the program's own. A path with a
+    slash is the child's, relative to the folder it starts in."""
+    if "/" in command:
+        found = os.path.join(cwd, command)
+    else:
+        found = shutil.which(command, path=env.get("PATH", os.defpath))
     if found is None or not os.path.isfile(found):
         raise FileNotFoundError(2, "No such file or directory", command)
     if not os.access(found, os.X_OK):

@@ -388,7 +388,7 @@ class _Supervision:
         gate_r = gate_w = None
         try:
             if gated:
-                gate.check_executable(self.argv[0], env)
+                gate.check_executable(self.argv[0], env, self.cwd)
                 gate_r, gate_w = os.pipe()
             if self.spawn_setup is not None:
                 self.spawn_setup()

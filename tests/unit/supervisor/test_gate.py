@@ -108,3 +108,18 @@ def test_the_gate_without_its_go_exits_without_starting_the_program(tmp_path):
     os.close(write)
     assert proc.wait(timeout=10) == gate.NOT_RELEASED
     assert not marker.exists()
+
+
+def test_a_program_named_relative_to_its_folder_starts_through_the_gate(
+    tmp_path, monkeypatch, popen_calls
+):
+    script = tmp_path / "run.sh"
+    script.write_text('#!/bin/sh\necho "$0 ran" > "$OUT/ran.txt"\n')
+    script.chmod(0o755)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the supervisor's own folder is not the program's
+    outcome = run(tmp_path, ["./run.sh"], memory_gb=0.5)
+    assert outcome.status == statuses.OK, outcome.reason
+    assert (tmp_path / "output" / "ran.txt").read_text() == "./run.sh ran\n"
+    assert popen_calls[0]["stdin"] != subprocess.DEVNULL  # the gate was used
