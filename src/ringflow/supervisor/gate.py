@@ -22,7 +22,7 @@ GO = b"go\n"
 # The gate's own failure: its parent died or refused before saying go. Never the
 # program's code: the program has not started.
 NOT_RELEASED = 126
-GATE = f'read -r word && [ "$word" = go ] || exit {NOT_RELEASED}; exec "$@" </dev/null'
+GATE = f'IFS= read -r word && [ "$word" = go ] || exit {NOT_RELEASED}; exec "$@" </dev/null'
 
 
 def gated_argv(argv: Sequence[str]) -> list[str]:

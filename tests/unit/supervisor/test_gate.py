@@ -123,3 +123,14 @@ def test_a_program_named_relative_to_its_folder_starts_through_the_gate(
     assert outcome.status == statuses.OK, outcome.reason
     assert (tmp_path / "output" / "ran.txt").read_text() == "./run.sh ran\n"
     assert popen_calls[0]["stdin"] != subprocess.DEVNULL  # the gate was used
+
+
+def test_the_gate_opens_whatever_field_separators_the_environment_sets(tmp_path):
+    marker = tmp_path / "ran"
+    read, write = os.pipe()
+    env = {"PATH": os.environ["PATH"], "IFS": "o"}
+    proc = subprocess.Popen(gate.gated_argv(["touch", str(marker)]), stdin=read, env=env)
+    os.close(read)
+    gate.release(write)
+    assert proc.wait(timeout=10) == 0
+    assert marker.exists()
