@@ -497,7 +497,7 @@ def _run_program(ex: Execution, inputs: Path, training: bool) -> dict:
             if ex.gpus or plan.mode == "none"
             else "no GPU was given to this execution",
         )
-        if outcome.events and outcome.events[0].get("event") == "start_failed":
+        if outcome.start_failed:
             raise SandboxError(outcome.reason)
         # A tree the supervisor stopped (a signal to the step, the deadline) may have been
         # stopped before bubblewrap started the program: an interruption, not a set-up fault

@@ -394,7 +394,7 @@ def _run_engineer(ring, layout, node, box: Path, trajectory: Path) -> dict:
             spawn_setup=plan.spawn_setup,
             mark_environment=plan.mode == "none",
         )
-        if outcome.events and outcome.events[0].get("event") == "start_failed":
+        if outcome.start_failed:
             raise SandboxError(outcome.reason)
         if plan.status_fd is not None and (outcome.exit_code is not None or outcome.signal):
             plan.confirm_started()

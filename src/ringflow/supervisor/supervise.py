@@ -79,6 +79,12 @@ class Outcome:
         """JSON-ready form."""
         return asdict(self)
 
+    @property
+    def start_failed(self) -> bool:
+        """The program never started (the machinery's failure, never the program's): its
+        event may follow others, such as the memory limits it would have had."""
+        return any(event.get("event") == "start_failed" for event in self.events)
+
 
 def wait_for(
     predicate: Callable[[], bool],

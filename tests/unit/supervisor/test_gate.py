@@ -87,7 +87,7 @@ def test_a_limit_the_kernel_refuses_starts_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(gate, "place", refused)
     outcome = run(tmp_path, python(FIRST))
     assert outcome.status == statuses.CRASH
-    assert outcome.events[0]["event"] == "start_failed"
+    assert outcome.start_failed
     assert "Operation not permitted" in outcome.reason
     assert not (tmp_path / "output" / "first.txt").exists()
 
@@ -95,7 +95,7 @@ def test_a_limit_the_kernel_refuses_starts_nothing(tmp_path, monkeypatch):
 @pytest.mark.parametrize("command", ["/nonexistent/program", "no-such-program-anywhere"])
 def test_a_program_that_cannot_start_is_refused_as_popen_refuses_it(tmp_path, command):
     outcome = run(tmp_path, [command])
-    assert outcome.events[0]["event"] == "start_failed"
+    assert outcome.start_failed
     assert outcome.reason.startswith(f"could not start {command!r}")
 
 
@@ -134,3 +134,13 @@ def test_the_gate_opens_whatever_field_separators_the_environment_sets(tmp_path)
     gate.release(write)
     assert proc.wait(timeout=10) == 0
     assert marker.exists()
+
+
+def test_a_start_failure_is_told_after_the_limits_it_would_have_had(tmp_path, monkeypatch):
+    # Without a memory cgroup (an ordinary user) the supervisor first notes how memory is
+    # held; the failed start comes after it and must still read as the machinery's.
+    monkeypatch.setenv(DISABLE_ENV, "1")
+    outcome = run(tmp_path, ["/nonexistent/program"], memory_gb=0.5)
+    assert [e["event"] for e in outcome.events][:2] == ["limits", "start_failed"]
+    assert outcome.start_failed
+    assert not run(tmp_path, python("pass"), memory_gb=0.5).start_failed

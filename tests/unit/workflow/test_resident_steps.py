@@ -246,7 +246,7 @@ def _alive(pid: int) -> bool:
     """Running, and not a zombie waiting for its parent."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
+    except (FileNotFoundError, ProcessLookupError, IndexError):  # gone before or during the read
         return False
     return state != "Z"
 
