@@ -237,7 +237,7 @@ def gated_ring(workdir: Path, program: str, gate_after_s: float) -> tuple[Path, 
 
 def wrap_bwrap(workdir: Path, monkeypatch, before: str) -> None:
     """A bwrap first on PATH that runs the shell lines `before`, then the real bubblewrap.
-    Set it before the lock: the lock freezes the environment, PATH included."""
+    Set it before the ring starts: its jobs find bubblewrap on their PATH."""
     fake = workdir / "fakebin" / "bwrap"
     fake.parent.mkdir()
     fake.write_text(f'#!/bin/sh\n{before}\nexec {shutil.which("bwrap")} "$@"\n')

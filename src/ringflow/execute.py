@@ -52,6 +52,7 @@ from .supervisor.output_limits import over_limits
 from .task import command_argv
 from .weights import keys
 from .weights.attempts import KeyFailed, TrainAttempts
+from .weights.environment import program_variables
 from .weights.store import WeightsStore
 from .workcopy import link_tree, reset_dir, submission_files, unshare_files
 
@@ -68,10 +69,6 @@ OUTCOME_FIELDS = (
     "status", "budget_cut", "exit_code", "signal", "wall_s", "cpu_s", "reap_left", "reason",
     "events", "limits",
 )  # fmt: skip
-
-
-# Locale and time zone reach the program as the job has them (part of the environment key).
-PASSED_LOCALE = ("LC_ALL", "LC_CTYPE", "LC_NUMERIC", "LANGUAGE", "TZ")
 
 
 def thread_env(threads: int) -> dict[str, str]:
@@ -408,9 +405,8 @@ def _program_env(ex: Execution) -> dict[str, str]:
     PATH names the program's environment and the system folders; every path the program
     is given is one it sees (docs/contracts.md#sandbox)."""
     env = {
-        "PATH": f"{Path(ex.ring.program.python).parent}:/usr/local/bin:/usr/bin:/bin",
-        "LANG": os.environ.get("LANG", "C.UTF-8"),
-        **{name: os.environ[name] for name in PASSED_LOCALE if name in os.environ},
+        # The keyed ones (PATH, locale, time zone) exactly as the weights key has them.
+        **program_variables(keys.ring_program_python(ex.ring), ex.config.sandbox.env_pass),
         "PYTHONDONTWRITEBYTECODE": "1",
         # Every run sees an alias, so a view-blind run looks like any other.
         "RINGFLOW_VIEW": alias(ex.ring, ex.view, BLIND_COPIES.get(ex.variant, "real")),

@@ -26,9 +26,11 @@ from ..core.errors import InputError, RingflowError
 from ..core.hashing import HashMemo, is_cache, listing, listing_hash
 from ..core.jsonio import sha256_json
 
-# Variables a program's results can depend on that the job passes on to it.
-KEYED_VARIABLES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "LC_NUMERIC", "LANGUAGE", "TZ")
-VARIABLE_DEFAULTS = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+# What a program is given of the job's environment besides ringflow's own variables
+# (execute.py): its own PATH, whatever the job's, and the job's locale and time zone.
+PASSED_LOCALE = ("LC_ALL", "LC_CTYPE", "LC_NUMERIC", "LANGUAGE", "TZ")
+# Those of them a program's results can depend on: the weights key covers them.
+KEYED_VARIABLES = ("PATH", "LANG", *PASSED_LOCALE)
 PROBE_TIMEOUT_S = 120
 
 # Run by the candidates' interpreter (-I -B: no user site, no PYTHON* variables, no .pyc).
@@ -155,10 +157,44 @@ def probe_interpreter(python: str | os.PathLike) -> dict[str, Any]:
         raise InputError(f"program.python: {python} printed no package list") from None
 
 
-def keyed_variables(env: Mapping[str, str] | None = None) -> dict[str, str | None]:
-    """PATH, locale and time zone as the job passes them to the program."""
+def program_variables(
+    python: str | os.PathLike, env_pass=(), env: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """PATH, locale and time zone as a program gets them: the folder of its interpreter and
+    the system's on PATH (the job's own PATH never reaches it, unless `sandbox.env_pass`
+    names it), the job's locale and time zone."""
     env = os.environ if env is None else env
-    return {name: env.get(name, VARIABLE_DEFAULTS.get(name)) for name in KEYED_VARIABLES}
+    given = {
+        "PATH": f"{Path(python).parent}:/usr/local/bin:/usr/bin:/bin",
+        "LANG": env.get("LANG", "C.UTF-8"),
+        **{name: env[name] for name in PASSED_LOCALE if name in env},
+    }
+    given.update({name: env[name] for name in env_pass if name in KEYED_VARIABLES and name in env})
+    return given
+
+
+def keyed_variables(
+    python: str | os.PathLike, env_pass=(), env: Mapping[str, str] | None = None
+) -> dict[str, str | None]:
+    """The keyed variables as a program gets them (None: not given)."""
+    given = program_variables(python, env_pass, env)
+    return {name: given.get(name) for name in KEYED_VARIABLES}
+
+
+def job_variables(
+    frozen: Mapping[str, Any],
+    python: str | os.PathLike,
+    env_pass=(),
+    env: Mapping[str, str] | None = None,
+) -> dict[str, str | None]:
+    """This job's keyed variables, to compare with `frozen` (a ring's RING.json). A ring
+    locked before the key named the program's own PATH keyed the job's PATH: for such a
+    ring the job's PATH still counts, as it did then."""
+    env = os.environ if env is None else env
+    current = keyed_variables(python, env_pass, env)
+    if frozen.get("PATH") != current["PATH"]:
+        current["PATH"] = env.get("PATH", "/usr/bin:/bin")
+    return current
 
 
 def gpu_component(env: Mapping[str, str] | None = None, nvml: Any = None) -> list[dict]:
@@ -215,6 +251,7 @@ def describe(
     threads: int,
     mounts: list[str],
     memo: HashMemo | None = None,
+    env_pass=(),
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(environment components, stamp): the first is hashed into the key, the second lets a
     job check cheaply that nothing moved."""
@@ -238,7 +275,7 @@ def describe(
         "editable": editable,
         "pth_paths": pth,
         "mounts": mount_hashes(mounts, memo),
-        "variables": keyed_variables(),
+        "variables": keyed_variables(python, env_pass),
         "threads": threads,
         "gpu": [],
     }

@@ -62,6 +62,7 @@ def environment_for(config: RingConfig, memo=None) -> tuple[dict[str, Any], dict
         config.limits.threads,
         list(config.sandbox.mounts),
         memo,
+        config.sandbox.env_pass,
     )
 
 
@@ -87,19 +88,22 @@ def check_environment(ring: Ring, memo=None) -> None:
     from .environment import (
         differences,
         environment_key,
-        keyed_variables,
+        job_variables,
         rehash_sources,
         stamp_matches,
     )
 
     frozen = ring.environment
     stamp = ring.environment_stamp
-    if stamp is not None and stamp_matches(stamp, ring_program_python(ring)):
+    python = ring_program_python(ring)
+    if stamp is not None and stamp_matches(stamp, python):
         current = rehash_sources(frozen, stamp, memo)
-        current["variables"] = keyed_variables()
         current["threads"] = ring.config.limits.threads
     else:
         current, _ = environment_for(ring.config, memo)
+    current["variables"] = job_variables(
+        frozen.get("variables") or {}, python, ring.config.sandbox.env_pass
+    )
     if environment_key(current) != ring.env_key:
         raise RingflowError(
             f"this job's environment differs from the one frozen in {ring.ring_dir}/RING.json "

@@ -196,32 +196,64 @@ def test_a_declared_mount_is_hashed_by_content(tmp_path):
     assert s0_key(ring_over(tmp_path, "r2", sandbox=box)) != s0_key(first)
 
 
-def test_an_interpreter_other_than_program_python_is_hashed_by_content(tmp_path, monkeypatch):
-    tools = tmp_path / "tools"
-    tools.mkdir()
-    runner = tools / "runner"
+def test_an_interpreter_other_than_program_python_is_hashed_by_content(tmp_path):
+    # A tool installed in the candidates' environment, found on the PATH programs get.
+    python = make_venv(tmp_path / "progenv")
+    runner = python.parent / "runner"
     runner.write_text('#!/bin/sh\nexec python3 "$@"\n')
     runner.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
     folder = make_candidate(tmp_path / "cands" / "a", mean=0.5, weights=True)
     (folder / "EXECUTION.json").write_text(json.dumps({"command": ["runner", "run.py"]}))
-    first = ring_over(tmp_path, "r1")
+    first = ring_over(tmp_path, "r1", program={"python": str(python)})
     components = load_node(first, "n001-a").executions["proxy"]["s0"]["key_components"]
     assert components["interpreter"]["path"] == str(runner)
     runner.write_text('#!/bin/sh\nexec python3 -O "$@"\n')
-    assert s0_key(ring_over(tmp_path, "r2")) != s0_key(first)
+    second = ring_over(tmp_path, "r2", program={"python": str(python)})
+    assert s0_key(second) != s0_key(first)
 
 
-def test_path_locale_and_threads_are_in_the_key(tmp_path, monkeypatch):
+def test_locale_and_threads_are_in_the_key_and_the_jobs_own_path_is_not(tmp_path, monkeypatch):
     base = ring_over(tmp_path, "r1")
-    assert base.environment["variables"]["PATH"] == os.environ.get("PATH")
+    programs_path = f"{Path(base.program_python).parent}:/usr/local/bin:/usr/bin:/bin"
+    assert base.environment["variables"]["PATH"] == programs_path
     assert base.environment["gpu"] == []
+    lang = os.environ.get("LANG")
     monkeypatch.setenv("LANG", "de_DE.UTF-8")
     assert s0_key(ring_over(tmp_path, "r2")) != s0_key(base)
+    if lang is None:
+        monkeypatch.delenv("LANG")
+    else:
+        monkeypatch.setenv("LANG", lang)
+    # A shell with another PATH (an activated virtual environment, a shim) runs the same
+    # programs: the same keys, and the ring's jobs still run.
     monkeypatch.setenv("PATH", "/opt/other/bin:" + os.environ["PATH"])
-    assert s0_key(ring_over(tmp_path, "r3")) != s0_key(base)
+    assert s0_key(ring_over(tmp_path, "r3")) == s0_key(base)
+    check_environment(base)
     limits = {**full_config()["limits"], "threads": 3}
     assert ring_over(tmp_path, "r4", limits=limits).environment["threads"] == 3
+
+
+def test_a_path_passed_on_to_programs_is_in_the_key(tmp_path, monkeypatch):
+    sandbox = {**full_config()["sandbox"], "env_pass": ["PATH"]}
+    base = ring_over(tmp_path, "r1", sandbox=sandbox)
+    assert base.environment["variables"]["PATH"] == os.environ["PATH"]
+    monkeypatch.setenv("PATH", "/opt/other/bin:" + os.environ["PATH"])
+    assert s0_key(ring_over(tmp_path, "r2", sandbox=sandbox)) != s0_key(base)
+    with pytest.raises(RingflowError, match=r"variables \(PATH\)"):
+        check_environment(base)
+
+
+def test_a_ring_locked_when_the_jobs_path_was_keyed_still_compares_it(tmp_path, monkeypatch):
+    from ringflow.weights.environment import job_variables
+
+    python = tmp_path / "env" / "bin" / "python"
+    frozen = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert job_variables(frozen, python)["PATH"] == "/usr/bin:/bin"
+    monkeypatch.setenv("PATH", "/elsewhere/bin")
+    assert job_variables(frozen, python)["PATH"] == "/elsewhere/bin"
+    locked_now = {"PATH": f"{python.parent}:/usr/local/bin:/usr/bin:/bin"}
+    assert job_variables(locked_now, python)["PATH"] == locked_now["PATH"]
 
 
 def test_a_job_whose_environment_moved_refuses_naming_what(tmp_path, monkeypatch):
@@ -231,8 +263,8 @@ def test_a_job_whose_environment_moved_refuses_naming_what(tmp_path, monkeypatch
     install_fake(python, "torch", "2.9.0")
     with pytest.raises(RingflowError, match=r"environment differs.*torch==2\.9\.0"):
         check_environment(ring)
-    monkeypatch.setenv("PATH", "/elsewhere/bin")
-    with pytest.raises(RingflowError, match="variables"):
+    monkeypatch.setenv("LANG", "de_DE.UTF-8")
+    with pytest.raises(RingflowError, match=r"variables \(LANG\)"):
         check_environment(ring)
 
 
