@@ -216,6 +216,19 @@ def refuse_task_switch(config: RingConfig, workdir: Path | None = None) -> None:
     check_same_task(parent, task.name, task.direction, task_dir)
 
 
+def _guarded_on(ancestor: Ring) -> list[str]:
+    """The views a ring guarded a finalist on, from its guard verdicts."""
+    views: list[str] = []
+    for path in RingLayout(Path(ancestor.ring_dir)).verdicts():
+        try:
+            guard = read_json(path).get("guard") or {}
+        except (InputError, OSError, ValueError):
+            return list(ancestor.guard_views or [])  # unreadable: as if all were used
+        if guard.get("ran", True):
+            views += [v for v in guard.get("views") or ancestor.guard_views or [] if v not in views]
+    return views
+
+
 def fresh_guard_views(
     previous: Path | None, guard_views: list[str], views: dict, configured: bool
 ) -> tuple[list[str], dict | None]:
@@ -225,14 +238,15 @@ def fresh_guard_views(
     there is biased upward (docs/guard.md#the-incumbent). Where the task declares several
     guard views (and the configuration names none), a continuation keeps those no earlier
     ring of the chain guarded on, while it has one; when every one was used, it reuses
-    them all and says so. A view counts as used by its content, whatever its name."""
+    them all and says so. A view counts as used by its content, whatever its name, and
+    only where a ring guarded a finalist on it (one stopped before its guard used none)."""
     from ..core.seeds import chain_rings
 
     if previous is None or not guard_views:
         return guard_views, None
     used: dict[str, str] = {}
     for ancestor in chain_rings(previous):
-        for view in ancestor.guard_views or []:
+        for view in _guarded_on(ancestor):
             content = locked.content_hash if (locked := (ancestor.views or {}).get(view)) else None
             if content:
                 used.setdefault(content, ancestor.ring_id)

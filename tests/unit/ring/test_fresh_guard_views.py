@@ -11,11 +11,18 @@ from ringflow.ring.chain import fresh_guard_views
 VIEWS = {v: {"content_hash": f"content-{v}"} for v in ("ga", "gb", "gc")}
 
 
-def lock(root: Path, ring_id: str, guard_views: list[str], previous: str | None) -> Path:
+def lock(
+    root: Path, ring_id: str, guard_views: list[str], previous: str | None, guarded: bool = True
+) -> Path:
+    """A ring's lock and, where it `guarded`, the verdict of a finalist guarded on its views."""
     root.mkdir(parents=True)
     (root / "RING.json").write_text(json.dumps({
         "ring_id": ring_id, "guard_seeds": [3], "chain_exposed_seeds": [],
         "continue_from": previous, "guard_views": guard_views, "views": VIEWS}))  # fmt: skip
+    if guarded:
+        (root / "selection").mkdir()
+        verdict = {"node": "n001-a", "guard": {"views": guard_views, "ran": True}}
+        (root / "selection" / "verdict-1.json").write_text(json.dumps(verdict))
     return root
 
 
@@ -50,3 +57,11 @@ def test_guard_views_the_configuration_names_are_kept(tmp_path):
     r1 = lock(tmp_path / "r1", "r1", ["ga"], None)
     views, info = fresh_guard_views(r1, ["ga", "gb"], VIEWS, configured=True)
     assert views == ["ga", "gb"] and info["reused"] == ["ga"]
+
+
+def test_a_ring_stopped_before_its_guard_used_no_guard_view(tmp_path):
+    r1 = lock(tmp_path / "r1", "r1", ["ga", "gb"], None, guarded=False)
+    views, info = fresh_guard_views(r1, ["ga", "gb"], VIEWS, configured=False)
+    assert views == ["ga", "gb"] and info["used_before"] == {} and info["reused"] == []
+    r2 = lock(tmp_path / "r2", "r2", ["ga"], "../r1")
+    assert fresh_guard_views(r2, ["ga", "gb"], VIEWS, configured=False)[0] == ["gb"]
