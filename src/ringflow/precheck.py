@@ -21,6 +21,7 @@ from .candidate import load_solution
 from .check_guard import check_resampling, report_power
 from .core import statuses
 from .core.errors import InputError, RingflowError
+from .core.safetext import printable
 from .core.state import Ring
 from .core.yamlio import YAMLError, load_yaml
 from .reporting.digest import first_line, last_line
@@ -38,6 +39,8 @@ class Report:
         self.echo = echo
 
     def _add(self, line: str) -> None:
+        # Folder names, commands and messages are the task's and the candidates' own.
+        line = printable(line)
         self.lines.append(line)
         if self.echo is not None:
             print(line, file=self.echo, flush=True)

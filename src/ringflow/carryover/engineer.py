@@ -33,7 +33,7 @@ from ..core.jsonio import atomic_write_bytes, atomic_write_json, read_json
 from ..core.layout import RingLayout
 from ..core.node_state import Node
 from ..core.query_record import settled_count
-from ..core.safetext import printable
+from ..core.safetext import log_lines, printable
 from ..core.safetree import read_head
 from ..core.state import Ring
 from ..core.statuses import ENGINEERING
@@ -106,16 +106,15 @@ def last_lines(path: Path, count: int = LAST_MESSAGES) -> list[str]:
     """The last `count` non-empty lines of a session's log, read from its tail only (the
     log may be one line of gigabytes), each escaped and cut to MESSAGE_CHARS: the next
     session's instructions and HANDOFF.json quote them (docs/limits.md#text-shown-to-the-user)."""
-    text = _read_tail(path, LOG_TAIL_BYTES)
-    if text is None:
+    data = _read_tail(path, LOG_TAIL_BYTES)
+    if data is None:
         return []
-    lines = [line for line in text.splitlines() if line.strip()][-count:]
-    return [printable(line)[:MESSAGE_CHARS] for line in lines]
+    return [printable(line)[:MESSAGE_CHARS] for line in log_lines(data)[-count:]]
 
 
-def _read_tail(path: Path, max_bytes: int) -> str | None:
-    """The last max_bytes of a regular file as text (bad bytes replaced), or None when it
-    is missing or not a regular file."""
+def _read_tail(path: Path, max_bytes: int) -> bytes | None:
+    """The last max_bytes of a regular file, or None when it is missing or not a regular
+    file."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -124,7 +123,7 @@ def _read_tail(path: Path, max_bytes: int) -> str | None:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             return None
-        return os.pread(fd, max_bytes, max(info.st_size - max_bytes, 0)).decode("utf-8", "replace")
+        return os.pread(fd, max_bytes, max(info.st_size - max_bytes, 0))
     except OSError:
         return None
     finally:

@@ -20,9 +20,12 @@ import os
 import re
 
 _SHORT = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
-# C0 and C1 controls, DEL, line and paragraph separators, bidirectional controls, the
-# surrogates that stand for undecodable bytes (surrogateescape).
-_UNSAFE = "\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+# C0 and C1 controls, DEL, line and paragraph separators, bidirectional controls,
+# zero-width characters (a name that looks like another), the surrogates that stand for
+# undecodable bytes (surrogateescape).
+_UNSAFE = (
+    "\x00-\x1f\x7f-\x9f\u2028\u2029\u200b-\u200f\u202a-\u202e\u2060\u2066-\u2069\ufeff\ud800-\udfff"
+)
 _NAME_RE = re.compile(f"[{_UNSAFE}\\\\]")
 _TEXT_RE = re.compile(f"[{_UNSAFE}]")
 _TEXT_KEEP_NEWLINES_RE = re.compile(f"[{_UNSAFE.replace(chr(0) + '-' + chr(0x1F), '')}"
@@ -52,6 +55,15 @@ def as_text(value: str | bytes | os.PathLike) -> str:
 def escape_name(name: str | bytes | os.PathLike) -> str:
     """A file name or relative path as recorded in JSON and reasons (see the module)."""
     return _NAME_RE.sub(_escape_char, as_text(name))
+
+
+def log_lines(data: bytes) -> list[str]:
+    """The non-empty lines of a log a program wrote, stripped, as text to pass through
+    `printable`: a line ends at a newline only (a carriage return or a line separator
+    inside it is shown escaped, never taken as an end that hides what came before), and
+    bytes that are not UTF-8 stay lossless (shown `\\xNN`)."""
+    text = data.decode("utf-8", "surrogateescape")
+    return [line.strip() for line in text.split("\n") if line.strip()]
 
 
 def printable(text: object, keep_newlines: bool = False) -> str:

@@ -13,7 +13,7 @@ from ..core import statuses
 from ..core.frozen import Frozen, frozen_record
 from ..core.layout import RingLayout
 from ..core.node_state import ExecutionResult, node_if_any, result_if_any
-from ..core.safetext import printable
+from ..core.safetext import log_lines, printable
 from ..core.statuses import REJECTED
 
 INVALID = "invalid"
@@ -62,10 +62,9 @@ def last_line(path: Path) -> str:
             handle.seek(0, 2)
             size = handle.tell()
             handle.seek(max(0, size - TAIL_BYTES))
-            text = handle.read().decode("utf-8", errors="replace")
+            lines = log_lines(handle.read())
     except OSError:
         return ""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
     return printable(lines[-1])[:LINE_CHARS] if lines else ""
 
 

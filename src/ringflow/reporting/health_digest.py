@@ -73,7 +73,10 @@ def ring_digest(ring_root: str | Path, now: float | None = None) -> dict:
         f"ring {ring.ring_id} ({ring.task.name}): {data['stage']}",
         f"  folder {root}",
         said,
-        f"time left: to the cutoff {left(clock['to_cutoff'])}, to stop_at {left(clock['to_stop'])}",
+        "time left: none (the ring is over; nothing runs)"
+        if data["stage"] == "finished"
+        else f"time left: to the cutoff {left(clock['to_cutoff'])}, "
+        f"to stop_at {left(clock['to_stop'])}",
         f"executions: {data['executions_done']} done, {len(in_flight)} in flight",
     ]
     for item in in_flight:

@@ -149,3 +149,12 @@ def test_the_checks_runs_take_the_rings_configuration_file_and_print_as_they_go(
     done = subprocess.run([sys.executable, "-m", "ringflow", "check", str(task), str(cand),
                            "--configfile", str(bad)], capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 1 and "is not a mapping of config keys" in done.stdout
+
+
+def test_a_candidate_folders_escape_sequence_never_reaches_the_terminal(tmp_path):
+    task = make_task(tmp_path)
+    make_candidate(tmp_path / "cands" / "we ird\x1b[31mred", mean=0.6)
+    report = check(task, [tmp_path / "cands" / "we ird\x1b[31mred"], run=False)
+    text = report.text()
+    assert "\x1b" not in text
+    assert "we ird\\x1b[31mred: python run.py" in text

@@ -208,3 +208,16 @@ def test_the_last_check_does_not_race_the_watcher(tmp_path, secrets):
         notify.ring_end(ring)
     assert str(ring) not in notify._watchers
     assert [m["Subject"] for m in inbox.messages] == ["ringflow hand: ring ended"]
+
+
+def test_a_finished_rings_digest_gives_no_time_left(tmp_path):
+    from ringflow.reporting.health_digest import ring_digest
+
+    ring = hand_ring(tmp_path)
+    decided(ring)
+    running = ring_digest(ring, now=START + 600)["text"]
+    assert "time left: to the cutoff 20m00s, to stop_at 50m00s" in running
+    write(ring / "stop_manifest.json", {"finished_at": START + 700})
+    over = ring_digest(ring, now=START + 800)["text"]
+    assert "time left: none (the ring is over; nothing runs)" in over
+    assert "to the cutoff" not in over

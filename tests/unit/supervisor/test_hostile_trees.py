@@ -218,6 +218,16 @@ def test_names_are_escaped_one_way_and_text_for_the_terminal_another():
     assert printable("a\\b") == "a\\b"  # text that already holds an escaped name is kept
 
 
+def test_a_log_line_ends_at_a_newline_only_and_keeps_every_byte(tmp_path):
+    # What came before a carriage return or a line separator is not hidden, a byte that
+    # is not UTF-8 is shown as itself, and a zero-width space is not invisible.
+    path = tmp_path / "stderr.log"
+    path.write_bytes("Error: n003 failed\rall fine\u2028ok\x85 \u200b\n".encode() + b"\xfe\n")
+    assert last_line(path) == "\\xfe"
+    path.write_bytes("Error: n003 failed\rall fine\u2028ok\x85 \u200b\r\n".encode())
+    assert last_line(path) == "Error: n003 failed\\rall fine\\u2028ok\\x85 \\u200b"
+
+
 def test_a_progress_file_that_is_a_fifo_is_not_opened(tmp_path):
     fifo = tmp_path / "progress.json"
     os.mkfifo(fifo)
@@ -286,7 +296,7 @@ def test_the_log_readers_read_any_log_from_its_tail_and_escape_it(tmp_path, kind
         assert line == "x" * LINE_CHARS  # the line's tail, cut: never 8 MiB of it
         assert messages[-1] == "x" * MESSAGE_CHARS
     if kind == "escapes":
-        assert messages == ["ok", "\\x1b[31mred alert\\x1b[0m \\u202e\\x07\\x9b\ufffd"]
+        assert messages == ["ok", "\\x1b[31mred alert\\x1b[0m \\u202e\\x07\\x9b\\xff"]
         assert line == messages[-1]
 
 
