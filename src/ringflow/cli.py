@@ -8,9 +8,10 @@ import functools
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
-from .core.errors import RingflowError
+from .core.errors import MachineryError, RingflowError
 
 
 def _ring(args) -> Path:
@@ -71,24 +72,49 @@ def cmd_import_nodes(args) -> int:
 
 
 def cmd_execute(args) -> int:
-    from .core.interrupts import EXIT_INTERRUPTED, stopped_by_signal
+    from .core.interrupts import EXIT_INTERRUPTED, interrupted_with_ring, stopped_by_signal
     from .execute import run_execution
     from .scoring import score_execution
+    from .supervisor.held_signals import held_signals
 
+    started = time.time()
     layout = _layout(args)
     _declared(args, layout.result(args.node, args.view, args.variant), "result")
     _declared(args, layout.score(args.node, args.view, args.variant), "score")
-    result = run_execution(args.ring_dir, args.node, args.view, args.variant, gpus=args.gpus)
-    print(json.dumps({"status": result.status, "budget_cut": result.budget_cut,
-                      "weights_mode": result.weights_mode, "reason": result.reason}))  # fmt: skip
-    score = score_execution(args.ring_dir, args.node, args.view, args.variant)
+    # A signal stops the program's run; outside it, it waits until both records are written.
+    with held_signals():
+        result = run_execution(args.ring_dir, args.node, args.view, args.variant, gpus=args.gpus)
+        said = {"status": result.status, "budget_cut": result.budget_cut,
+                "weights_mode": result.weights_mode, "reason": result.reason}  # fmt: skip
+        print(json.dumps(said))
+        try:
+            score = score_execution(args.ring_dir, args.node, args.view, args.variant)
+        except MachineryError as stopped:
+            if not _recorded(layout, args):
+                raise
+            # The ring stopped on what this run's scoring showed (the task's scorer failed
+            # on the baseline or on too many nodes): the records it stopped on stay, for
+            # `verify` and the summary; no other step runs in a stopped ring (main).
+            print(f"ringflow: error: {stopped}", file=sys.stderr)
+            return 0
     print(json.dumps({k: score.get(k) for k in ("score", "valid", "reason")}))
     if stopped_by_signal(result):
-        # A failed job: Snakemake drops its outputs, so the ring runs it again
-        # (docs/operations.md#recovery-after-a-stop).
+        # Runs again when the ring runs again (docs/operations.md#recovery-after-a-stop).
         print(f"ringflow: execution interrupted: {result.reason}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        if not interrupted_with_ring(layout.root, result, started):
+            return EXIT_INTERRUPTED  # the ring goes on: it stops here instead
     return 0
+
+
+def _recorded(layout, args) -> bool:
+    """Whether the execution's result and score are both written."""
+    return all(
+        path.is_file()
+        for path in (
+            layout.result(args.node, args.view, args.variant),
+            layout.score(args.node, args.view, args.variant),
+        )
+    )
 
 
 def cmd_score(args) -> int:
@@ -725,6 +751,10 @@ def main(argv: list[str] | None = None) -> int:
             from .core.clock import refuse_moved_ring
 
             refuse_moved_ring(args.ring_dir)
+        if args.command == "step" and args.step != "lock-ring":
+            from .core.stop import refuse_if_stopped
+
+            refuse_if_stopped(args.ring_dir)  # nothing runs in a stopped ring
         return args.func(args)
     except RingflowError as exc:
         print(f"ringflow: error: {exc}", file=sys.stderr)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import sys
 import time
 from contextlib import ExitStack
@@ -46,7 +47,7 @@ from .ring.boxes import close_box, open_box
 from .ring.inputs import check_inputs, program_inputs
 from .ring.run_inputs import fresh_inputs
 from .sandbox.gpus import Allocation, allocate, default_lock_dir, device_nodes, machine_gpus
-from .supervisor import HealthSettings, ResourceLimits, supervise
+from .supervisor import HealthSettings, ResourceLimits, held_signals, supervise
 from .supervisor.memory import private_tmp_mb
 from .supervisor.output_limits import over_limits
 from .task import command_argv
@@ -129,7 +130,23 @@ class Execution:
         return self.box / "output"
 
     def should_stop(self) -> str | None:
+        """Why a wait (for the weights lock, a GPU) gives up: a signal the step holds
+        (supervisor/held_signals.py), or the ring's deadline."""
+        if (held := held_signals.pending()) is not None:
+            return f"received {signal.Signals(held).name}"
         return "deadline passed" if self.deadline() <= time.time() else None
+
+
+def _stopped_by_held_signal(result: dict, waiting: str) -> bool:
+    """Record a signal that came before the program started as what stopped the run: an
+    interruption, which runs again, never a budget cut."""
+    if (held := held_signals.pending()) is None:
+        return False
+    name = signal.Signals(held).name
+    result.update(status=statuses.INTERRUPTED, budget_cut=False,
+                  reason=f"received {name} {waiting}",
+                  events=[{"event": "signal", "signal": name, "at": time.time()}])  # fmt: skip
+    return True
 
 
 def _load(ring_dir, node_id: str, view: str, variant: str, gpus: int = 0) -> Execution:
@@ -184,7 +201,8 @@ def run_execution(
     record_job(ex.layout.root, node_id, view, variant)
     result = _new_result(ex)
     if ex.should_stop():
-        result.update(budget_cut=True, reason="not started: the deadline had passed")
+        if not _stopped_by_held_signal(result, "before it started"):
+            result.update(budget_cut=True, reason="not started: the deadline had passed")
         return _finish(ex, result)
     inputs = program_inputs(ex.ring, view, variant)
     _check_view(ex, inputs, "before the run")
@@ -277,7 +295,9 @@ def _run_in_box(ex: Execution, result: dict, inputs: Path) -> dict:
             result.update(status=statuses.SKIPPED, reason=str(exc))
             return _finish(ex, result)
         except DeadlineReached as exc:
-            result.update(budget_cut=True, reason=f"gave up waiting for the weights lock: {exc}")
+            if not _stopped_by_held_signal(result, "while it waited for the weights lock"):
+                result.update(budget_cut=True,
+                              reason=f"gave up waiting for the weights lock: {exc}")  # fmt: skip
             return _finish(ex, result)
         except ReplayCheckFailed as exc:
             # Never a silent retrain: the run stops here and says which file
@@ -304,7 +324,8 @@ def _run_in_box(ex: Execution, result: dict, inputs: Path) -> dict:
                 # A program that fails on a full disk failed for the machine's sake.
                 raise DiskFull(full)
         except DeadlineReached as exc:
-            result.update(budget_cut=True, reason=f"gave up waiting for a GPU: {exc}")
+            if not _stopped_by_held_signal(result, "while it waited for a GPU"):
+                result.update(budget_cut=True, reason=f"gave up waiting for a GPU: {exc}")
             return _finish(ex, result)
         except SandboxError as exc:
             # The machine's failure, never the candidate's

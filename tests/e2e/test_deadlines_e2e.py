@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from ringflow.core.interrupts import EXIT_INTERRUPTED, stopped_by_signal
 from ringflow.core.reserve import CutoffFile
 from ringtools import (
     locked_ring,
@@ -142,6 +143,36 @@ def test_an_earlier_cutoff_shortens_a_running_execution_and_a_lock_wait(tmp_path
     assert "weights lock" in b["reason"]
     # Nothing was registered: the cut trainer is not a finished training.
     assert not list((tmp_path / "store" / "per_view").glob("*/*.json"))
+
+
+def test_a_signal_while_waiting_for_the_weights_lock_is_an_interruption_not_a_cut(tmp_path):
+    cands = tmp_path / "cands"
+    for name in ("twin-a", "twin-b"):  # one key: the first trains under its lock
+        make_candidate(cands / name, mean=0.5, weights=True, sleep=120, ignore_term=True)
+    ring = locked_ring(tmp_path, cands, "sig")
+    nodes = [n["id"] for n in json.loads((ring / "nodes" / "index.json").read_text())["nodes"]]
+    run = [sys.executable, "-m", "ringflow", "step", "execute", str(ring)]
+    first = subprocess.Popen([*run, nodes[0], "proxy", "s0"])
+    try:
+        exec_a = ring / "nodes" / nodes[0] / "exec" / "proxy" / "s0"
+        assert wait_until(lambda: (exec_a / "health" / "health_latest.json").exists(), 30)
+        second = subprocess.Popen([*run, nodes[1], "proxy", "s0"])
+        assert wait_until(lambda: len(list((ring.parent / ".boxes").iterdir())) == 2, 30)
+        time.sleep(1)  # waiting for the lock
+        sent = time.time()
+        second.send_signal(signal.SIGTERM)
+        # Told alone, while its ring goes on: a failed job, so the ring stops there.
+        assert second.wait(timeout=20) == EXIT_INTERRUPTED
+        assert time.time() - sent < 5
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=30)
+    b = json.loads(
+        (ring / "nodes" / nodes[1] / "exec" / "proxy" / "s0" / "result.json").read_text()
+    )
+    assert b["status"] == "interrupted" and b["budget_cut"] is False
+    assert "SIGTERM" in b["reason"] and "weights lock" in b["reason"]
+    assert stopped_by_signal(b)  # it runs again when the ring runs again
 
 
 def test_the_reserve_moves_the_cutoff_earlier_and_it_survives_a_restart(tmp_path):

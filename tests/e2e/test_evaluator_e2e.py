@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ringflow.verify import verify_ring
 from ringtools import make_candidate, make_task, results, snakemake, write_config
 
 pytestmark = [pytest.mark.e2e, pytest.mark.user]
@@ -63,6 +64,9 @@ def test_a_scorer_failing_on_the_baseline_stops_the_ring_with_its_reason(tmp_pat
     assert "cannot parse this prediction" in stopped["reason"]
     assert "cannot parse this prediction" in done.stderr
     assert not (ring / "final").exists(), "nothing unscored is seated in final/"
+    on_record = [s for (node, _, _), s in scores(ring).items() if node == stopped["node"]]
+    assert any(s.get("evaluator_failed") == "scorer" for s in on_record)
+    assert verify_ring(ring) == []
 
 
 def test_a_scorer_failing_on_one_candidate_makes_it_invalid_and_the_ring_goes_on(tmp_path):
@@ -86,6 +90,11 @@ def test_a_scorer_failing_on_too_many_nodes_stops_the_ring(tmp_path):
     stopped = json.loads((ring / "STOPPED.json").read_text())
     assert "failed on 3 distinct nodes" in stopped["reason"]
     assert all(r["status"] != "crash" for r in results(ring).values())
+    # The records the ring stopped on stay, as the ledger hashed them: each node it names
+    # has its failed scoring on record, and the stopped ring verifies.
+    failed = {node for (node, _, _), s in scores(ring).items() if s.get("evaluator_failed")}
+    assert failed == set(stopped["nodes"])
+    assert verify_ring(ring) == []
 
 
 SLOW_SCORER = """\

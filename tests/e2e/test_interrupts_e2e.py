@@ -17,6 +17,8 @@ import psutil
 import pytest
 
 from ringflow.core.interrupts import stopped_by_signal
+from ringflow.reporting.status import render_status
+from ringflow.verify import verify_ring
 from ringflow.workflow.relay import command_words, is_supervisor
 from ringtools import (
     gated_ring,
@@ -139,6 +141,40 @@ def test_interrupted_executions_stop_promptly_and_run_again(tmp_path, drivers):
     assert result["status"] == "ok"
     promotion = json.loads((ring / "selection" / "promotion.json").read_text())
     assert promotion["promoted"] == [node]
+
+
+def test_sigterm_to_the_driver_leaves_the_interrupted_run_recorded_and_the_ring_verified(
+    tmp_path, drivers
+):
+    gate_after_s = 40  # the resumed run waits for it: shorter than the others'
+    config, ring = gated_ring(tmp_path, SLOW, gate_after_s)
+    node = "n001-slow"
+    start = time.time()
+    driver = start_snakemake(tmp_path, config)
+    drivers.append(driver)
+    exec_dir = _wait_in_flight(ring, node, start)
+    sent = time.time()
+    driver.send_signal(signal.SIGTERM)  # as `kill` or a scheduler stops it
+    assert driver.wait(timeout=60) != 0
+    assert time.time() - sent < 30, "SIGTERM waited for the execution to finish"
+    assert time.time() < start + gate_after_s, "the program finished by itself: too slow a run"
+    assert _supervisors(tmp_path) == []
+
+    # Until the ring runs again, its records say what happened: the run was interrupted
+    # (Snakemake removes a failed job's outputs; this one's were hashed into the ledger).
+    result = json.loads((exec_dir / "result.json").read_text())
+    assert result["status"] == "interrupted" and not result["budget_cut"]
+    assert json.loads((exec_dir / "score.json").read_text())["valid"] is False
+    assert verify_ring(ring) == []
+    assert "in flight: 0" in render_status(ring)
+
+    # Run again: the interrupted run runs again and the ring completes with its score.
+    time.sleep(max(0.0, start + gate_after_s - time.time()))
+    snakemake(tmp_path, config)
+    assert json.loads((exec_dir / "result.json").read_text())["status"] == "ok"
+    promotion = json.loads((ring / "selection" / "promotion.json").read_text())
+    assert promotion["promoted"] == [node]
+    assert verify_ring(ring) == []
 
 
 def test_only_a_signal_that_was_not_a_budget_cut_asks_for_a_rerun():

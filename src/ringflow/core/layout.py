@@ -238,6 +238,12 @@ class RingLayout:
         return self.root / ".locks"
 
     @property
+    def interrupt_mark(self) -> Path:
+        """When the driver last relayed SIGINT or SIGTERM to the ring's executions
+        (core/interrupts.py)."""
+        return self.locks / "interrupt-relayed.json"
+
+    @property
     def probes(self) -> Path:
         """What the ring's jobs found out about their host, once per boot (the sandbox
         probe): private to ringflow, never a record (docs/isolation.md#the-probe-cache)."""

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..core import diskspace, statuses
 from ..core.errors import InputError
-from . import gate
+from . import gate, held_signals
 from .activity import ActivityTracker, judge_window
 from .cgroup import OwnedCgroup
 from .gpu import GpuMonitor
@@ -54,7 +54,7 @@ GPU_POLL_S = 1.0  # NVML per-process samples are integrated at this cadence
 KILL_SWEEPS = 20
 LEFTOVER_SETTLE_S = 0.5
 OOM_COUNT_SETTLE_S = 0.3  # a kill's count may land just after its victim is reaped
-HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+HANDLED_SIGNALS = held_signals.HELD
 
 
 @dataclass
@@ -350,6 +350,8 @@ class _Supervision:
         previous = {}
         for sig in HANDLED_SIGNALS:
             previous[sig] = signal.signal(sig, self._on_signal)
+        if (held := held_signals.pending()) is not None:
+            self.got_signal = held  # came while the step held it: the run stops at once
         return previous
 
     def _run_started(self, token: str) -> Outcome:

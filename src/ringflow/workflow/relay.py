@@ -10,6 +10,7 @@ signal to the supervisors of its in-flight executions: each stops its program's 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -17,6 +18,7 @@ from collections.abc import Callable
 
 import psutil
 
+from ..core.interrupts import mark_relayed
 from ..core.ledger import emit_event
 from .driver_steps import relay_to_steps
 from .resident_client import SCRIPT
@@ -124,7 +126,12 @@ def relay(ring_roots, signum: int) -> list[int]:
     if waiting := _terminate(srun_waiters(), foreground):
         print(f"ringflow: {signal.Signals(signum).name}: cancelling the SLURM job that "
               f"{len(waiting)} step(s) wait for (the lock's probe)", file=sys.stderr)  # fmt: skip
-    sent = _terminate(supervisors(), foreground) + relay_to_steps(
+    found = supervisors()
+    # Before the signal: each execution told keeps its records (core/interrupts.py).
+    for ring_root in ring_roots:
+        with contextlib.suppress(OSError):
+            mark_relayed(ring_root, signum)
+    sent = _terminate(found, foreground) + relay_to_steps(
         signum, foreground is not None and foreground == os.getpgrp()
     )
     if sent:
