@@ -17,6 +17,7 @@ from ..core.node_state import ExecutionResult, read_node, read_result
 from ..core.safetext import printable
 from ..core.state import Ring
 from ..search.best_so_far import ring_progress
+from ..selection.deploy import INPUTS, PREDICTIONS
 from ..selection.scores import node_mean
 from .digest import digest_lines, failure_digest
 from .headline import guarded_candidate
@@ -217,9 +218,8 @@ def run_command(ring: Ring, manifest: dict, folder: str) -> str:
         argv[0] = ring.program_python
     # The program writes into the output folder; it does not make it.
     return (
-        f"mkdir -p /path/to/predictions && cd {shlex.quote(folder)} && "
-        "RINGFLOW_INPUT_DIR=/path/to/new/inputs RINGFLOW_OUTPUT_DIR=/path/to/predictions "
-        f"RINGFLOW_SEED=0 {shlex.join(argv)}"
+        f"mkdir -p {PREDICTIONS} && cd {shlex.quote(folder)} && RINGFLOW_INPUT_DIR={INPUTS} "
+        f"RINGFLOW_OUTPUT_DIR={PREDICTIONS} RINGFLOW_SEED=0 {shlex.join(argv)}"
     )
 
 

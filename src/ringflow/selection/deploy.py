@@ -30,6 +30,11 @@ from ..weights.store import WeightsStore
 MANIFEST = "MANIFEST.json"
 SEARCH_WEIGHTS_DIR = "weights"
 
+# The folders an example run names: placeholders a shell refuses as typed (a syntax error),
+# so that an example followed to the letter makes nothing anywhere.
+INPUTS = "<new inputs folder>"
+PREDICTIONS = "<predictions folder>"
+
 
 def _copy_object(store: WeightsStore, item: dict, dest: Path) -> None:
     """Copy one registered object to dest; its bytes must hash to the registered sha256."""
@@ -89,9 +94,8 @@ def how_to_run(command: list[str], per_view: bool, python: str | None = None) ->
             "RINGFLOW_SEED": "0",
         },
         "example": (
-            "mkdir -p /path/to/predictions && cd <this folder> && "
-            "RINGFLOW_INPUT_DIR=/path/to/new/inputs "
-            f"RINGFLOW_OUTPUT_DIR=/path/to/predictions RINGFLOW_SEED=0 {example}"
+            f"mkdir -p {PREDICTIONS} && cd <this folder> && RINGFLOW_INPUT_DIR={INPUTS} "
+            f"RINGFLOW_OUTPUT_DIR={PREDICTIONS} RINGFLOW_SEED=0 {example}"
         ),
         "weights": (
             "the weights trained on the final view lie at their declared paths, so the "

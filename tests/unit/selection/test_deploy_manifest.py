@@ -14,7 +14,7 @@ from pathlib import Path
 from ringflow.cli import main
 from ringflow.core.jsonio import atomic_write_json
 from ringflow.core.layout import RingLayout
-from ringflow.selection.deploy import complete_solution, how_to_run
+from ringflow.selection.deploy import INPUTS, PREDICTIONS, complete_solution, how_to_run
 
 PYTHON = "/opt/program env/bin/python"  # a space: the hint must quote it
 NODE = "n001-a"
@@ -44,7 +44,7 @@ def _assert_runs_from_its_own_folder(run: dict) -> None:
     assert "solution" not in run["working_directory"], run
     assert "solution" not in run["example"], run
     assert run["example"].startswith(
-        "mkdir -p /path/to/predictions && cd <this folder> && RINGFLOW_INPUT_DIR="
+        "mkdir -p <predictions folder> && cd <this folder> && RINGFLOW_INPUT_DIR="
     ), run
     assert run["command"] == "python run.py --seed 0"
 
@@ -81,10 +81,16 @@ def test_an_export_s_manifest_and_hint_name_the_exported_folder_and_the_ring_s_p
     _assert_runs_from_its_own_folder(manifest["run"])
     said = capsys.readouterr().out.splitlines()
     hint = next(line for line in said if line.startswith("run it: "))
-    words = shlex.split(hint.removeprefix("run it: "))
-    assert words[:7] == ["mkdir", "-p", "/path/to/predictions", "&&", "cd", str(dest), "&&"]
+    assert hint.startswith(f"run it: mkdir -p {PREDICTIONS} && cd {shlex.quote(str(dest))} && ")
+    words = shlex.split(hint.removeprefix("run it: ").replace(PREDICTIONS, "OUT"))
     assert words[-4:] == [PYTHON, "run.py", "--seed", "0"], hint
     assert "solution" not in hint
+    # Typed to the letter, before its folders are filled in, it makes nothing anywhere.
+    before = sorted(tmp_path.rglob("*"))
+    done = subprocess.run(["sh", "-c", hint.removeprefix("run it: ")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode != 0
+    assert sorted(tmp_path.rglob("*")) == before
 
 
 def test_the_example_runs_as_printed_into_an_output_folder_not_made_yet(tmp_path):
@@ -97,8 +103,8 @@ def test_the_example_runs_as_printed_into_an_output_folder_not_made_yet(tmp_path
     inputs, out = tmp_path / "inputs", tmp_path / "new" / "predictions"
     inputs.mkdir()
     example = how_to_run(["python", "run.py"], per_view=False, python=sys.executable)["example"]
-    command = (example.replace("/path/to/predictions", shlex.quote(str(out)))
-               .replace("/path/to/new/inputs", shlex.quote(str(inputs)))
+    command = (example.replace(PREDICTIONS, shlex.quote(str(out)))
+               .replace(INPUTS, shlex.quote(str(inputs)))
                .replace("<this folder>", shlex.quote(str(program))))  # fmt: skip
     done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
