@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ringflow.verify import verify_ring
 from ringtools import (
     SCORER,
     full_config,
@@ -77,13 +78,20 @@ def test_a_scorer_failure_continues_in_the_printed_new_ring(tmp_path):
     assert not [line for line in said[at:] if "RuleException" in line or "Traceback" in line]
     command = printed_command(done.stderr)
     assert "continue_from=runs/sc" in command and "ring_id=sc-2" in command
-    (task / "scorer.py").write_text(SCORER)  # the fix
+    # The fix goes into a copy of the task, made by the printed line.
+    copy_line = next(line.strip() for line in said if line.strip().startswith("cp -r "))
+    assert follow(copy_line, cwd=tmp_path).returncode == 0
+    fixed = Path(f"{task}-fixed")
+    assert f"task={fixed}" in command
+    (fixed / "scorer.py").write_text(SCORER)  # the fix
     again = follow(command)
     assert again.returncode == 0, again.stderr[-4000:]
     final = finished(tmp_path / "runs" / "sc-2")
     assert final["decision"]
     ring = json.loads((tmp_path / "runs" / "sc-2" / "RING.json").read_text())
     assert ring["chain"]["continues"] == "sc"
+    # The stopped ring keeps the task it ran with: it still verifies.
+    assert verify_ring(tmp_path / "runs" / "sc") == []
 
 
 def test_the_same_command_after_a_fixed_scorer_names_the_continuation(tmp_path):

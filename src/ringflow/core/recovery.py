@@ -27,6 +27,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from .errors import RingflowError
 from .jsonio import read_json
 from .layout import RingLayout
 
@@ -126,11 +127,31 @@ def _for_shell(path: Path, argv: list[str]) -> str:
     return str(path.resolve()) if moved else _shown(path)
 
 
-def continuation_command(ring_root: Path, ring_name: str | None, argv: list[str]) -> str:
+def continuation_command(
+    ring_root: Path, ring_name: str | None, argv: list[str], **changed: str
+) -> str:
     ring_root = Path(ring_root)
     new_id = next_ring_id(ring_root.name, ring_root.parent)
     drop = (ring_name,) if ring_name else ()
-    return shlex.join(with_config(argv, drop, ring_id=new_id, continue_from=_shown(ring_root)))
+    pairs = {**changed, "ring_id": new_id, "continue_from": _shown(ring_root)}
+    return shlex.join(with_config(argv, drop, **pairs))
+
+
+def _task_copy(ring_root: Path) -> tuple[Path, Path] | None:
+    """(the ring's task folder, a free name for a copy beside it), as the workflow names
+    them; None for the embedded demo task or a folder that is gone."""
+    try:
+        given = (read_json(RingLayout(ring_root).ring_json).get("config") or {}).get("task")
+    except (OSError, ValueError, RingflowError):
+        return None
+    if not isinstance(given, str) or not given or not Path(given).is_dir():
+        return None
+    task = Path(given.rstrip("/") or given)
+    number, copy = 1, task.with_name(f"{task.name}-fixed")
+    while copy.exists():
+        number += 1
+        copy = task.with_name(f"{task.name}-fixed{number}")
+    return task, copy
 
 
 def advice(
@@ -171,6 +192,21 @@ def advice(
             "  This is the machine's failure, not a candidate's. Fix it; to continue this "
             "ring, run:",
             f"    rm {shlex.quote(_for_shell(_stopped(root), argv))} && {same}",
+        ]
+    if cause == TASK and (copy := _task_copy(root)) is not None:
+        # Fixed in place, the task would no longer be the one this ring was locked with,
+        # and `ringflow verify` would say so of this ring (and of every ring it ran in).
+        task, fixed = copy
+        return [
+            head,
+            "  The task's own program failed, not a candidate. Fix it in a copy of the task, "
+            "so that this ring keeps the task it ran with; the copy runs in a new ring that "
+            "continues this one (its weights are replayed, every output is scored with the "
+            "fixed scorer). Copy the task and fix the copy:",
+            f"    cp -r {shlex.quote(_for_shell(task, argv))} "
+            f"{shlex.quote(_for_shell(fixed, argv))}",
+            "  then run:",
+            f"    {continuation_command(root, ring_name, argv, task=str(fixed))}",
         ]
     why = {
         TASK: "The task's own program failed, not a candidate. Fix it; the fixed task "

@@ -53,3 +53,22 @@ def test_each_cause_gets_its_command(tmp_path, monkeypatch):
     # A stop file written before causes were recorded: read from its reason.
     (ring / "STOPPED.json").write_text(json.dumps({"reason": "the task's scorer failed"}))
     assert stop_cause(ring) == "task"
+
+
+def test_a_task_failure_names_a_copy_of_the_task_to_fix(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ring = Path("runs") / "r"
+    ring.mkdir(parents=True)
+    Path("mytask").mkdir()
+    Path("mytask-fixed").mkdir()  # taken: the next free name is named
+    (ring / "RING.json").write_text(json.dumps({"config": {"task": "mytask"}}))
+    (ring / "STOPPED.json").write_text(json.dumps({"reason": "why", "cause": "task"}))
+    said = advice(ring, argv=["snakemake", "--profile", "profiles/local"])
+    assert said[-4:] == [
+        said[-4],
+        "    cp -r mytask mytask-fixed2",
+        "  then run:",
+        "    snakemake --profile profiles/local --config task=mytask-fixed2 ring_id=r-2 "
+        "continue_from=runs/r",
+    ]
+    assert said[-4].endswith("Copy the task and fix the copy:")
