@@ -18,6 +18,7 @@ from ..core.safetext import printable
 from ..core.state import Ring
 from ..search.best_so_far import ring_progress
 from ..selection.deploy import INPUTS, PREDICTIONS
+from ..selection.incumbent import chosen_as
 from ..selection.scores import node_mean
 from .digest import digest_lines, failure_digest
 from .headline import guarded_candidate
@@ -231,7 +232,10 @@ def decision_lines(ring: Ring, layout: RingLayout) -> list[str]:
     kind, chosen, base = decision["decision"], decision.get("chosen"), decision.get("baseline")
     side = decision.get("guard_against") or "baseline"
     ref = decision.get("reference", base)
-    came_from = (decision.get("incumbent") or {}).get("chosen_in")
+    incumbent = decision.get("incumbent") or {}
+    came_from = incumbent.get("chosen_in")
+    if (known_as := chosen_as(incumbent)) is not None:
+        came_from = f"{came_from}, as {known_as}"
     if kind == "candidate":
         beat = f"it beat the {side} {ref}" if ref else "there is no baseline to beat"
         lines = [f"final decision: candidate -> {chosen}: final/ holds it; {beat}"]

@@ -164,12 +164,28 @@ def history(ring_dir: str | Path) -> list[dict]:
             "reference": record.get("reference", record.get("baseline")),
             "chosen_in": ((record.get("incumbent") or {}).get("chosen_in")
                           if record.get("decision") == INCUMBENT else lock.ring_id),
+            "chosen_as": chosen_as(record.get("incumbent") or {}),
             "difference": gain.get("difference"),
             "interval": gain.get("interval"),
             "view": gain.get("view"),
             "complete": bool(record.get("complete")),
         })  # fmt: skip
     return rows
+
+
+def chosen_as(incumbent: dict) -> str | None:
+    """The incumbent's node id in the ring that chose it, where that ring (the parent)
+    numbered it otherwise: node ids are each ring's own."""
+    node, parent_node = incumbent.get("node"), incumbent.get("parent_node")
+    if incumbent.get("parent_ring") != incumbent.get("chosen_in") or parent_node == node:
+        return None
+    return parent_node
+
+
+def chosen_in_words(row: dict) -> str:
+    """`chosen in mine`, or `chosen in mine as n003-ridge` where mine named it otherwise."""
+    said = f"chosen in {row['chosen_in']}"
+    return f"{said} as {row['chosen_as']}" if row.get("chosen_as") else said
 
 
 def history_line(row: dict) -> str:
@@ -186,7 +202,7 @@ def history_line(row: dict) -> str:
                 gain += f" [{low:+.4g}, {high:+.4g}]"
         return f"{ring}: {holds} replaced the {row['against']} {row['reference']}{gain}"
     if row["decision"] == INCUMBENT:
-        return f"{ring}: kept the incumbent {holds} (chosen in {row['chosen_in']})"
+        return f"{ring}: kept the incumbent {holds} ({chosen_in_words(row)})"
     if row["decision"] == BASELINE:
         return f"{ring}: kept the baseline {holds}"
     return f"{ring}: {row['decision']}: nothing in final/"

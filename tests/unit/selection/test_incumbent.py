@@ -119,3 +119,12 @@ def test_history_reads_every_ring_first_to_last(chain, tmp_path):
         "r1: n001-good replaced the baseline n000-base by +0.2 on final [+0.1, +0.3]"
     )
     assert history_line(rows[1]) == "r2: kept the incumbent n001-good (chosen in r1)"
+
+
+def test_history_names_the_incumbent_as_the_ring_that_chose_it_numbered_it(chain, tmp_path):
+    decided(tmp_path / "r1", "candidate", "n003-good")
+    decided(tmp_path / "r2", "incumbent", GOOD, guard_against="incumbent", reference=GOOD,
+            incumbent={"chosen_in": "r1", "node": GOOD, "parent_ring": "r1",
+                       "parent_node": "n003-good"})  # fmt: skip
+    rows = history(tmp_path / "r2")
+    assert history_line(rows[1]) == "r2: kept the incumbent n001-good (chosen in r1 as n003-good)"
