@@ -22,6 +22,7 @@ from .report import (
     format_time,
     health_figures,
 )
+from .summary import node_happened
 
 
 def _until(target: float | None, now: float) -> str:
@@ -111,6 +112,20 @@ def _decision_lines(ctx: dict) -> list[str]:
     return lines
 
 
+def _happened(ctx: dict, failures: list) -> dict[str, str]:
+    """Each node's runs so far in the summary's words (`ok 3/4, crashed 1/4`), its import
+    state (`rejected`) where it has none to run."""
+    nodes = (ctx["index"] or {}).get("nodes", [])
+    return {
+        node["id"]: node_happened(
+            node,
+            [e.result for e in ctx["executions"] if e.node == node["id"] and e.result],
+            [f for f in failures if f.node == node["id"]],
+        )
+        for node in nodes
+    }
+
+
 def render_status(ring_dir: str | Path, now: float | None = None) -> str:
     """The ring's live status as text; `now` (epoch seconds) defaults to the current time."""
     ctx, files = base_context(ring_dir, now)
@@ -121,14 +136,18 @@ def render_status(ring_dir: str | Path, now: float | None = None) -> str:
         *_clock_lines(ctx["clock"], now, _finished_at(ctx)),
         "",
     ]
+    failures = failure_digest(ctx["root"], (ctx["index"] or {}).get("nodes", []))
+    happened = _happened(ctx, failures)
     rows = [
-        [n["id"], n["role"], n["status"], figure(n["s0"]), str(n["done"]), str(n["running"])]
+        [n["id"], n["role"], happened.get(n["id"], n["status"]), figure(n["s0"]),
+         str(n["done"]), str(n["running"])]
         for n in ctx["node_rows"]
-    ]
+    ]  # fmt: skip
     if rows:
         lines += _table(
-            ["node", "role", "status", "s0 mean", "done", "in flight"], rows, right={3, 4, 5}
-        )
+            ["node", "role", "what happened", "s0 mean", "done", "in flight"], rows,
+            right={3, 4, 5},
+        )  # fmt: skip
     else:
         lines.append("no nodes yet")
     lines.append("")
@@ -150,7 +169,7 @@ def render_status(ring_dir: str | Path, now: float | None = None) -> str:
             [_in_flight_row(e, now) for e in flying],
             right={3, 4, 5, 6, 8},
         )
-    lines += ["", *digest_lines(failure_digest(ctx["root"], (ctx["index"] or {}).get("nodes", [])))]
+    lines += ["", *digest_lines(failures)]
     lines += ["", *_decision_lines(ctx)]
     if files.problems:
         lines += ["", "unreadable files:", *(f"  {p}" for p in files.problems)]

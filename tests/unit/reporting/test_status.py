@@ -52,9 +52,10 @@ def test_in_flight_execution_with_latest_health(tmp_path):
         for ln in text.splitlines()
         if ln.split()[1:2] in (["baseline"], ["candidate"])
     }
-    # The baseline has both search views: its seed-0 mean is their mean.
-    assert nodes["n000-base"] == ["n000-base", "baseline", "ready", "0.5500", "2", "0"]
-    assert nodes["n001-good"] == ["n001-good", "candidate", "ready", "-", "1", "1"]
+    # The baseline has both search views: its seed-0 mean is their mean. What happened
+    # counts the runs that ended, in the summary's words.
+    assert nodes["n000-base"] == ["n000-base", "baseline", "ok", "2/2", "0.5500", "2", "0"]
+    assert nodes["n001-good"] == ["n001-good", "candidate", "ok", "1/1", "-", "1", "1"]
     assert "final decision: not made yet" in text
 
 
@@ -140,3 +141,12 @@ def test_cli_status(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert "in flight: 1" in proc.stdout
+
+
+def test_a_node_whose_runs_crashed_says_so_not_ready(tmp_path):
+    ring = hand_ring(tmp_path)
+    finished(ring, "n000-base", "a", "s0", 0.5, ended_at=START + 30)
+    finished(ring, "n001-good", "a", "s0", None, ended_at=START + 40, status="crash")
+    row = _line(render_status(ring, now=START + 60), "n001-good")
+    assert row.split()[:4] == ["n001-good", "candidate", "crashed", "1/1"]
+    assert "ready" not in row
