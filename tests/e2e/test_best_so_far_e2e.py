@@ -167,4 +167,4 @@ def test_best_so_far_is_measured_alike_in_both_modes_and_never_shown(tmp_path, f
     assert 'id="background-evaluations"' in report
     summary = (ring / "summary.txt").read_text()
     assert f"background evaluations: {len([r for r in rows if 'eval' in r])}" in summary
-    assert "best so far on proxy: 0.5734" in summary
+    assert "best run of this ring on proxy: 0.5734" in summary

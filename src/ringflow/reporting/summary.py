@@ -67,16 +67,18 @@ def _after(seconds: float) -> str:
 
 
 def progress_lines(progress: dict) -> list[str]:
-    """Best so far and time to the first valid result on the proxy view (seed-0 runs and
-    background evaluations, the same in blind and native rings)."""
+    """The best of this ring's own results on the proxy view, when it came, and the first
+    valid one (seed-0 runs and background evaluations, the same in blind and native rings).
+    Scores a continuation imported are not runs of its own: the progress line's best so
+    far counts them, this line does not, and says so by its words."""
     best, first = progress["best"], progress["first_valid"]
     if best is None:
-        return [f"best so far on {progress['view']}: no valid result"]
+        return [f"best run of this ring on {progress['view']}: no valid result"]
     evaluations = sum(b["evaluations"] for b in progress["background"].values())
     scored = sum(b["scored"] for b in progress["background"].values())
     how = "background evaluation" if first["source"] == "background" else "seed 0"
     lines = [
-        f"best so far on {progress['view']}: {best['score']:.4f} ({best['node']}, after "
+        f"best run of this ring on {progress['view']}: {best['score']:.4f} ({best['node']}, after "
         f"{_after(best['t'])}); first valid result after {_after(first['t'])} "
         f"({first['node']}, {how})",
     ]
