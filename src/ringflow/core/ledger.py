@@ -46,6 +46,9 @@ GENESIS = "0" * 64
 RESERVED_FIELDS = frozenset({"seq", "ts", "kind", "prev", "hash", "sig"})
 TAIL_BLOCK = 8192
 RECORD_WRITTEN = "record_written"
+# A record removed on purpose (an interrupted run's, set aside to run again): its absence
+# is then what the ledger says, not a loss.
+RECORD_WITHDRAWN = "record_withdrawn"
 # Problems of one kind listed one by one before the rest are only counted.
 LISTED = 3
 
@@ -218,6 +221,18 @@ class Ledger:
         with self._lock:
             atomic_write_bytes(path, data, mode)
             return self._append_locked(RECORD_WRITTEN, self._record_fields(path, data))
+
+    def withdraw_record(self, path: str | os.PathLike, why: str) -> dict | None:
+        """Remove a deciding record and say so in the ledger, both under its lock; None
+        when there was nothing to remove."""
+        path = Path(path)
+        with self._lock:
+            fields = self._record_fields(path, b"")
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                return None
+            return self._append_locked(RECORD_WITHDRAWN, {"path": fields["path"], "why": why})
 
     def hash_record(self, path: str | os.PathLike) -> dict:
         """Hash a deciding record already in place (one moved there whole) into the ledger."""

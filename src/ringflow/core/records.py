@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .layout import RingLayout
-from .ledger import RECORD_WRITTEN, Ledger
+from .ledger import RECORD_WITHDRAWN, RECORD_WRITTEN, Ledger
 
 # Deciding records that must each have a ledger hash (SEAL.json is hashed by its seal's
 # own ledger line, checked with the seal).
@@ -41,10 +41,12 @@ def hash_record(ring_root: str | os.PathLike, path: str | os.PathLike) -> dict:
 
 
 def recorded(ledger: Ledger) -> dict[str, dict]:
-    """{path relative to the ring: its latest record_written line}."""
+    """{path relative to the ring: its latest record_written or record_withdrawn line}."""
     latest: dict[str, dict] = {}
     for record in ledger.records():
-        if record.get("kind") == RECORD_WRITTEN and isinstance(record.get("path"), str):
+        if record.get("kind") in (RECORD_WRITTEN, RECORD_WITHDRAWN) and isinstance(
+            record.get("path"), str
+        ):
             latest[record["path"]] = record
     return latest
 
@@ -62,6 +64,11 @@ def record_fault(root: Path, rel: str, latest: dict[str, dict]) -> str | None:
     if line is None:
         return f"{rel}: not hashed into the ledger (written outside ringflow?)"
     actual = file_sha256(root / rel)
+    if line.get("kind") == RECORD_WITHDRAWN:
+        if actual is None:
+            return None  # set aside on purpose (its `why`), and still absent
+        return (f"{rel}: present, though the ledger's line {line.get('seq')} withdrew it "
+                "(written outside ringflow?)")  # fmt: skip
     if actual is None:
         return f"{rel}: missing, though the ledger hashed it (line {line.get('seq')})"
     if actual != line.get("sha256"):

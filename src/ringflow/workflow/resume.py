@@ -16,7 +16,7 @@ from pathlib import Path
 from ..core.errors import InputError
 from ..core.interrupts import stopped_by_signal
 from ..core.layout import RingLayout
-from ..core.ledger import emit_event
+from ..core.ledger import Ledger, emit_event
 from ..core.node_state import read_result
 
 
@@ -34,11 +34,14 @@ def rerun_interrupted(root: Path) -> list[str]:
     if layout.stop_manifest.exists():
         return []  # a finished ring is immutable
     again = []
+    ledger = Ledger(layout.ledger)
     for node, view, variant, result in layout.results():
         if not _interrupted(result):
             continue
+        # Withdrawn in the ledger, so that `verify` reads their absence until the run
+        # ends again as what was meant, not as a loss.
         for path in (layout.score(node, view, variant), result):
-            path.unlink(missing_ok=True)
+            ledger.withdraw_record(path, "interrupted: runs again")
         again.append(f"{node}/{view}/{variant}")
     if again:
         emit_event(layout.root, "interrupted_rerun", executions=again)

@@ -179,3 +179,20 @@ def test_a_head_a_crash_tore_is_skipped_by_verify(tmp_path, left):
     assert ledger.verify(ledger_anchors(layout)) == []
     ledger.append("third")  # the next append writes a whole head again
     assert json.loads(ledger.head_path.read_text())["seq"] == 3
+
+
+def test_a_withdrawn_record_is_absent_as_the_ledger_says_until_written_again(tmp_path):
+    from ringflow.core.records import record_problems
+
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    record = tmp_path / "nodes" / "n1" / "exec" / "v" / "s0" / "result.json"
+    ledger.write_record(record, b'{"status": "interrupted"}\n')
+    line = ledger.withdraw_record(record, "interrupted: runs again")
+    assert line["kind"] == "record_withdrawn" and line["path"] == "nodes/n1/exec/v/s0/result.json"
+    assert not record.exists()
+    assert record_problems(tmp_path) == []
+    assert ledger.withdraw_record(record, "again") is None  # nothing left to withdraw
+    record.write_text("{}\n")  # put back by hand
+    assert "present, though the ledger" in record_problems(tmp_path)[0]
+    ledger.write_record(record, b'{"status": "ok"}\n')  # the run ends again
+    assert record_problems(tmp_path) == []
