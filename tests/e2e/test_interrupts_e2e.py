@@ -104,16 +104,21 @@ def drivers():
             driver.wait()
 
 
-def test_interrupted_executions_stop_promptly_and_run_again(tmp_path, drivers):
-    config, ring = gated_ring(tmp_path, SLOW, GATE_AFTER_S)
+def _slow_run_in_flight(tmp_path, drivers, gate_after_s: float = GATE_AFTER_S):
+    """(config, ring, node, driver, exec dir, start) of a gated ring whose slow run is in
+    flight under a driver started now."""
+    config, ring = gated_ring(tmp_path, SLOW, gate_after_s)
     node = "n001-slow"
-
-    # 1. A signal that reaches only the execution's supervisor: the ring goes on without
-    #    it, ends incomplete, and the execution is not left as if it had finished.
     start = time.time()
     driver = start_snakemake(tmp_path, config)
     drivers.append(driver)
-    exec_dir = _wait_in_flight(ring, node, start)
+    return config, ring, node, driver, _wait_in_flight(ring, node, start), start
+
+
+def test_interrupted_executions_stop_promptly_and_run_again(tmp_path, drivers):
+    # 1. A signal that reaches only the execution's supervisor: the ring goes on without
+    #    it, ends incomplete, and the execution is not left as if it had finished.
+    config, ring, node, driver, exec_dir, start = _slow_run_in_flight(tmp_path, drivers)
     _supervisor_of(tmp_path, node).send_signal(signal.SIGTERM)
     assert driver.wait(timeout=180) != 0
     assert len(_interrupted(ring, node)) == 1
@@ -147,12 +152,9 @@ def test_sigterm_to_the_driver_leaves_the_interrupted_run_recorded_and_the_ring_
     tmp_path, drivers
 ):
     gate_after_s = 40  # the resumed run waits for it: shorter than the others'
-    config, ring = gated_ring(tmp_path, SLOW, gate_after_s)
-    node = "n001-slow"
-    start = time.time()
-    driver = start_snakemake(tmp_path, config)
-    drivers.append(driver)
-    exec_dir = _wait_in_flight(ring, node, start)
+    config, ring, node, driver, exec_dir, start = _slow_run_in_flight(
+        tmp_path, drivers, gate_after_s
+    )
     sent = time.time()
     driver.send_signal(signal.SIGTERM)  # as `kill` or a scheduler stops it
     assert driver.wait(timeout=60) != 0
