@@ -8,6 +8,7 @@ from pathlib import Path
 from ..core import statuses
 from ..core.hints import ringflow_hint
 from ..core.layout import RingLayout
+from ..core.stop import stopped_reason
 from .digest import digest_lines, failure_digest
 from .report import base_context, format_duration, health_events, health_figures
 
@@ -15,6 +16,8 @@ from .report import base_context, format_duration, health_events, health_figures
 def _stage(layout_root: Path, decision: dict | None) -> str:
     if RingLayout(layout_root).stop_manifest.exists():
         return "finished"
+    if stopped_reason(layout_root) is not None:
+        return "stopped"
     if decision is not None:
         return "decided, finishing"
     if RingLayout(layout_root).search.exists():
@@ -75,6 +78,8 @@ def ring_digest(ring_root: str | Path, now: float | None = None) -> dict:
         said,
         "time left: none (the ring is over; nothing runs)"
         if data["stage"] == "finished"
+        else f"time left: none (the ring stopped: {stopped_reason(root)})"
+        if data["stage"] == "stopped"
         else f"time left: to the cutoff {left(clock['to_cutoff'])}, "
         f"to stop_at {left(clock['to_stop'])}",
         f"executions: {data['executions_done']} done, {len(in_flight)} in flight",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core.safetext import printable
+from ..core.stop import stopped_reason
 from .digest import digest_lines, failure_digest
 from .headline import guarded_candidate
 from .numbers import figure
@@ -131,11 +132,15 @@ def render_status(ring_dir: str | Path, now: float | None = None) -> str:
     ctx, files = base_context(ring_dir, now)
     now, ring = ctx["now"], ctx["ring"]
     task = ring.task
+    stopped = stopped_reason(ctx["root"])
     lines = [
         f"ring {ring.ring_id}  task {task.name} ({task.direction})  at {format_time(now)}",
-        *_clock_lines(ctx["clock"], now, _finished_at(ctx)),
+        *(_clock_lines(ctx["clock"], now, _finished_at(ctx)) if stopped is None else [
+            f"  stopped  {stopped}",
+            "           (nothing runs; `ringflow summary` prints the way on)",
+        ]),
         "",
-    ]
+    ]  # fmt: skip
     failures = failure_digest(ctx["root"], (ctx["index"] or {}).get("nodes", []))
     happened = _happened(ctx, failures)
     rows = [

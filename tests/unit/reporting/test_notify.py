@@ -221,3 +221,14 @@ def test_a_finished_rings_digest_gives_no_time_left(tmp_path):
     over = ring_digest(ring, now=START + 800)["text"]
     assert "time left: none (the ring is over; nothing runs)" in over
     assert "to the cutoff" not in over
+
+
+def test_a_stopped_rings_digest_says_it_stopped(tmp_path):
+    from ringflow.reporting.health_digest import ring_digest
+
+    ring = hand_ring(tmp_path)
+    write(ring / "STOPPED.json", {"reason": "the sandbox failed", "cause": "machine"})
+    text = ring_digest(ring, now=START + 600)["text"]
+    assert text.startswith("ring hand (")
+    assert ": stopped\n" in text.splitlines()[0] + "\n"
+    assert "time left: none (the ring stopped: the sandbox failed)" in text

@@ -150,3 +150,13 @@ def test_a_node_whose_runs_crashed_says_so_not_ready(tmp_path):
     row = _line(render_status(ring, now=START + 60), "n001-good")
     assert row.split()[:4] == ["n001-good", "candidate", "crashed", "1/1"]
     assert "ready" not in row
+
+
+def test_a_stopped_ring_says_so_not_a_live_cutoff(tmp_path):
+    ring = hand_ring(tmp_path)
+    finished(ring, "n000-base", "a", "s0", 0.5, ended_at=START + 30)
+    write(ring / "STOPPED.json", {"reason": "the task's scorer failed on the baseline",
+                                  "cause": "task"})  # fmt: skip
+    text = render_status(ring, now=START + 60)
+    assert "stopped  the task's scorer failed on the baseline" in text
+    assert "(live" not in text and "cutoff" not in text.split("\n\n")[0]
