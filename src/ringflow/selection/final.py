@@ -815,12 +815,18 @@ def ships(ring, layout, node: str) -> dict:
 
 def closest_to_passing(guarded: list[dict]) -> dict | None:
     """Of the finalists guarded, none of which won: the one whose complete guard has the
-    highest lower bound (the first in rank order on a tie), else the last one guarded."""
-    bounded = [v for v in guarded
-               if v["guard"].get("complete") and v["guard"].get("lcb") is not None]  # fmt: skip
-    if bounded:
-        return max(bounded, key=lambda verdict: verdict["guard"]["lcb"])
+    highest lower bound (the first in rank order on a tie), else the last one guarded. A
+    finalist that scored exactly as the reference on every run has no bound (no spread):
+    its mean difference, which is then the whole of it, stands for one."""
+    measured = [v for v in guarded
+                if v["guard"].get("complete") and _closeness(v["guard"]) is not None]  # fmt: skip
+    if measured:
+        return max(measured, key=lambda verdict: _closeness(verdict["guard"]))
     return guarded[-1] if guarded else None
+
+
+def _closeness(guard: dict) -> float | None:
+    return guard["lcb"] if guard.get("lcb") is not None else guard.get("mean")
 
 
 def decide(ring_dir) -> dict:

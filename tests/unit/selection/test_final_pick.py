@@ -226,3 +226,8 @@ def test_a_decision_without_a_winner_shows_the_guard_of_the_finalist_closest_to_
     unbounded = [verdict("n6", None), verdict("n7", None)]
     assert closest_to_passing(unbounded) is unbounded[-1]
     assert closest_to_passing([]) is None
+    # A finalist that tied the reference on every run (no spread, so no bound) is closer
+    # than one surely worse: its mean difference stands for its bound.
+    tied = {"node": "n8", "guard": {"lcb": None, "mean": 0.0, "complete": True}}
+    worse = verdict("n9", -4.79)
+    assert closest_to_passing([tied, worse]) is tied
