@@ -141,9 +141,10 @@ def test_interrupted_executions_stop_promptly_and_run_again(tmp_path, drivers):
 
     # 3. Run again: it runs a third time, finishes, and the ring completes with its score.
     time.sleep(max(0.0, start + GATE_AFTER_S - time.time()))
-    snakemake(tmp_path, config)
+    done = snakemake(tmp_path, config)
     result = json.loads((exec_dir / "result.json").read_text())
-    assert result["status"] == "ok"
+    # What the resumed ring did with the interrupted run, should it not run it again.
+    assert result["status"] == "ok", (result, _events(ring), done.stderr[-3000:])
     promotion = json.loads((ring / "selection" / "promotion.json").read_text())
     assert promotion["promoted"] == [node]
 
