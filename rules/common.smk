@@ -11,7 +11,7 @@ from snakemake.utils import validate
 from ringflow.config import config_changes, config_defaults
 from ringflow.workflow.hooks import refuse_locked
 from ringflow.core.layout import NODE_PATTERN, VARIANT_PATTERN, VIEW_PATTERN, RingLayout
-from ringflow.ring.named import CHAIN_PARENT_KEY
+from ringflow.ring.named import CHAIN_PARENT_KEY, RING_NAME_KEY
 from ringflow.sandbox.slots import gpu_slots
 from ringflow.workflow.checkpoints import SnakemakeCheckpoints
 from ringflow.workflow.cluster import execution_gpus, slurm_job_options
@@ -21,8 +21,9 @@ from ringflow.workflow.resume import locked_by_another_driver, rerun_interrupted
 
 # The Snakefile gives this ring its whole configuration, checked (and taken from the ring it
 # continues where left at a default), and the ring of the chain it waits for, if any;
-# validation here fills in the defaults.
+# validation here fills in the defaults; and the name of its target, if it has one.
 CHAIN_PARENT = config.pop(CHAIN_PARENT_KEY, None)
+RING_NAME = config.pop(RING_NAME_KEY, None)
 validate(config, "../config/config.schema.yaml")
 
 RING = RingLayout(Path(config["runs_dir"]) / config["ring_id"])
@@ -36,10 +37,12 @@ DEFAULTS = workflow.source_path("../config/config.yaml")
 
 def first_reach():
     """When the DAG first reaches a locked ring: refuse it under another configuration, with
-    edited inputs or continuing another task (workflow/hooks.py); a driver that Snakemake's
+    edited inputs, continuing another task or stopped (workflow/hooks.py); a driver that Snakemake's
     lock will not refuse then sets aside the records of executions a kill interrupted, so
     they run again (workflow/resume.py)."""
-    if not workflow.is_main_process or not refuse_locked(RING.root, config, DEFAULTS):
+    if not workflow.is_main_process or not refuse_locked(
+        RING.root, config, DEFAULTS, RING_NAME
+    ):
         return False
     if not workflow.dryrun and not locked_by_another_driver(
         RING.root, workflow.persistence, workflow.execution_settings.lock

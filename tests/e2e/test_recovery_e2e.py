@@ -78,6 +78,14 @@ def test_a_scorer_failure_continues_in_the_printed_new_ring(tmp_path):
     assert not [line for line in said[at:] if "RuleException" in line or "Traceback" in line]
     command = printed_command(done.stderr)
     assert "continue_from=runs/sc" in command and "ring_id=sc-2" in command
+    # The same command again is refused before any job runs, with the same way on, once.
+    logs = sorted((tmp_path / "runs" / "sc" / "logs").rglob("*"))
+    same = snakemake(tmp_path, config, check=False)
+    assert same.returncode != 0
+    assert printed_command(same.stderr) == command
+    assert same.stderr.count("ringflow: the ring runs/sc stopped: ") == 1, same.stderr[-3000:]
+    assert "Exception" not in same.stderr and "Traceback" not in same.stderr
+    assert sorted((tmp_path / "runs" / "sc" / "logs").rglob("*")) == logs
     # The fix goes into a copy of the task, made by the printed line.
     copy_line = next(line.strip() for line in said if line.strip().startswith("cp -r "))
     assert follow(copy_line, cwd=tmp_path).returncode == 0
@@ -92,6 +100,21 @@ def test_a_scorer_failure_continues_in_the_printed_new_ring(tmp_path):
     assert ring["chain"]["continues"] == "sc"
     # The stopped ring keeps the task it ran with: it still verifies.
     assert verify_ring(tmp_path / "runs" / "sc") == []
+    # Its own command now points to the ring that continues it, not to a third one.
+    later = snakemake(tmp_path, config, check=False)
+    assert later.returncode != 0
+    assert "The ring sc-2 continues this one already" in later.stderr, later.stderr[-3000:]
+    assert printed_command(later.stderr).endswith(
+        f"ring_id=sc-2 continue_from=runs/sc task={fixed}"
+    )
+    # A finished ring runs as nothing, even after its task is edited; a note says so.
+    with open(fixed / "scorer.py", "a") as scorer:
+        scorer.write("# edited after the ring finished\n")
+    rerun = follow(command)
+    said = rerun.stdout + rerun.stderr
+    assert rerun.returncode == 0 and "Nothing to be done" in said, said[-3000:]
+    assert said.count("ringflow: note: the ring runs/sc-2 has finished") == 1, said[-3000:]
+    assert "ring_id=sc-3 continue_from=runs/sc-2" in printed_command(rerun.stderr)
 
 
 def test_the_same_command_after_a_fixed_scorer_names_the_continuation(tmp_path):
@@ -108,7 +131,8 @@ def test_the_same_command_after_a_fixed_scorer_names_the_continuation(tmp_path):
     (tmp_path / "runs" / "ed" / "STOPPED.json").unlink()
     refused = snakemake(tmp_path, config, check=False)
     assert refused.returncode != 0
-    assert "ringflow: error: ring " in refused.stderr
+    assert refused.stderr.count("ringflow: error: ring ") == 1, refused.stderr[-3000:]
+    assert "Exception" not in refused.stderr and "Traceback" not in refused.stderr
     command = printed_command(refused.stderr)
     assert "continue_from=runs/ed" in command
     again = follow(command)

@@ -137,6 +137,45 @@ def continuation_command(
     return shlex.join(with_config(argv, drop, **pairs))
 
 
+def existing_continuation(ring_root: Path) -> tuple[str, str | None] | None:
+    """(ring id, task as given) of the newest ring beside this one that continues it, or
+    None: its command, not a third ring's, is the way on."""
+    root = Path(ring_root).resolve()
+    found = []
+    for lock in root.parent.glob("*/RING.json"):
+        try:
+            record = read_json(lock)
+        except (OSError, ValueError, RingflowError):
+            continue
+        chain = record.get("chain") if isinstance(record, dict) else None
+        if not isinstance(chain, dict) or chain.get("parent_dir") != str(root):
+            continue
+        task = (record.get("config") or {}).get("task")
+        found.append((record.get("created_at") or 0, lock.parent.name, task))
+    if not found:
+        return None
+    _, ring_id, task = max(found, key=lambda item: (item[0], item[1]))
+    return ring_id, task if isinstance(task, str) else None
+
+
+def _resume_continuation(root: Path, ring_name: str | None, argv: list[str]) -> list[str]:
+    """The lines that point to a ring that continues this one already, if there is one."""
+    found = existing_continuation(root)
+    if found is None:
+        return []
+    ring_id, task = found
+    pairs = {"ring_id": ring_id, "continue_from": _shown(root)}
+    own_task = (read_json(RingLayout(root).ring_json).get("config") or {}).get("task")
+    if task and task != own_task:
+        pairs["task"] = task
+    drop = (ring_name,) if ring_name else ()
+    with_task = f" (with the task {task})" if "task" in pairs else ""
+    return [
+        f"  The ring {ring_id} continues this one already{with_task}. To go on with it, run:",
+        f"    {shlex.join(with_config(argv, drop, **pairs))}",
+    ]
+
+
 def _task_copy(ring_root: Path) -> tuple[Path, Path] | None:
     """(the ring's task folder, a free name for a copy beside it), as the workflow names
     them; None for the embedded demo task or a folder that is gone."""
@@ -171,6 +210,9 @@ def advice(
     same = shlex.join(argv)
     cause = stop_cause(root)
     if cause is None and edits:
+        if resume := _resume_continuation(root, ring_name, argv):
+            return [f"ringflow: the ring {root} is locked and what it was given changed "
+                    f"since ({edits[0]}).", *resume]  # fmt: skip
         return [
             f"ringflow: the ring {root} is locked and what it was given changed since "
             f"({edits[0]}). A locked ring runs only what it was locked with; to continue the "
@@ -193,6 +235,8 @@ def advice(
             "ring, run:",
             f"    rm {shlex.quote(_for_shell(_stopped(root), argv))} && {same}",
         ]
+    if resume := _resume_continuation(root, ring_name, argv):
+        return [head, *resume]
     if cause == TASK and (copy := _task_copy(root)) is not None:
         # Fixed in place, the task would no longer be the one this ring was locked with,
         # and `ringflow verify` would say so of this ring (and of every ring it ran in).

@@ -417,12 +417,20 @@ def _create(config: RingConfig, paths: dict, layout: RingLayout, now: float) -> 
     return ring
 
 
-def check_config_matches(ring: Ring, config: RingConfig) -> None:
+def config_differences(ring: Ring, config: RingConfig) -> list[str]:
+    """The configuration keys in which `config` differs from the one `ring` was locked
+    with."""
     frozen = _frozen(ring.config)
     given = _frozen(config)
     if sha256_json(frozen) == sha256_json(given):
+        return []
+    return sorted(k for k in set(frozen) | set(given) if frozen.get(k) != given.get(k))
+
+
+def check_config_matches(ring: Ring, config: RingConfig) -> None:
+    differ = config_differences(ring, config)
+    if not differ:
         return
-    differ = sorted(k for k in set(frozen) | set(given) if frozen.get(k) != given.get(k))
     raise InputError(
         f"ring {ring.ring_dir} is locked with another configuration "
         f"(differs in: {', '.join(differ)}); use a new ring_id to run with this one"

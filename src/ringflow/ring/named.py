@@ -147,13 +147,18 @@ def workflow_rings(
 # The folder of the ring of the chain a ring waits for, handed to the ring's module beside
 # its configuration (rules/common.smk takes it out before validating the rest).
 CHAIN_PARENT_KEY = "_chain_parent"
+RING_NAME_KEY = "_ring_name"
 
 
 def module_config(ring: NamedRing, config: dict) -> dict:
-    """What the ring's module is given: its configuration, and the ring it waits for."""
-    if ring.parent is None:
-        return dict(config)
-    return {**config, CHAIN_PARENT_KEY: config["continue_from"]}
+    """What the ring's module is given: its configuration, the ring it waits for, and
+    the name its target has (a ring of a chain file)."""
+    given = dict(config)
+    if ring.parent is not None:
+        given[CHAIN_PARENT_KEY] = config["continue_from"]
+    if ring.prefix:
+        given[RING_NAME_KEY] = ring.name
+    return given
 
 
 def ancestors(rings: list[NamedRing], ring: NamedRing) -> list[NamedRing]:

@@ -14,9 +14,10 @@ import sys
 from pathlib import Path
 
 from ..config import check_config, coerce_config, config_defaults, config_problems
-from ..core.clock import refuse_moved_ring
+from ..core.clock import load_ring, refuse_moved_ring
 from ..core.errors import InputError
 from ..core.layout import RingLayout
+from ..core.recovery import advice, continuation_command, user_argv
 from ..core.settings import RingConfig
 from ..core.stop import keep_stop_reserve
 from ..core.yamlio import load_yaml
@@ -29,10 +30,10 @@ from ..ring.chain import (
     refuse_task_switch,
     remember_command_line,
 )
-from ..ring.edits import refuse_edits
+from ..ring.edits import find_edits, refuse_edits
 from ..ring.janitor import start_janitor
 from ..ring.lease import hold_leases, release_leases
-from ..ring.lock import check_existing_lock
+from ..ring.lock import check_existing_lock, config_differences
 from ..ring.named import NamedRing
 from ..sandbox.slots import gpu_declared, gpu_slots
 from ..selection import timekeeper
@@ -84,11 +85,21 @@ def prepare_ring_config(ring: NamedRing, schema_path: str, defaults_path: str) -
     return config
 
 
-def refuse_locked(root: Path, config: dict, defaults_path: str) -> bool:
+class RunRefused(SystemExit):
+    """A command refused before anything of it runs, its reason printed once: Snakemake
+    lets this exit through an input function, where it would print any other exception
+    again inside a traceback of the function."""
+
+
+def refuse_locked(
+    root: Path, config: dict, defaults_path: str, ring_name: str | None = None
+) -> bool:
     """A locked ring under another configuration, or with edited inputs, or continuing
-    another task: refused before anything of it runs. False while the ring is not locked
-    (the lock itself checks a new ring)."""
-    if not RingLayout(Path(root)).ring_json.is_file():
+    another task, or stopped: refused before anything of it runs (RunRefused). A finished
+    ring is not refused: nothing of it runs again, and what changed since is said in a note.
+    False while the ring is not locked (the lock itself checks a new ring)."""
+    layout = RingLayout(Path(root))
+    if not layout.ring_json.is_file():
         return False
     config = dict(config)
     if _parent_locked(config):
@@ -99,15 +110,49 @@ def refuse_locked(root: Path, config: dict, defaults_path: str) -> bool:
         # Its steps would refuse it one by one (docs/ring-folder.md#the-lock-and-the-clock).
         refuse_moved_ring(root)
         settings = RingConfig.from_mapping(config)
+        if layout.stop_manifest.exists():
+            _note_changes_to_finished(root, settings, ring_name)
+            return True
         check_existing_lock(settings)
         refuse_edits(root, settings.ring_id)
         if _parent_locked(config):
             refuse_task_switch(settings)
     except InputError as exc:
-        # Snakemake shows a refusal inside the traceback of an input function: say it first.
         print(f"ringflow: error: {exc}", file=sys.stderr, flush=True)
-        raise
+        raise RunRefused(1) from None
+    if layout.stopped.exists():
+        # Every job of it would refuse to start: say why once, with the way on, up front.
+        print("\n".join(advice(root, ring_name=ring_name)), file=sys.stderr, flush=True)
+        raise RunRefused(1)
     return True
+
+
+def _note_changes_to_finished(root: Path, settings: RingConfig, ring_name: str | None) -> None:
+    """What changed since a finished ring was locked, which no longer reaches it; and the
+    way to run with it: a ring that continues this one (of the chain file, for its rings)."""
+    changed = []
+    if differ := config_differences(load_ring(root), settings):
+        changed.append(f"the configuration (differs in: {', '.join(differ)})")
+    changed += find_edits(root)
+    if not changed:
+        return
+    if ring_name is None:
+        way_on = (
+            "To run with the changes in a new ring that continues this one (its results "
+            "taken, its weights replayed), run:\n    "
+            + continuation_command(Path(root), None, user_argv())
+        )
+    else:
+        way_on = (f"The rings of the chain that continue {ring_name} take them: a ring locks "
+                  "what it is given when it starts.")  # fmt: skip
+    print(
+        f"ringflow: note: the ring {root} has finished, and a finished ring does not run "
+        "again, so what changed since it was locked does not reach it:\n  "
+        + "\n  ".join(changed)
+        + f"\n{way_on}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def start_rings(rings: list[NamedRing], configs: dict[str, dict], workflow) -> None:

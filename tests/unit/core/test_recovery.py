@@ -72,3 +72,28 @@ def test_a_task_failure_names_a_copy_of_the_task_to_fix(tmp_path, monkeypatch):
         "continue_from=runs/r",
     ]
     assert said[-4].endswith("Copy the task and fix the copy:")
+
+
+def test_a_ring_that_continues_the_stopped_one_already_is_the_way_on(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ring = Path("runs") / "r"
+    ring.mkdir(parents=True)
+    Path("mytask").mkdir()
+    (ring / "RING.json").write_text(json.dumps({"config": {"task": "mytask"}}))
+    (ring / "STOPPED.json").write_text(json.dumps({"reason": "why", "cause": "task"}))
+    # The continuation the first advice printed, run with a fixed copy of the task; and a
+    # ring beside them that continues another ring.
+    for name, parent, task, created in (("r-2", ring, "mytask-fixed", 10.0),
+                                        ("other", Path("runs") / "q", "mytask", 20.0)):  # fmt: skip
+        (Path("runs") / name).mkdir()
+        chain = {"parent_dir": str(parent.resolve()), "continues": parent.name}
+        lock = {"config": {"task": task}, "created_at": created, "chain": chain}
+        (Path("runs") / name / "RING.json").write_text(json.dumps(lock))
+    said = advice(ring, argv=["snakemake", "--profile", "profiles/local"])
+    assert said == [
+        "ringflow: the ring runs/r stopped: why",
+        "  The ring r-2 continues this one already (with the task mytask-fixed). To go on "
+        "with it, run:",
+        "    snakemake --profile profiles/local --config ring_id=r-2 continue_from=runs/r "
+        "task=mytask-fixed",
+    ]
