@@ -35,6 +35,7 @@ from .core.errors import (
     SandboxError,
 )
 from .core.hashing import PROGRESS_FILE, HashMemo, drop_ignored
+from .core.interrupts import relayed_since
 from .core.jsonio import read_json
 from .core.layout import RingLayout, is_guard_variant
 from .core.ledger import Ledger, emit_event, ledger_anchor
@@ -601,6 +602,10 @@ def _register(ex: Execution, store: WeightsStore, result: dict) -> bool:
 
 def _finish(ex: Execution, record: dict) -> ExecutionResult:
     record["ended_at"] = time.time()
+    # The relay's SIGTERM is how the run was told; its ring's stop is why.
+    stopped = record.get("status") == statuses.INTERRUPTED and not record.get("budget_cut")
+    if stopped and (driver := relayed_since(ex.layout.root, record["started_at"])):
+        record["reason"] = f"its ring was stopped ({driver} to the driver); {record['reason']}"
     record["ledger_head"] = ledger_anchor(ex.layout.ledger)
     path = ex.dir / "result.json"
     result = ExecutionResult.from_record(record, source=path)

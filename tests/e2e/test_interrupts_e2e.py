@@ -137,6 +137,8 @@ def test_interrupted_executions_stop_promptly_and_run_again(tmp_path, drivers):
     assert time.time() < start + GATE_AFTER_S, "the program finished by itself: too slow a run"
     assert len(_interrupted(ring, node)) == 2
     assert any(e["kind"] == "interrupt_relayed" for e in _events(ring))
+    stopped = json.loads((exec_dir / "result.json").read_text())
+    assert stopped["reason"].startswith("its ring was stopped (SIGINT to the driver); "), stopped
     assert _supervisors(tmp_path) == []
 
     # 3. Run again: it runs a third time, finishes, and the ring completes with its score.
@@ -167,6 +169,8 @@ def test_sigterm_to_the_driver_leaves_the_interrupted_run_recorded_and_the_ring_
     # (Snakemake removes a failed job's outputs; this one's were hashed into the ledger).
     result = json.loads((exec_dir / "result.json").read_text())
     assert result["status"] == "interrupted" and not result["budget_cut"]
+    # Told by the relay's SIGTERM, stopped because the ring was: the reason says both.
+    assert result["reason"].startswith("its ring was stopped (SIGTERM to the driver); "), result
     assert json.loads((exec_dir / "score.json").read_text())["valid"] is False
     assert verify_ring(ring) == []
     assert "in flight: 0" in render_status(ring)

@@ -51,6 +51,22 @@ def mark_relayed(ring_root: str | os.PathLike, signum: int) -> None:
     atomic_write_json(layout.interrupt_mark, record)
 
 
+def relayed_since(ring_root: str | os.PathLike, since: float) -> str | None:
+    """The signal the ring's driver relayed to its executions at or after `since` (its
+    name, e.g. SIGINT), or None."""
+    mark = RingLayout(Path(ring_root)).interrupt_mark
+    if not mark.exists():
+        return None
+    try:
+        record = read_json(mark)
+    except (OSError, ValueError, RingflowError):
+        return None
+    at = record.get("at")
+    if not isinstance(at, (int, float)) or at < since:
+        return None
+    return str(record.get("signal") or "a signal")
+
+
 def interrupted_with_ring(
     ring_root: str | os.PathLike, result: ExecutionResult, started: float
 ) -> bool:
@@ -58,11 +74,4 @@ def interrupted_with_ring(
     terminal's Ctrl-C reached it, or its driver marked a relay since the step `started`."""
     if any(e.get("event") == "signal" and e.get("signal") == "SIGINT" for e in result.events):
         return True
-    mark = RingLayout(Path(ring_root)).interrupt_mark
-    if not mark.exists():
-        return False
-    try:
-        at = read_json(mark).get("at")
-    except (OSError, ValueError, RingflowError):
-        return False
-    return isinstance(at, (int, float)) and at >= started
+    return relayed_since(ring_root, started) is not None

@@ -20,6 +20,7 @@ from pathlib import Path
 from ..carryover.scores import imported_score
 from ..cluster.queue import pending_jobs, pending_note
 from ..core import statuses
+from ..core.interrupts import stopped_by_signal
 from ..core.layout import RingLayout
 from ..core.node_state import result_if_any
 from ..core.safetext import printable
@@ -74,7 +75,7 @@ def snapshot(ring_root: str | Path, now: float | None = None) -> dict:
         if node.get("imported"):  # scored by an earlier ring; rescored on seed 0 only
             variants = ["s0"] if node.get("rescore") else []
         known |= {(node["id"], v, var) for v in views for var in variants}
-    done = running = scoring = failed = 0
+    done = running = scoring = failed = interrupted = 0
     failed_nodes: set[str] = set()
     seed0: dict[str, dict[str, float]] = {}
     for node, view, variant, exec_dir in layout.executions():
@@ -90,7 +91,9 @@ def snapshot(ring_root: str | Path, now: float | None = None) -> dict:
         done += 1
         # As the failure digest counts them: a run cut by the ring's own clock has not failed.
         cut = result.budget_cut or score.get("budget_cut")
-        if not cut and (result.status != "ok" or (score and not score.get("valid"))):
+        if stopped_by_signal(result):
+            interrupted += 1  # stopped with its ring: it runs again when the ring does
+        elif not cut and (result.status != "ok" or (score and not score.get("valid"))):
             failed += 1
             failed_nodes.add(node)
         if variant == "s0" and view in views and score.get("scored") and score.get("valid"):
@@ -110,6 +113,7 @@ def snapshot(ring_root: str | Path, now: float | None = None) -> dict:
         "running": running,
         "scoring": scoring,
         "failed": failed,
+        "interrupted": interrupted,
         "failed_nodes": len(failed_nodes),
         "best": best,
         "to_cutoff": None if cutoff is None else cutoff - now,
@@ -149,6 +153,8 @@ def progress_line(snap: dict) -> str:
         if snap["failed"]
         else ""
     )
+    stopped = snap.get("interrupted", 0)
+    failed += f", {stopped} interrupted (they run again when the ring does)" if stopped else ""
     return printable(
         f"[{time.strftime('%H:%M:%S')}] ring {snap['ring_id']}: executions "
         f"{snap['done']}/{snap['total']} done, {snap['running']} running"

@@ -159,8 +159,11 @@ HAPPENED = {
     "scorer failed": "scorer failed",
     "validator failed": "validator failed",
 }
+# A training run that did not end ok stored nothing (execute.py registers ok runs only).
+UNSTORED_TRAINING = "train-unstored"
 WEIGHTS_WORDS = {
     "train": "trained and stored",
+    UNSTORED_TRAINING: "began training and stored nothing (the run did not end ok)",
     "replay": "reused from the store (no training)",
     "fresh": "trained from scratch, not stored (reproduction checks)",
     "none": "of programs without weights",
@@ -176,6 +179,15 @@ GLOSSARY = (
     "was chosen on, and replaces it only when the improvement it is sure of (its lower "
     "bound, at the stated confidence) beats the margin."
 )
+
+
+def _weights_kind(result: ExecutionResult) -> str | None:
+    """What a run did with weights, as the summary counts it."""
+    if result.weights_mode == statuses.TRAIN and (
+        result.status != statuses.OK or (result.reason or "").startswith("weights not registered")
+    ):
+        return UNSTORED_TRAINING
+    return result.weights_mode
 
 
 def node_happened(node: dict, runs: list[ExecutionResult], failures: list) -> str:
@@ -377,7 +389,7 @@ def render_summary(ring_dir) -> str:
             f"{node['id']:<22} {origin_label(layout, node):<10} {happened:<22} "
             f"{ok:>8} {scored:>8} {_fmt(s0):>8} {_fmt(three_seed.get(node['id'])):>8}"
         )
-    modes = Counter(r.weights_mode for *_, r in runs)
+    modes = Counter(_weights_kind(r) for *_, r in runs)
     order = [*WEIGHTS_WORDS, *sorted(set(modes) - set(WEIGHTS_WORDS))]
     counts = Counter(r.status for *_, r in runs)
     lines += [

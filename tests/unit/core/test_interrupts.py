@@ -28,3 +28,13 @@ def test_only_a_relay_marked_since_the_step_started_counts(tmp_path):
 def test_the_terminals_ctrl_c_counts_without_a_mark(tmp_path):
     assert interrupted_with_ring(tmp_path, _interrupted("SIGINT"), time.time())
     assert not interrupted_with_ring(tmp_path, _interrupted("SIGHUP"), time.time())
+
+
+def test_the_relayed_signal_is_named_for_the_runs_it_stopped(tmp_path):
+    from ringflow.core.interrupts import relayed_since
+
+    started = time.time()
+    assert relayed_since(tmp_path, started) is None
+    mark_relayed(tmp_path, signal.SIGINT)
+    assert relayed_since(tmp_path, started) == "SIGINT"
+    assert relayed_since(tmp_path, time.time() + 1) is None

@@ -243,3 +243,26 @@ def test_the_deploy_hint_names_ringflow_as_the_reader_can_type_it(tmp_path, monk
     assert ringflow_command(tmp_path) == "checkout/.venv/bin/ringflow"
     monkeypatch.setenv("PATH", f"{env}:/usr/bin:/bin")  # the environment activated
     assert ringflow_command(elsewhere) == "ringflow"
+
+
+def test_runs_interrupted_with_their_ring_are_neither_failures_nor_stored_weights(tmp_path):
+    from test_failure_digest import _ring_with_failures
+
+    from ringflow.reporting.progress import progress_line, snapshot
+
+    ring = _ring_with_failures(tmp_path)
+    _lock(ring)
+    failed = snapshot(ring)["failed"]
+    # A training run the driver's Ctrl-C stopped: it runs again when the ring does, and its
+    # weights were never stored; another training run ended ok and stored its weights.
+    signal = [{"event": "signal", "signal": "SIGTERM", "at": START + 90}]
+    finished(ring, "n001-good", "a", "s0-ablate", None, ended_at=START + 90,
+             status="interrupted", mode="train", events=signal)  # fmt: skip
+    finished(ring, "n000-base", "a", "s1", 0.5, ended_at=START + 95, mode="train")
+    snap = snapshot(ring)
+    assert (snap["failed"], snap["interrupted"]) == (failed, 1)
+    assert ", 1 interrupted (they run again when the ring does) |" in progress_line(snap)
+    lines = render_summary(ring).splitlines()
+    weights = next(line for line in lines if line.startswith("weights:"))
+    assert "1 trained and stored" in weights, weights
+    assert "1 began training and stored nothing (the run did not end ok)" in weights, weights
