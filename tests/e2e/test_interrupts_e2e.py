@@ -182,6 +182,9 @@ def test_sigterm_to_the_driver_leaves_the_interrupted_run_recorded_and_the_ring_
     promotion = json.loads((ring / "selection" / "promotion.json").read_text())
     assert promotion["promoted"] == [node]
     assert verify_ring(ring) == []
+    # The record was set aside; the summary still says the ring was interrupted.
+    summary = (ring / "summary.txt").read_text()
+    assert "resumed: 1 time after an interruption; " in summary, summary
 
 
 def test_only_a_signal_that_was_not_a_budget_cut_asks_for_a_rerun():

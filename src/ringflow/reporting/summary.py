@@ -11,7 +11,7 @@ from ..carryover.scored import summary_lines as scored_summary
 from ..core import statuses
 from ..core.clock import load_ring
 from ..core.hints import ringflow_command, shown_path
-from ..core.jsonio import atomic_write_json, read_json
+from ..core.jsonio import atomic_write_json, read_json, read_jsonl_objects
 from ..core.layout import RingLayout
 from ..core.node_state import ExecutionResult, read_node, read_result
 from ..core.safetext import printable
@@ -179,6 +179,18 @@ GLOSSARY = (
     "was chosen on, and replaces it only when the improvement it is sure of (its lower "
     "bound, at the stated confidence) beats the margin."
 )
+
+
+def resume_lines(layout: RingLayout) -> list[str]:
+    """The interruptions the ring resumed from: their runs ran again, and their records
+    were set aside (workflow/resume.py), so only the events keep them."""
+    reruns = [e for e in read_jsonl_objects(layout.events) if e.get("kind") == "interrupted_rerun"]
+    if not reruns:
+        return []
+    runs = sum(len(e.get("executions") or []) for e in reruns)
+    times = f"{len(reruns)} time{'s' if len(reruns) != 1 else ''}"
+    return [f"resumed: {times} after an interruption; {runs} run(s) it stopped ran again "
+            "(events.jsonl: interrupted_rerun)"]  # fmt: skip
 
 
 def _weights_kind(result: ExecutionResult) -> str | None:
@@ -396,6 +408,7 @@ def render_summary(ring_dir) -> str:
         "",
         "runs: " + ", ".join(f"{v} {HAPPENED.get(k, k)}" for k, v in sorted(counts.items())),
         "weights: " + "; ".join(f"{modes[k]} {WEIGHTS_WORDS.get(k, k)}" for k in order if modes[k]),
+        *resume_lines(layout),
         *progress_lines(ring_progress(ring, layout)),
         *carryover_lines(layout, index["nodes"]),
         "",

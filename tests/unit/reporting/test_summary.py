@@ -266,3 +266,18 @@ def test_runs_interrupted_with_their_ring_are_neither_failures_nor_stored_weight
     weights = next(line for line in lines if line.startswith("weights:"))
     assert "1 trained and stored" in weights, weights
     assert "1 began training and stored nothing (the run did not end ok)" in weights, weights
+
+
+def test_a_ring_resumed_after_an_interruption_says_so(tmp_path):
+    from ringflow.core.ledger import emit_event
+
+    ring = hand_ring(tmp_path)
+    _lock(ring)
+    finished(ring, "n000-base", "a", "s0", 0.5, ended_at=START + 30)
+    assert not [line for line in render_summary(ring).splitlines() if line.startswith("resumed")]
+    emit_event(ring, "interrupted_rerun", executions=["n000-base/a/s0", "n000-base/b/s0"])
+    emit_event(ring, "interrupted_rerun", executions=["n000-base/a/s0"])
+    assert (
+        "resumed: 2 times after an interruption; 3 run(s) it stopped ran again "
+        "(events.jsonl: interrupted_rerun)"
+    ) in render_summary(ring).splitlines()
