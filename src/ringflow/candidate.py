@@ -3,9 +3,11 @@ checked up front."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
+from collections.abc import Mapping
 from dataclasses import field
 from pathlib import Path, PurePosixPath
 
@@ -74,14 +76,28 @@ MAX_SOLUTION_DEPTH = 64
 MAX_SOLUTION_PATH = 1024  # characters of a relative path: every copy stays under PATH_MAX
 
 
-def check_tree(root: Path, limits: TreeLimits = NO_LIMITS) -> None:
+def task_file_ids(task_dir: str | Path) -> dict[tuple[int, int], str]:
+    """(device, inode) -> the task-relative path of every regular file of the task folder
+    (its views' inputs and labels, its scorer): the files no candidate may hold."""
+    ids = {}
+    with contextlib.suppress(OSError, TreeLimit):  # a task the lock could not read fails there
+        for entry in walk(Path(task_dir), unreadable="skip"):
+            if entry.is_file:
+                ids[(entry.st.st_dev, entry.st.st_ino)] = entry.rel
+    return ids
+
+
+def check_tree(
+    root: Path, limits: TreeLimits = NO_LIMITS, task_files: Mapping | None = None
+) -> None:
     """Raise CandidateError unless root is a plain tree ringflow can copy and record.
 
     Folders, regular files and links to files inside the tree only; names that are
     plain text (docs/limits.md#names: a record never carries another name, the tree is
     refused with the name escaped); no deeper than MAX_SOLUTION_DEPTH levels or longer
-    than MAX_SOLUTION_PATH; within `limits`. Read by descriptor, so no tree can make the
-    check itself fail."""
+    than MAX_SOLUTION_PATH; within `limits`; no file that is one of the task's
+    (`task_files`, from task_file_ids): a hard link would copy the labels into the
+    program's own folder. Read by descriptor, so no tree can make the check itself fail."""
     size = 0
     try:
         for entry in walk(root, max_entries=limits.max_files, max_depth=MAX_SOLUTION_DEPTH):
@@ -95,6 +111,7 @@ def check_tree(root: Path, limits: TreeLimits = NO_LIMITS) -> None:
             if entry.is_link:
                 _check_link(root, entry)
             elif entry.is_file:
+                _check_not_the_tasks(root, entry, task_files)
                 size += entry.st.st_size
                 _check_size(root, entry, size, limits)
             elif not entry.is_dir:
@@ -104,6 +121,13 @@ def check_tree(root: Path, limits: TreeLimits = NO_LIMITS) -> None:
         raise CandidateError(f"{root}: the tree has {exc.reason}") from None
     except OSError as exc:
         raise CandidateError(f"{root}: could not be read: {escape_name(str(exc))}") from None
+
+
+def _check_not_the_tasks(root: Path, entry: Entry, task_files: Mapping | None) -> None:
+    held = task_files.get((entry.st.st_dev, entry.st.st_ino)) if task_files else None
+    if held is not None:
+        raise CandidateError(f"{root}: {entry.rel} is the task's file {held} (a hard link): "
+                             "a candidate holds files of its own only")  # fmt: skip
 
 
 def _check_size(root: Path, entry: Entry, total: int, limits: TreeLimits) -> None:
@@ -164,15 +188,18 @@ def _artifact_path(root: Path, raw: object, index: int) -> str:
 
 
 def load_solution(
-    solution_dir: str | Path, max_weights_bytes: int, limits: TreeLimits = NO_LIMITS
+    solution_dir: str | Path,
+    max_weights_bytes: int,
+    limits: TreeLimits = NO_LIMITS,
+    task_files: Mapping | None = None,
 ) -> Solution:
     """Check a solution folder; raise CandidateError with a specific message on bad input.
     The folder itself may be a link (a candidates folder of links to candidates); links
-    inside it are checked as the tree's own."""
+    inside it are checked as the tree's own, and its files against `task_files`."""
     root = Path(solution_dir).resolve()
     if not root.is_dir():
         raise CandidateError(f"{root}: not a folder")
-    check_tree(root, limits)
+    check_tree(root, limits, task_files)
     for name in ("EXECUTION.json", "ARTIFACTS.json"):
         if (root / name).is_file() and (root / name).stat().st_size > MAX_CONTRACT_BYTES:
             raise CandidateError(f"{root / name}: larger than {MAX_CONTRACT_BYTES} bytes")

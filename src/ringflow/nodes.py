@@ -8,7 +8,7 @@ import shutil
 import time
 from pathlib import Path
 
-from .candidate import Solution, copy_submission, load_solution
+from .candidate import Solution, copy_submission, load_solution, task_file_ids
 from .carryover import engineer
 from .carryover.resume import resume_entries, resume_fields
 from .carryover.scored import (
@@ -96,7 +96,9 @@ def execution_spec(ring: Ring, solution: Solution, tree: str, view: str, variant
     return spec
 
 
-def _make_node(ring, layout, store, node_id, role, source: Path, max_bytes) -> dict:
+def _make_node(
+    ring, layout, store, node_id, role, source: Path, max_bytes, task_files=None
+) -> dict:
     node = {
         "id": node_id,
         "name": source.name,
@@ -108,7 +110,7 @@ def _make_node(ring, layout, store, node_id, role, source: Path, max_bytes) -> d
         "created_at": time.time(),
     }
     try:
-        solution = load_solution(source, max_bytes)
+        solution = load_solution(source, max_bytes, task_files=task_files)
     except CandidateError as exc:
         node.update(status=REJECTED, error=str(exc))
         return node
@@ -194,7 +196,8 @@ def import_static(ring: Ring) -> dict:
     # Every node's record and ledger lines are synced together once all are written,
     # before the index that marks the import done (docs/ring-folder.md#durability).
     with group_commit():
-        nodes = _import_nodes(ring, layout, store, ledger, sources, max_bytes)
+        nodes = _import_nodes(ring, layout, store, ledger, sources, max_bytes,
+                              task_file_ids(ring.task.dir))  # fmt: skip
     index = {
         "nodes": [_index_entry(n) for n in nodes],
         "baseline": next((n["id"] for n in nodes if n["role"] == "baseline"), None),
@@ -209,7 +212,7 @@ def import_static(ring: Ring) -> dict:
 
 
 def _import_nodes(ring: Ring, layout: RingLayout, store: WeightsStore, ledger: Ledger,
-                  sources: list, max_bytes: int) -> list[dict]:  # fmt: skip
+                  sources: list, max_bytes: int, task_files: dict) -> list[dict]:  # fmt: skip
     nodes: list[dict] = []
     number = 0 if ring.baseline_dir else 1
     resumed_trees: dict[str, str] = {}
@@ -230,7 +233,7 @@ def _import_nodes(ring: Ring, layout: RingLayout, store: WeightsStore, ledger: L
             # Cut engineer work: a new session resumes it in generation 0.
             node = engineer.resume_stub(ring, node_id, source)
         else:
-            node = _make_node(ring, layout, store, node_id, role, folder, max_bytes)
+            node = _make_node(ring, layout, store, node_id, role, folder, max_bytes, task_files)
         if entry is not None and node.get("tree_hash") in resumed_trees:
             # Work the resume queue took already (it is that node).
             shutil.rmtree(layout.node_dir(node_id), ignore_errors=True)

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import TextIO
 
-from .candidate import load_solution
+from .candidate import load_solution, task_file_ids
 from .check_guard import check_resampling, report_power
 from .core import statuses
 from .core.errors import InputError, RingflowError
@@ -96,14 +96,16 @@ def solution_folders(paths: list[Path]) -> list[Path]:
     return found
 
 
-def _check_candidates(report: Report, folders: list[Path], max_bytes: int) -> list[Path]:
+def _check_candidates(
+    report: Report, folders: list[Path], max_bytes: int, task_files: dict
+) -> list[Path]:
     report.head("candidates (the import checks a ring makes):")
     good = []
     if not folders:
         report.warn("no candidate given: only the task is checked")
     for folder in folders:
         try:
-            solution = load_solution(folder, max_bytes)
+            solution = load_solution(folder, max_bytes, task_files=task_files)
         except RingflowError as exc:
             report.fail(f"{folder.name}: {exc}")
             continue
@@ -341,7 +343,7 @@ def check(
         return report
     folders = solution_folders([Path(c).resolve() for c in candidates])
     max_bytes = int(config["max_weights_gb"] * 1024**3)
-    good = _check_candidates(report, folders, max_bytes)
+    good = _check_candidates(report, folders, max_bytes, task_file_ids(task_dir))
     work = Path(tempfile.mkdtemp(prefix="ringflow-check-"))
     try:
         (work / "candidates").mkdir()

@@ -49,6 +49,10 @@ def ring1(tmp_path_factory):
     )
     make_candidate(cands / "escape", mean=0.9)
     os.symlink("/etc/passwd", cands / "escape" / "leak.txt")
+    # A hard link to the labels: the import would copy them into the program's folder.
+    make_candidate(cands / "hardlink", mean=0.9)
+    os.link(work / "task" / "views" / "proxy" / "labels" / "truth.txt",
+            cands / "hardlink" / "notes.txt")  # fmt: skip
     make_candidate(cands / "huge", mean=0.9)
     (cands / "huge" / "weights").mkdir()
     (cands / "huge" / "weights" / "big.bin").write_bytes(b"x" * 4096)
@@ -127,6 +131,7 @@ def test_results_record_the_contract_fields(ring1):
         ("bad-json", "malformed JSON"),
         ("top-level", "top-level file"),
         ("escape", "leaves the solution tree"),
+        ("hardlink", "notes.txt is the task's file views/proxy/labels/truth.txt (a hard link)"),
         ("huge", "over the limit"),
     ],
 )

@@ -101,6 +101,21 @@ def test_symlinks_leaving_the_tree_are_refused_and_inner_ones_copied(tmp_path):
         load_solution(root, LIMIT)
 
 
+def test_a_hard_link_to_a_file_of_the_task_is_refused(tmp_path):
+    from ringflow.candidate import task_file_ids
+
+    labels = tmp_path / "task" / "views" / "proxy" / "labels" / "y.csv"
+    labels.parent.mkdir(parents=True)
+    labels.write_text("id,label\n1,0\n")
+    root = solution(tmp_path, {"run.py": "", "data/own.txt": "mine"})
+    task_files = task_file_ids(tmp_path / "task")
+    load_solution(root, LIMIT, task_files=task_files)  # its own files only: accepted
+    os.link(labels, root / "data" / "peek.csv")
+    with pytest.raises(CandidateError, match=r"data/peek.csv is the task's file "
+                       r"views/proxy/labels/y.csv \(a hard link\)"):  # fmt: skip
+        load_solution(root, LIMIT, task_files=task_files)
+
+
 def test_an_artifact_path_through_a_symlink_is_refused(tmp_path):
     root = solution(
         tmp_path,
