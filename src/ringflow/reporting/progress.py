@@ -272,7 +272,10 @@ def ring_end(
     if completed:
         return
     lines = []
-    error = next(filter(None, (key_error_line(Path(path)) for path in logs)), "")
+    # A stopped ring's advice opens with why it stopped: the first failure, where the
+    # log's last error is often a later job's refusal to run in the stopped ring.
+    stopped = RingLayout(root).stopped.exists()
+    error = "" if stopped else next(filter(None, (key_error_line(Path(p)) for p in logs)), "")
     if error:
         lines.append(f"ringflow: the error: {error}")
     if not RingLayout(root).ring_json.exists():

@@ -116,13 +116,19 @@ def test_a_log_without_ringflow_s_own_error_gives_nothing(tmp_path):
     assert key_error_line(tmp_path / "missing.log") == ""
 
 
-def test_the_error_is_the_first_thing_ringflow_says_after_a_stop(tmp_path, capsys):
+def test_the_error_is_the_first_thing_ringflow_says_after_a_failure(tmp_path, capsys):
     ring = tmp_path / "runs" / "ed"
     ring.mkdir(parents=True)
     (ring / "RING.json").write_text("{}")
-    (ring / "STOPPED.json").write_text(json.dumps({"cause": "task", "reason": SCORER_CAUSE[18:]}))
+    # A job failed: its error, then the command that continues the ring.
     ring_end(ring, str(_log(tmp_path, SCORER_STOP)), completed=False)
     said = capsys.readouterr().err.splitlines()
     assert said[0] == f"ringflow: the error: {SCORER_CAUSE}", said
-    assert said[1].startswith(f"ringflow: the ring {ring} stopped: the task's scorer failed")
+    assert said[1].startswith(f"ringflow: the ring {ring} did not finish"), said
+    # The ring stopped: why it stopped is the error, said once.
+    (ring / "STOPPED.json").write_text(json.dumps({"cause": "task", "reason": SCORER_CAUSE[18:]}))
+    ring_end(ring, str(_log(tmp_path, SCORER_STOP)), completed=False)
+    said = capsys.readouterr().err.splitlines()
+    assert said[0].startswith(f"ringflow: the ring {ring} stopped: the task's scorer failed")
+    assert not [line for line in said if line.startswith("ringflow: the error: ")], said
     assert not any(word in "\n".join(said) for word in SNAKEMAKE_WORDS), said
