@@ -169,6 +169,8 @@ def history(ring_dir: str | Path) -> list[dict]:
             "interval": gain.get("interval"),
             "view": gain.get("view"),
             "complete": bool(record.get("complete")),
+            # A ring stopped before its decision never makes one (docs/recovery.md).
+            "stopped": not record and layout.stopped.exists(),
         })  # fmt: skip
     return rows
 
@@ -191,6 +193,8 @@ def chosen_in_words(row: dict) -> str:
 def history_line(row: dict) -> str:
     """One ring of the incumbent's history, in words."""
     ring, holds = row["ring"], row["holds"]
+    if row["decision"] is None and row.get("stopped"):
+        return f"{ring}: stopped before its decision: no final/"
     if row["decision"] is None:
         return f"{ring}: no final/ yet"
     if row["decision"] == "candidate":

@@ -128,3 +128,12 @@ def test_history_names_the_incumbent_as_the_ring_that_chose_it_numbered_it(chain
                        "parent_node": "n003-good"})  # fmt: skip
     rows = history(tmp_path / "r2")
     assert history_line(rows[1]) == "r2: kept the incumbent n001-good (chosen in r1 as n003-good)"
+
+
+def test_history_tells_a_ring_that_stopped_from_one_still_deciding(chain, tmp_path):
+    decided(tmp_path / "r2", "incumbent", GOOD, incumbent={"chosen_in": "r1"})
+    rows = history(tmp_path / "r2")
+    assert history_line(rows[0]) == "r1: no final/ yet"
+    write(tmp_path / "r1" / "STOPPED.json", {"reason": "the scorer failed", "cause": "task"})
+    rows = history(tmp_path / "r2")
+    assert history_line(rows[0]) == "r1: stopped before its decision: no final/"
