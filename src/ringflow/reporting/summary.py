@@ -404,9 +404,15 @@ def render_summary(ring_dir) -> str:
     modes = Counter(_weights_kind(r) for *_, r in runs)
     order = [*WEIGHTS_WORDS, *sorted(set(modes) - set(WEIGHTS_WORDS))]
     counts = Counter(r.status for *_, r in runs)
+    # An ok run is one whose program ended without an error; its output may still be invalid.
+    unscored = sum(r.status == statuses.OK and not _valid(layout, n, v, var)
+                   for n, v, var, r in runs)  # fmt: skip
+    said = {k: f"{v} {HAPPENED.get(k, k)}" for k, v in sorted(counts.items())}
+    if unscored:
+        said[statuses.OK] += f" ({unscored} of them without a valid score)"
     lines += [
         "",
-        "runs: " + ", ".join(f"{v} {HAPPENED.get(k, k)}" for k, v in sorted(counts.items())),
+        "runs: " + ", ".join(said.values()),
         "weights: " + "; ".join(f"{modes[k]} {WEIGHTS_WORDS.get(k, k)}" for k in order if modes[k]),
         *resume_lines(layout),
         *progress_lines(ring_progress(ring, layout)),

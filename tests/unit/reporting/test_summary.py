@@ -281,3 +281,13 @@ def test_a_ring_resumed_after_an_interruption_says_so(tmp_path):
         "resumed: 2 times after an interruption; 3 run(s) it stopped ran again "
         "(events.jsonl: interrupted_rerun)"
     ) in render_summary(ring).splitlines()
+
+
+def test_the_runs_line_says_how_many_ok_runs_have_no_valid_score(tmp_path):
+    from test_failure_digest import _ring_with_failures
+
+    ring = _ring_with_failures(tmp_path)
+    _lock(ring)
+    runs = next(line for line in render_summary(ring).splitlines() if line.startswith("runs:"))
+    # The baseline's run the scorer failed on, and the candidate's with a bad header.
+    assert runs == "runs: 2 crashed, 1 interrupted, 3 ok (2 of them without a valid score)", runs
