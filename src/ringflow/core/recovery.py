@@ -158,6 +158,16 @@ def existing_continuation(ring_root: Path) -> tuple[str, str | None] | None:
     return ring_id, task if isinstance(task, str) else None
 
 
+def chain_tip(ring_root: Path) -> Path:
+    """The newest ring of the chain that continues `ring_root` (through its continuations,
+    newest first at each step); `ring_root` itself where none does."""
+    tip, seen = Path(ring_root), set()
+    while (found := existing_continuation(tip)) is not None and found[0] not in seen:
+        seen.add(found[0])
+        tip = tip.parent / found[0]
+    return tip
+
+
 def _resume_continuation(root: Path, ring_name: str | None, argv: list[str]) -> list[str]:
     """The lines that point to a ring that continues this one already, if there is one."""
     found = existing_continuation(root)

@@ -17,7 +17,7 @@ from ..config import check_config, coerce_config, config_defaults, config_proble
 from ..core.clock import load_ring, refuse_moved_ring
 from ..core.errors import InputError
 from ..core.layout import RingLayout
-from ..core.recovery import advice, continuation_command, user_argv
+from ..core.recovery import advice, chain_tip, continuation_command, user_argv
 from ..core.settings import RingConfig
 from ..core.stop import keep_stop_reserve
 from ..core.yamlio import load_yaml
@@ -111,7 +111,7 @@ def refuse_locked(
         refuse_moved_ring(root)
         settings = RingConfig.from_mapping(config)
         if layout.stop_manifest.exists():
-            _note_changes_to_finished(root, settings, ring_name)
+            _note_changes_to_finished(root, config, defaults_path, ring_name)
             return True
         check_existing_lock(settings)
         refuse_edits(root, settings.ring_id)
@@ -127,24 +127,34 @@ def refuse_locked(
     return True
 
 
-def _note_changes_to_finished(root: Path, settings: RingConfig, ring_name: str | None) -> None:
+def _note_changes_to_finished(
+    root: Path, config: dict, defaults_path: str, ring_name: str | None
+) -> None:
     """What changed since a finished ring was locked, which no longer reaches it; and the
-    way to run with it: a ring that continues this one (of the chain file, for its rings)."""
+    way to run with it: a ring that continues the chain (of the chain file, for its rings)."""
     changed = []
-    if differ := config_differences(load_ring(root), settings):
+    if differ := _continued_differences(root, config, defaults_path):
         changed.append(f"the configuration (differs in: {', '.join(differ)})")
     changed += find_edits(root)
     if not changed:
         return
-    if ring_name is None:
+    if ring_name is not None:
+        way_on = (f"The rings of the chain that continue {ring_name} take them: a ring locks "
+                  "what it is given when it starts.")  # fmt: skip
+    elif (tip := chain_tip(root)) == Path(root):
         way_on = (
             "To run with the changes in a new ring that continues this one (its results "
             "taken, its weights replayed), run:\n    "
             + continuation_command(Path(root), None, user_argv())
         )
+    elif RingLayout(tip).stop_manifest.exists() or RingLayout(tip).stopped.exists():
+        way_on = (
+            f"The ring {tip.name} continues its chain already. To run with the changes in a "
+            "new ring that continues it, run:\n    " + continuation_command(tip, None, user_argv())
+        )
     else:
-        way_on = (f"The rings of the chain that continue {ring_name} take them: a ring locks "
-                  "what it is given when it starts.")  # fmt: skip
+        way_on = (f"The ring {tip.name} continues its chain already and has not "
+                  f"finished: finish it, then continue it (continue_from={tip}).")  # fmt: skip
     print(
         f"ringflow: note: the ring {root} has finished, and a finished ring does not run "
         "again, so what changed since it was locked does not reach it:\n  "
@@ -153,6 +163,16 @@ def _note_changes_to_finished(root: Path, settings: RingConfig, ring_name: str |
         file=sys.stderr,
         flush=True,
     )
+
+
+def _continued_differences(root: Path, config: dict, defaults_path: str) -> list[str]:
+    """The configuration keys in which a ring continuing `root` under this command would
+    differ from it: it takes the finished ring's value for every key left at its default
+    (ring/chain.py), so only the keys this command sets count as changes."""
+    continued = {**config, "continue_from": str(root)}
+    inherit_config(continued, config_defaults(defaults_path))
+    differ = config_differences(load_ring(root), RingConfig.from_mapping(continued))
+    return [key for key in differ if key not in ("ring_id", "continue_from")]
 
 
 def start_rings(rings: list[NamedRing], configs: dict[str, dict], workflow) -> None:

@@ -81,3 +81,38 @@ def test_a_finished_ring_of_a_chain_file_leaves_the_changes_to_the_rings_after_i
     assert err.startswith(f"ringflow: note: the ring {ring} has finished")
     assert "The rings of the chain that continue ring1 take them" in err
     assert "continue_from=" not in err
+
+
+def test_a_key_this_command_leaves_at_its_default_is_no_change_to_note(tmp_path, monkeypatch,
+                                                                       capsys):  # fmt: skip
+    from ringflow.config import config_defaults
+
+    monkeypatch.chdir(tmp_path)
+    default = config_defaults(DEFAULTS)["promote_top_k"]
+    config = scripted_config(tmp_path, "r", promote_top_k=default + 2)
+    ring = Path(lock_ring(config, tmp_path, now=0.0).ring_dir)
+    RingLayout(ring).stop_manifest.write_text("{}")
+    # A ring continuing this one would take its promote_top_k: nothing changes.
+    assert refuse_locked(ring, {**config, "promote_top_k": default}, DEFAULTS) is True
+    assert capsys.readouterr().err == ""
+    assert refuse_locked(ring, {**config, "promote_top_k": default + 1}, DEFAULTS) is True
+    assert "the configuration (differs in: promote_top_k)" in capsys.readouterr().err
+
+
+def test_the_changes_to_a_finished_ring_go_on_from_the_newest_ring_of_its_chain(locked, capsys):
+    config, ring = locked
+    RingLayout(ring).stop_manifest.write_text("{}")
+    later = ring.parent / "r-2"
+    later.mkdir()
+    lock = {"config": {"task": config["task"]}, "created_at": 5.0,
+            "chain": {"parent_dir": str(ring.resolve()), "continues": "r"}}  # fmt: skip
+    (later / "RING.json").write_text(json.dumps(lock))
+    _edit_the_scorer(ring)
+    refuse_locked(ring, config, DEFAULTS)
+    err = capsys.readouterr().err
+    assert "The ring r-2 continues its chain already and has not finished" in err, err
+    (later / "stop_manifest.json").write_text("{}")
+    refuse_locked(ring, config, DEFAULTS)
+    err = capsys.readouterr().err
+    assert "The ring r-2 continues its chain already. To run with the changes" in err, err
+    assert "ring_id=r-3 continue_from=" in err and err.rstrip().endswith("r-2"), err
