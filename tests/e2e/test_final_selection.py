@@ -58,6 +58,8 @@ def test_a_clearly_better_candidate_replaces_the_baseline(tmp_path):
     assert guard["seeds"] == [3, 4, 5, 6, 7] and guard["complete"]
     assert guard["views"] == ["guard"] and not final["guard_reused_search_rows"]
     assert len(guard["differences"]) == 5 and all(d > 0.2 for d in guard["differences"])
+    # The mean advantage shown is the guard seeds' own, as their table beside it shows.
+    assert guard["mean"] == pytest.approx(sum(guard["differences"]) / 5, abs=1e-12)
     # One finalist ranked: it is tested at alpha / 1, not alpha / final_top_k.
     assert guard["lcb"] > guard["margin"] and guard["alpha"] == pytest.approx(0.05)
     assert guard["bootstrap"]["replicates"] == 200 and guard["bootstrap"]["spread"] > 0

@@ -570,7 +570,10 @@ def verdict(ring_dir, rank: int) -> dict:
         )
         kept = ("method", "replicates", "quantile_index", "mean", "min", "max", "spread",
                 "interval", "detectable", "reason")  # fmt: skip
-        info.update(lcb=stats["lcb"], mean=stats["mean"], bootstrap={k: stats[k] for k in kept})
+        # The mean advantage shown beside the guard seeds' table is theirs; the bootstrap's
+        # own mean (over its replicates) stays in `bootstrap`.
+        info.update(lcb=stats["lcb"], mean=fmean(info["differences"]),
+                    bootstrap={k: stats[k] for k in kept})  # fmt: skip
         replace, reason = guardstats.guard_verdict(
             stats, margin=guard.margin, complete=True, against=side
         )

@@ -275,6 +275,7 @@ def test_guard_table_matches_final_json(demo_page):
         )
     ]
     assert table[1:] == expected
+    assert guard["mean"] == pytest.approx(sum(guard["differences"]) / len(guard["seeds"]))
     assert f'<td class="n">{guard["lcb"]:.4f}</td>' in page
     assert f'<td class="n">{guard["alpha"]:.4f}</td>' in page
     # Winner's curse: every guarded finalist (the chosen one marked), never the baseline.
