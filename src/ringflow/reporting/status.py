@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..core.safetext import printable
 from ..core.stop import stopped_reason
+from ..ring.lease import describe_holder, driver_now
 from .digest import digest_lines, failure_digest
 from .headline import guarded_candidate
 from .numbers import figure
@@ -71,6 +72,16 @@ def _clock_lines(clock: dict, now: float, finished: float | None = None) -> list
         f"  stop_at  {format_time(clock['stop_at'])}  {_until(clock['stop_at'], now)}",
         f"  reserve  {reserve}",
     ]
+
+
+def _driver_lines(root: Path) -> list[str]:
+    """Whether anything drives the unfinished ring now: its clock runs on either way."""
+    state, record = driver_now(root)
+    if state == "running":
+        return [f"  driver   running ({describe_holder(record)})"]
+    if state == "elsewhere":
+        return [f"  driver   on another host ({describe_holder(record)}); not checked from here"]
+    return ["  driver   none: nothing runs until the ring's command is run again (it resumes)"]
 
 
 def _in_flight_row(execution: Execution, now: float) -> list[str]:
@@ -139,6 +150,7 @@ def render_status(ring_dir: str | Path, now: float | None = None) -> str:
             f"  stopped  {stopped}",
             "           (nothing runs; `ringflow summary` prints the way on)",
         ]),
+        *(_driver_lines(ctx["root"]) if stopped is None and _finished_at(ctx) is None else []),
         "",
     ]  # fmt: skip
     failures = failure_digest(ctx["root"], (ctx["index"] or {}).get("nodes", []))

@@ -128,6 +128,33 @@ class DriverLease:
             os.close(fd)
 
 
+def driver_now(ring_dir: str | os.PathLike) -> tuple[str, dict | None]:
+    """Whether a driver runs the ring now, read from its lease's record without taking any
+    lock (a status in a loop must never make a starting driver's lease fail): ("running",
+    record) for a live process of this host, ("elsewhere", record) for another host's,
+    whose process cannot be checked from here, ("none", record or None) otherwise."""
+    try:
+        fd = os.open(lease_path(ring_dir), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return "none", None
+    try:
+        record = _read_record(fd)
+    finally:
+        os.close(fd)
+    if record is None or record.get("released_at") is not None:
+        return "none", record
+    if record.get("host") != socket.gethostname():
+        return "elsewhere", record
+    pid = record.get("pid")
+    try:
+        alive = isinstance(pid, int) and pid > 0 and os.kill(pid, 0) is None
+    except PermissionError:
+        alive = True  # another user's live process
+    except OSError:
+        alive = False
+    return ("running" if alive else "none"), record
+
+
 _HELD: dict[Path, DriverLease] = {}
 
 

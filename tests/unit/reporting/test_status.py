@@ -160,3 +160,29 @@ def test_a_stopped_ring_says_so_not_a_live_cutoff(tmp_path):
     text = render_status(ring, now=START + 60)
     assert "stopped  the task's scorer failed on the baseline" in text
     assert "(live" not in text and "cutoff" not in text.split("\n\n")[0]
+
+
+def test_an_unfinished_ring_says_whether_a_driver_runs_it(tmp_path):
+    import os
+
+    from ringflow.ring.lease import DriverLease
+
+    ring = _ring_in_progress(tmp_path)
+    # Interrupted: its clock runs on, and nothing drives it.
+    assert _line(render_status(ring, now=START + 165), "driver").strip() == (
+        "driver   none: nothing runs until the ring's command is run again (it resumes)"
+    )
+    lease = DriverLease(ring)
+    lease.acquire("snakemake ...")
+    try:
+        said = _line(render_status(ring, now=START + 165), "driver").strip()
+        assert said.startswith("driver   running (host ") and f"PID {os.getpid()}," in said
+    finally:
+        lease.release()
+    assert "driver   none" in render_status(ring, now=START + 165)
+    # A record left by a driver killed with -9: its process is gone.
+    record = json.loads((ring / ".locks" / "driver.lease").read_text())
+    record.pop("released_at")
+    record["pid"] = 2**22 + 12345  # no such process (above the kernel's pid_max)
+    (ring / ".locks" / "driver.lease").write_text(json.dumps(record))
+    assert "driver   none" in render_status(ring, now=START + 165)
