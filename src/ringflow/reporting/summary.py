@@ -66,21 +66,26 @@ def _after(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
 
 
-def progress_lines(progress: dict) -> list[str]:
+def progress_lines(progress: dict, unranked: frozenset[str] = frozenset()) -> list[str]:
     """The best of this ring's own results on the proxy view, when it came, and the first
     valid one (seed-0 runs and background evaluations, the same in blind and native rings).
     Scores a continuation imported are not runs of its own: the progress line's best so
-    far counts them, this line does not, and says so by its words."""
+    far counts them, this line does not, and says so by its words. `unranked`: the nodes
+    with no seed-0 mean (a search view without a valid score), which that run's node is
+    said to be among."""
     best, first = progress["best"], progress["first_valid"]
     if best is None:
         return [f"best run of this ring on {progress['view']}: no valid result"]
     evaluations = sum(b["evaluations"] for b in progress["background"].values())
     scored = sum(b["scored"] for b in progress["background"].values())
     how = "background evaluation" if first["source"] == "background" else "seed 0"
+    ranked = ""
+    if best.get("source") != "background" and best["node"] in unranked:
+        ranked = f" ({best['node']} is not ranked: a search view has no valid seed-0 score)"
     lines = [
         f"best run of this ring on {progress['view']}: {best['score']:.4f} ({best['node']}, after "
         f"{_after(best['t'])}); first valid result after {_after(first['t'])} "
-        f"({first['node']}, {how})",
+        f"({first['node']}, {how}){ranked}",
     ]
     if evaluations:  # an engineer's evaluations of its own drafts, where there were any
         lines.append(f"background evaluations: {evaluations} ({scored} scored)")
@@ -389,9 +394,12 @@ def render_summary(ring_dir) -> str:
         f"{'seed-0':>8} {'3-seed':>8}",
     ]
     runs = list(executions(layout))
+    unranked = []
     for node in index["nodes"]:
         ready = node["status"] == statuses.READY
         s0 = node_mean(ring, layout, node["id"], "s0")["mean"] if ready else None
+        if s0 is None:
+            unranked.append(node["id"])
         mine = [(n, v, var, r) for n, v, var, r in runs if n == node["id"]]
         ok = f"{sum(r.status == 'ok' for *_, r in mine)}/{len(mine)}"
         scored = f"{sum(_valid(layout, n, v, var) for n, v, var, _ in mine)}/{len(mine)}"
@@ -415,7 +423,7 @@ def render_summary(ring_dir) -> str:
         "runs: " + ", ".join(said.values()),
         "weights: " + "; ".join(f"{modes[k]} {WEIGHTS_WORDS.get(k, k)}" for k in order if modes[k]),
         *resume_lines(layout),
-        *progress_lines(ring_progress(ring, layout)),
+        *progress_lines(ring_progress(ring, layout), frozenset(unranked)),
         *carryover_lines(layout, index["nodes"]),
         "",
         *digest_lines(digest),

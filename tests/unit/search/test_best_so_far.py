@@ -214,7 +214,15 @@ def test_the_rings_curve_joins_seed0_runs_and_background_evaluations(tmp_path):
     curve = best_so_far_curve(progress)
     assert len(curve["points"]) == 4 and curve["path"].count(",") == 1 + 2 * 3 + 1
     lines = progress_lines(progress)
-    assert "0.9000 (n004-z, after 40 s)" in lines[0]
+    assert "0.9000 (n004-z, after 40 s)" in lines[0] and "not ranked" not in lines[0]
+    # A best run of a node without a seed-0 mean (it failed another search view) says so.
+    del progress["steps"][-1]
+    progress["best"] = progress["steps"][-1]
+    assert progress["best"]["source"] == "execution"
+    node = progress["best"]["node"]
+    said = progress_lines(progress, frozenset({node}))[0]
+    assert said.endswith(f"({node} is not ranked: a search view has no valid seed-0 score)")
+    lines = progress_lines(ring_progress(ring, layout))
     assert "first valid result after 5.0 s" in lines[0]  # tenths under 10 s
     assert lines[1] == "background evaluations: 3 (2 scored)"
     # Minimising, the best is the lowest.
