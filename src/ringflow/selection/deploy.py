@@ -161,6 +161,8 @@ def complete_solution(layout: RingLayout, node_id: str, solution: Path) -> dict:
 def export(ring_dir: str | Path, dest: str | Path) -> dict:
     """Write the ring's final choice, deployable, to `dest` (which must not exist yet)."""
     layout = RingLayout(Path(ring_dir).resolve())
+    if not layout.ring_json.is_file():
+        raise InputError(f"{ring_dir}: not a ring folder (RING.json not found)")
     final = layout.final_dir / "FINAL.json"
     if not final.is_file():
         raise InputError(f"{ring_dir}: no final/ written yet: nothing to export")

@@ -109,3 +109,17 @@ def test_the_example_runs_as_printed_into_an_output_folder_not_made_yet(tmp_path
     done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert (out / "p.csv").read_text() == "ok"
+
+
+def test_exporting_from_a_folder_that_is_no_ring_says_so(tmp_path, capsys):
+    import pytest
+
+    from ringflow.core.errors import InputError
+    from ringflow.selection.deploy import export
+
+    with pytest.raises(InputError, match="not a ring folder"):
+        export(tmp_path / "runs" / "r1", tmp_path / "out")
+    ring = _hand_ring(tmp_path / "runs" / "r2")
+    (RingLayout(ring).final_dir / "FINAL.json").unlink(missing_ok=True)
+    with pytest.raises(InputError, match="no final/ written yet"):
+        export(ring, tmp_path / "out")
