@@ -211,8 +211,9 @@ def _run_one(report: Report, ring: Ring, node: str) -> None:
     else:
         # Whose fault: the program's output, unless that output is right and the task's
         # scorer or validator misjudged it.
+        why = first_line(score.get("reason")).removeprefix("invalid: ")
         report.fail(
-            f"{node}'s output was judged invalid: {first_line(score.get('reason'))} (fix the "
+            f"{node}'s output was judged invalid: {why} (fix the "
             f"program; if its output is right, the task's scorer or validator misjudged it)"
         )
 

@@ -22,7 +22,8 @@ MAX_ENTRIES = 1_000_000  # a backstop only: limits.output_files stops a run long
 
 
 def refuse_pointers(output: Path, max_entries: int = MAX_ENTRIES) -> str | None:
-    """The first reason the output folder is not plain data, or None (modes normalised)."""
+    """Why the output folder is not plain data (its first entry refused, and how many
+    more there are), or None (modes normalised)."""
     try:
         st = os.lstat(output)
     except FileNotFoundError:
@@ -30,16 +31,21 @@ def refuse_pointers(output: Path, max_entries: int = MAX_ENTRIES) -> str | None:
     if not stat.S_ISDIR(st.st_mode):
         return "the output folder was replaced by something that is not a folder"
     os.chmod(output, 0o755)
+    first, more = None, 0
     try:
         for entry in walk(output, max_entries=max_entries, before_descent=_readable_dir):
             refused = _refusal(entry)
-            if refused is not None:
-                return refused
+            if refused is not None and first is None:
+                first = refused
+            elif refused is not None:
+                more += 1
     except TreeLimit as exc:
-        return f"the output has {exc.reason}"
+        first = first or f"the output has {exc.reason}"
     except OSError as exc:
-        return f"the output could not be read ({escape_name(exc.strerror or str(exc))})"
-    return None
+        first = first or f"the output could not be read ({escape_name(exc.strerror or str(exc))})"
+    if first is not None and more:
+        first += f" ({more} more entr{'y' if more == 1 else 'ies'} of the output refused too)"
+    return first
 
 
 def _readable_dir(entry: Entry) -> None:

@@ -75,7 +75,7 @@ def test_a_validator_that_rejects_the_candidate_output_says_whose_fault(tmp_path
     task = _with_validator(make_task(tmp_path))
     cand = make_candidate(tmp_path / "cands" / "a", mean=3.0)  # out of [0, 1]
     text = check(task, [cand]).text()
-    assert "FAIL  n001-a's output was judged invalid: invalid: value 3.0" in text
+    assert "FAIL  n001-a's output was judged invalid: value 3.0" in text
     assert "(fix the program; if its output is right, the task's scorer or validator" in text
 
 

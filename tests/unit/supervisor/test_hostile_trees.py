@@ -341,3 +341,20 @@ def test_a_progress_file_full_of_escape_sequences_is_recorded_as_data(tmp_path):
     raw = (tmp_path / "health_latest.json").read_bytes()
     assert not {0x1B, 0x07, 0x0D} & set(raw), raw
     assert read_json(tmp_path / "health_latest.json")["progress"]["content"] == {"step": step}
+
+
+def test_the_output_check_names_the_first_pointer_and_counts_the_rest(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "data.csv").write_text("id,label\n")
+    for name in ("a.csv", "b.csv", "c.csv"):
+        os.symlink("/etc/hostname", out / name)
+    reason = refuse_pointers(out)
+    assert reason.startswith("output ") and "is a symbolic link (to /etc/hostname)" in reason
+    assert reason.endswith("(2 more entries of the output refused too)"), reason
+    os.unlink(out / "b.csv")
+    os.unlink(out / "c.csv")
+    assert (
+        refuse_pointers(out)
+        == "output a.csv is a symbolic link (to /etc/hostname); output must be data"
+    )
