@@ -14,6 +14,36 @@ from ..core import statuses
 from ..core.hints import ringflow_hint
 from ..core.layout import RingLayout
 from ..core.state import Ring
+from ..selection.incumbent import BASELINE, INCUMBENT
+from .numbers import figure
+
+
+def chosen_in_words(row: dict) -> str:
+    """`chosen in mine`, or `chosen in mine as n003-ridge` where mine named it otherwise."""
+    said = f"chosen in {row['chosen_in']}"
+    return f"{said} as {row['chosen_as']}" if row.get("chosen_as") else said
+
+
+def history_line(row: dict) -> str:
+    """One ring of the incumbent's history, in words."""
+    ring, holds = row["ring"], row["holds"]
+    if row["decision"] is None and row.get("stopped"):
+        return f"{ring}: stopped before its decision: no final/"
+    if row["decision"] is None:
+        return f"{ring}: no final/ yet"
+    if row["decision"] == "candidate":
+        gain = ""
+        if row["difference"] is not None:
+            gain = f" by {figure(row['difference'], sign=True)} on {row['view']}"
+            if row["interval"]:
+                low, high = row["interval"]
+                gain += f" [{figure(low, sign=True)}, {figure(high, sign=True)}]"
+        return f"{ring}: {holds} replaced the {row['against']} {row['reference']}{gain}"
+    if row["decision"] == INCUMBENT:
+        return f"{ring}: kept the incumbent {holds} ({chosen_in_words(row)})"
+    if row["decision"] == BASELINE:
+        return f"{ring}: kept the baseline {holds}"
+    return f"{ring}: {row['decision']}: nothing in final/"
 
 
 def guarded_candidate(decision: dict) -> str | None:
@@ -141,7 +171,7 @@ def chain_history(ring: Ring) -> list[str]:
     if not ring.continue_from:
         return []
     from ..core.errors import InputError
-    from ..selection.incumbent import history, history_line
+    from ..selection.incumbent import history
 
     try:
         return [history_line(row) for row in history(ring.ring_dir)]

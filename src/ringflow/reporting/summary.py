@@ -322,7 +322,8 @@ def guarded_against_lines(ring: Ring, decision: dict) -> list[str]:
     chain's incumbent ring by ring (docs/guard.md#the-incumbent)."""
     if not ring.continue_from or decision.get("decision") in ("refused", "none"):
         return []
-    from ..selection.incumbent import against, history, history_line
+    from ..selection.incumbent import against, history
+    from .headline import history_line
 
     side = decision.get("guard_against") or "baseline"
     reference = decision.get("reference", decision.get("baseline"))

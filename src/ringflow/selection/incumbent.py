@@ -182,31 +182,3 @@ def chosen_as(incumbent: dict) -> str | None:
     if incumbent.get("parent_ring") != incumbent.get("chosen_in") or parent_node == node:
         return None
     return parent_node
-
-
-def chosen_in_words(row: dict) -> str:
-    """`chosen in mine`, or `chosen in mine as n003-ridge` where mine named it otherwise."""
-    said = f"chosen in {row['chosen_in']}"
-    return f"{said} as {row['chosen_as']}" if row.get("chosen_as") else said
-
-
-def history_line(row: dict) -> str:
-    """One ring of the incumbent's history, in words."""
-    ring, holds = row["ring"], row["holds"]
-    if row["decision"] is None and row.get("stopped"):
-        return f"{ring}: stopped before its decision: no final/"
-    if row["decision"] is None:
-        return f"{ring}: no final/ yet"
-    if row["decision"] == "candidate":
-        gain = ""
-        if row["difference"] is not None:
-            gain = f" by {row['difference']:+.4g} on {row['view']}"
-            if row["interval"]:
-                low, high = row["interval"]
-                gain += f" [{low:+.4g}, {high:+.4g}]"
-        return f"{ring}: {holds} replaced the {row['against']} {row['reference']}{gain}"
-    if row["decision"] == INCUMBENT:
-        return f"{ring}: kept the incumbent {holds} ({chosen_in_words(row)})"
-    if row["decision"] == BASELINE:
-        return f"{ring}: kept the baseline {holds}"
-    return f"{ring}: {row['decision']}: nothing in final/"

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from ringflow.core.state import Ring
-from ringflow.selection.incumbent import history, history_line, incumbent_node, reference
+from ringflow.reporting.headline import history_line
+from ringflow.selection.incumbent import history, incumbent_node, reference
 from ringtools import full_config, ring_config
 
 BASE, GOOD = "n000-base", "n001-good"
@@ -116,7 +117,7 @@ def test_history_reads_every_ring_first_to_last(chain, tmp_path):
     rows = history(tmp_path / "r2")
     assert [r["ring"] for r in rows] == ["r1", "r2"]
     assert history_line(rows[0]) == (
-        "r1: n001-good replaced the baseline n000-base by +0.2 on final [+0.1, +0.3]"
+        "r1: n001-good replaced the baseline n000-base by +0.2000 on final [+0.1000, +0.3000]"
     )
     assert history_line(rows[1]) == "r2: kept the incumbent n001-good (chosen in r1)"
 
