@@ -759,6 +759,11 @@ def main(argv: list[str] | None = None) -> int:
     except RingflowError as exc:
         print(f"ringflow: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # A reader that stopped early (`ringflow status RING | head`): end as a program
+        # killed by SIGPIPE does, without a traceback or a second error at exit's flush.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE
     except OSError as exc:
         from .core.diskspace import is_full_error
 

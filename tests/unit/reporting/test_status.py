@@ -141,6 +141,15 @@ def test_cli_status(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert "in flight: 1" in proc.stdout
+    # A reader that goes away first (`| head`): no traceback, the exit of a SIGPIPE.
+    import os
+
+    read, write = os.pipe()
+    os.close(read)
+    with os.fdopen(write, "wb") as closed:
+        argv = [sys.executable, "-m", "ringflow", "status", str(ring)]
+        proc = subprocess.run(argv, stdout=closed, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert proc.returncode == 141 and proc.stderr == "", proc.stderr
 
 
 def test_a_node_whose_runs_crashed_says_so_not_ready(tmp_path):
