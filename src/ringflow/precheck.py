@@ -331,7 +331,8 @@ def check(
         spec = load_task(task_dir)
     except InputError as exc:
         report.head(f"task {task_dir}:")
-        report.fail(str(exc))
+        for problem in getattr(exc, "problems", None) or [str(exc)]:
+            report.fail(problem)
         return report
     report.head(f"task {task_dir}:")
     report.ok(f"{spec.name} ({spec.direction})")

@@ -64,9 +64,11 @@ def load_task(task_dir: str | Path) -> Task:
         raise InputError(f"{spec_path}: malformed YAML: {exc}") from None
     if not isinstance(spec, dict):
         raise InputError(f"{spec_path}: expected a mapping at the top level")
-    for key in ("name", "direction", "scorer"):
-        if not isinstance(spec.get(key), str) or not spec[key].strip():
-            raise InputError(f"{spec_path}: '{key}' is required and must be a non-empty string")
+    missing = [key for key in ("name", "direction", "scorer")
+               if not isinstance(spec.get(key), str) or not spec[key].strip()]  # fmt: skip
+    if missing:
+        raise TaskProblems([f"{spec_path}: '{key}' is required and must be a non-empty string"
+                            for key in missing])  # fmt: skip
     if spec["direction"] not in DIRECTIONS:
         raise InputError(
             f"{spec_path}: direction must be one of {', '.join(DIRECTIONS)}, "
@@ -88,10 +90,11 @@ def load_task(task_dir: str | Path) -> Task:
         raise InputError(f"{spec_path}: 'views' must be a list of view names")
     if len(set(order)) != len(order):
         raise InputError(f"{spec_path}: a view may have only one role, got {order}")
-    for view in order:
-        for part in ("inputs", "labels"):
-            if not (views_root / view / part).is_dir():
-                raise InputError(f"task {task_dir}: views/{view}/{part}/ not found")
+    absent = [f"task {task_dir}: views/{view}/{part}/ not found"
+              for view in order for part in ("inputs", "labels")
+              if not (views_root / view / part).is_dir()]  # fmt: skip
+    if absent:
+        raise TaskProblems(absent)  # every one at once: the user fixes them together
     reorder = spec.get("reorder_rows") or []
     if not isinstance(reorder, list) or not all(isinstance(v, str) for v in reorder):
         raise InputError(f"{spec_path}: 'reorder_rows' must be a list of input file names")
@@ -107,6 +110,14 @@ def load_task(task_dir: str | Path) -> Task:
         scorer_bootstrap=_flag(spec, "scorer_bootstrap", spec_path),
         scorer_mode=scorer_mode(spec, spec_path),
     )
+
+
+class TaskProblems(InputError):
+    """Several problems of one task folder, each said on a line of its own."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
 
 
 SCORER_MODES = ("resample", "rows", "fixed")

@@ -158,3 +158,16 @@ def test_a_candidate_folders_escape_sequence_never_reaches_the_terminal(tmp_path
     text = report.text()
     assert "\x1b" not in text
     assert "we ird\\x1b[31mred: python run.py" in text
+
+
+def test_every_missing_view_folder_is_a_problem_of_its_own(tmp_path):
+    import shutil
+
+    task = make_task(tmp_path)
+    shutil.rmtree(task / "views" / "proxy")
+    shutil.rmtree(task / "views" / "final" / "labels")
+    report = check(task, [], run=False)
+    text = report.text()
+    for missing in ("proxy/inputs", "proxy/labels", "final/labels"):
+        assert f"FAIL  task {task}: views/{missing}/ not found" in text, text
+    assert report.failed == 3 and text.rstrip().endswith("check: 3 problem(s)")
