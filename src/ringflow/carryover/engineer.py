@@ -33,7 +33,7 @@ from ..core.jsonio import atomic_write_bytes, atomic_write_json, read_json
 from ..core.layout import RingLayout
 from ..core.node_state import Node
 from ..core.query_record import settled_count
-from ..core.safetext import log_lines, printable
+from ..core.safetext import last_log_lines, printable
 from ..core.safetree import read_head
 from ..core.state import Ring
 from ..core.statuses import ENGINEERING
@@ -109,7 +109,7 @@ def last_lines(path: Path, count: int = LAST_MESSAGES) -> list[str]:
     data = _read_tail(path, LOG_TAIL_BYTES)
     if data is None:
         return []
-    return [printable(line)[:MESSAGE_CHARS] for line in log_lines(data)[-count:]]
+    return [printable(line)[:MESSAGE_CHARS] for line in last_log_lines(data, count)]
 
 
 def _read_tail(path: Path, max_bytes: int) -> bytes | None:

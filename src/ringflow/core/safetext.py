@@ -66,6 +66,25 @@ def log_lines(data: bytes) -> list[str]:
     return [line.strip() for line in text.split("\n") if line.strip()]
 
 
+def last_log_lines(data: bytes, count: int) -> list[str]:
+    """The last `count` of log_lines(data), decoding only the tail they lie in: a log's
+    tail of many short lines would otherwise become as many strings."""
+    want = count
+    while True:
+        start, end, found = len(data), len(data), 0
+        while found < want:
+            cut = data.rfind(b"\n", 0, end)
+            found += bool(data[cut + 1 : end].strip())
+            start, end = cut + 1, cut
+            if cut < 0:
+                break  # the first line read: the whole log is in
+        lines = log_lines(data[start:])
+        # A line blank only to str.strip (a Unicode space) counted above: look further.
+        if len(lines) >= count or start == 0:
+            return lines[-count:] if count else []
+        want *= 2
+
+
 def printable(text: object, keep_newlines: bool = False) -> str:
     """Text for the user's terminal or summary.txt, control characters escaped."""
     pattern = _TEXT_KEEP_NEWLINES_RE if keep_newlines else _TEXT_RE

@@ -358,3 +358,14 @@ def test_the_output_check_names_the_first_pointer_and_counts_the_rest(tmp_path):
         refuse_pointers(out)
         == "output a.csv is a symbolic link (to /etc/hostname); output must be data"
     )
+
+
+def test_the_last_log_lines_are_those_of_the_whole_log(tmp_path):
+    from ringflow.core.safetext import last_log_lines, log_lines
+
+    rng = random.Random(7)
+    pieces = [b"ok", b"", b"  ", b"\xe2\x80\x83", b"\xff\xfe", b"a\rb", b"\x1b[2Jx", b"z" * 300]
+    for _ in range(300):
+        data = b"\n".join(rng.choice(pieces) for _ in range(rng.randint(0, 40)))
+        for count in (0, 1, 3, 10):
+            assert last_log_lines(data, count) == (log_lines(data)[-count:] if count else [])
