@@ -123,7 +123,7 @@ def test_a_config_typo_names_the_key_and_the_nearest_name(ring):
     assert len(shown.splitlines()) < 25
 
 
-def test_an_edited_candidate_under_the_locked_ring_is_refused(ring):
+def test_an_edited_candidate_under_the_finished_ring_is_named_and_nothing_runs(ring):
     work, config, root, _ = ring
     run_py = work / "candidates" / "good" / "run.py"
     original = run_py.read_text()
@@ -131,10 +131,12 @@ def test_an_edited_candidate_under_the_locked_ring_is_refused(ring):
     try:
         proc = snakemake(work, config, check=False)
         shown = proc.stdout + proc.stderr
-        assert proc.returncode != 0
+        # The finished ring runs as nothing; the note says its results no longer describe
+        # the folder, and how to run the edit (a ring that continues it).
+        assert proc.returncode == 0 and "Nothing to be done" in shown, shown[-3000:]
+        assert f"ringflow: note: the ring {root.relative_to(work)} has finished" in shown
         assert f"{work / 'candidates' / 'good'} (n002-good) was edited" in shown
-        assert "ring_id=r1-2" in shown
-        assert "Nothing to be done" not in shown
+        assert "ring_id=r1-2 continue_from=runs/r1" in shown
         verify = _ringflow("verify", str(root), check=False)
         assert verify.returncode == 1 and "edited: " in verify.stdout
     finally:
