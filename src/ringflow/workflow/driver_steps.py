@@ -19,7 +19,9 @@ What a job's client did, the driver does:
   fails the job as the machinery's failure, never a candidate's;
 - the driver killed: the step does not die with the driver's connection; as when its
   client outlived the driver, an execution's supervisor finds its grandparent gone
-  (orphaned) and records the execution interrupted.
+  (orphaned) and records the execution interrupted;
+- the driver stopping: once it relayed a stop, no local job starts (it fails, unstarted),
+  whether or not Snakemake saw the signal (docs/operations.md#recovery-after-a-stop).
 """
 
 from __future__ import annotations
@@ -263,6 +265,14 @@ def _wrap(executor, dispatch: StepDispatch) -> None:
     run_single_job = executor.run_single_job
 
     def run_step_job(job):
+        with _GUARD:
+            relayed = [signum for signum, _ in _RELAYED]
+        if relayed:
+            # The driver was told to stop, and Snakemake may not know it: a Ctrl-C that
+            # comes while Snakemake writes a log line is dropped there (its log handler
+            # catches KeyboardInterrupt). No job starts after it, so no step decides with
+            # the runs the relay interrupted (they ended their jobs as done).
+            return executor.pool.submit(executor.cached_or_run, job, _refused, job, relayed[0])
         planned = None
         if not (job.is_group() or not job.is_shell or job.is_shadow or job.benchmark):
             tmpdir = job.resources.get("tmpdir", None)
@@ -276,6 +286,14 @@ def _wrap(executor, dispatch: StepDispatch) -> None:
                                     planned, fallback)  # fmt: skip
 
     executor.run_single_job = run_step_job
+
+
+def _refused(job, signum: int) -> None:
+    from snakemake.exceptions import RuleException
+
+    name = signal.Signals(signum).name
+    raise RuleException(f"ringflow: not started: the driver received {name} and is stopping",
+                        rule=job.rule)  # fmt: skip
 
 
 def _run_step(job, dispatch: StepDispatch, planned, fallback) -> None:

@@ -34,9 +34,15 @@ PROBE = textwrap.dedent("""\
     import psutil
 
     def main():
-        action = sys.argv[-1]  # exit0 (writes the rule's output), exit3, sleep3, sleep30, term
+        action = sys.argv[-1]  # exit0 (writes the rule's output), exit3, sleep3, sleep30, term,
+        # termok (on SIGTERM, writes the rule's output and exits 0: a run its ring interrupted)
         if action == "term":
             signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))
+        if action == "termok":
+            def done(*_):
+                open("out/termok.done", "w").close()
+                sys.exit(0)
+            signal.signal(signal.SIGTERM, done)
         server = psutil.Process(os.getppid())
         driver = server.parent()
         between = [" ".join(p.cmdline()) for p in driver.children(recursive=True)
@@ -53,7 +59,7 @@ PROBE = textwrap.dedent("""\
         print("to stderr", file=sys.stderr, flush=True)
         if action == "exit0":
             open("out/exit0.done", "w").close()
-        time.sleep({"sleep3": 3, "sleep30": 30, "term": 60}.get(action, 0))
+        time.sleep({"sleep3": 3, "sleep30": 30, "term": 60, "termok": 60}.get(action, 0))
         return int(action[4:]) if action.startswith("exit") else 0
     """)
 
@@ -66,6 +72,9 @@ SNAKEFILE = textwrap.dedent("""\
     SERVER = []
 
     onstart:
+        if config.get("deaf"):  # as when Snakemake drops the Ctrl-C (its log handler does)
+            import signal
+            signal.signal(signal.SIGINT, lambda *_: None)
         install_relay([])
         SERVER.append(start_server("resident_probe:main"))
         if config.get("direct", True):
@@ -87,6 +96,10 @@ SNAKEFILE = textwrap.dedent("""\
         params: step=STEP
         shell: "{{params.step}} execute 'a ring' {{wildcards.action:q}} > {{log:q}} 2>&1"
 
+    rule after:
+        input: "out/{{action}}.done"
+        output: "out/{{action}}.after"
+        shell: "touch {{output:q}}"
     rule shaped_otherwise:
         output: "out/{{action}}.other"
         log: "logs/{{action}}.other.log"
@@ -300,3 +313,25 @@ def _read_ready(fd: int) -> bytes:
         return os.read(fd, 65536)
     except OSError:  # the terminal's other side has closed
         return b""
+
+
+def test_no_job_starts_once_the_driver_relayed_a_stop(workdir):
+    """A Ctrl-C Snakemake did not see (its log handler drops one that comes while it writes
+    a line): the interrupted run ends its job as done, and the job after it must not run
+    as if the ring went on."""
+    argv = [sys.executable, "-m", "snakemake", "out/termok.after", "--cores", "2",
+            "--config", "actions=termok", "deaf=1",
+            "--default-resources", f"tmpdir='{workdir / 'tmp'}'"]  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    log = workdir / "logs" / "termok.log"
+    deadline = time.monotonic() + 60
+    while not (log.exists() and log.read_text().count("\n") >= 2):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert (workdir / "out" / "termok.done").exists()  # the interrupted run's job: done
+    assert not (workdir / "out" / "termok.after").exists(), err[-3000:]
+    assert proc.returncode != 0
+    assert "ringflow: not started: the driver received SIGINT and is stopping" in err
