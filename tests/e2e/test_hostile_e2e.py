@@ -130,13 +130,14 @@ elif kind == "ptrace":
     open(os.path.join(out, "score.json"), "w").write('{"value": 0.5}')
     time.sleep(1)
 elif kind == "fork":
-    import subprocess, time
+    import subprocess, sys, time
     kids = []
     for _ in range(500):
         try:
             kids.append(subprocess.Popen(["sleep", "60"]))
         except OSError:
-            time.sleep(0.2)
+            print(len(kids), "children when a fork was refused", flush=True)
+            sys.exit(1)
     time.sleep(60)
 """
 
@@ -365,11 +366,17 @@ def test_filling_the_disk_past_the_quota_ends_the_execution(arena):
     assert sum(f.stat().st_size for f in (folder / "output").rglob("*") if f.is_file()) < 64 << 20
 
 
-def test_forking_past_the_process_limit_ends_the_execution(arena):
+def test_a_fork_past_the_process_limit_is_refused_and_the_program_decides(arena):
+    # The kernel refuses the fork (pids.max as root, RLIMIT_NPROC in the run's namespace);
+    # this program gives up, and its children are stopped with it.
     folder = execute(arena, "forker")
     result = read(folder, "result.json")
-    assert result["status"] == "crash" and "process limit" in result["reason"]
-    assert result["reap_left"] == []
+    assert result["status"] == "crash" and result["reap_left"] == []
+    assert result["reason"].endswith("exited with code 1")
+    held = result["limits"]["max_processes"]
+    if held["enforced"]:  # a pids cgroup counts what it refused
+        assert result["reason"].startswith("process limit reached: the kernel refused ")
+        assert held["refused"] >= 1
 
 
 def test_a_name_that_is_not_utf8_makes_the_output_invalid_with_the_name_escaped(arena):

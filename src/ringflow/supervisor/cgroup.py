@@ -280,6 +280,14 @@ class OwnedCgroup:
             return _keyed(text, "oom_kill")
         return None
 
+    def pids_refused(self) -> int | None:
+        """How many new processes and threads the kernel refused at pids.max (the "max"
+        count of pids.events), or None where no pids cgroup holds the limit."""
+        if not self.pids.get("enforced"):
+            return None
+        path = self.v1_pids_path or self.v2_path
+        return _keyed(_read(os.path.join(path, "pids.events")), "max") if path else None
+
     @property
     def can_kill(self) -> bool:
         return bool(self.v2_path) and os.path.exists(os.path.join(self.v2_path, "cgroup.kill"))

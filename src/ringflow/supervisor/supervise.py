@@ -53,6 +53,9 @@ NEAR_LIMIT_FRACTION = 0.5
 GPU_POLL_S = 1.0  # NVML per-process samples are integrated at this cadence
 KILL_SWEEPS = 20
 LEFTOVER_SETTLE_S = 0.5
+# Processes of the sandbox outside the program's namespace (bubblewrap's, the start gate's),
+# counted in the tree but not under the program's RLIMIT_NPROC.
+SANDBOX_OWN_TASKS = 8
 OOM_COUNT_SETTLE_S = 0.3  # a kill's count may land just after its victim is reaped
 HANDLED_SIGNALS = held_signals.HELD
 
@@ -279,6 +282,7 @@ class _Supervision:
         self.data_limit = None if self.cgroup.memory.get("enforced") or gpu_run else memory
         self.memory_near = False
         self.near_limit_checks = 0
+        self.tasks_refused = 0  # forks and threads pids.max refused (pids.events "max")
         try:
             return self._run_started(token)
         finally:
@@ -323,7 +327,9 @@ class _Supervision:
             "max_processes": {
                 "value": limits.max_processes,
                 **self.cgroup.pids,
-                "counted": "tree counted every second; RLIMIT_NPROC in a user namespace",
+                **({"refused": self.tasks_refused} if self.cgroup.pids.get("enforced") else {}),
+                "counted": "RLIMIT_NPROC in a user namespace; where no pids cgroup holds it, the "
+                f"tree counted every second and ended past the limit plus {SANDBOX_OWN_TASKS}",
             },
             "cgroup": self.cgroup.describe(),
             "subreaper": {"ok": self.subreaper[0], "reason": self.subreaper[1]},
@@ -575,7 +581,12 @@ class _Supervision:
         if memory:
             reason = f"{memory}; {reason}"
         self._note_oom_kill(prev, memory)
-        if stop is None and status == statuses.CRASH and (full := self._output_at_quota()):
+        if self.limits.max_processes is not None:
+            self._note_refused_tasks()
+        if stop is None and status == statuses.CRASH and self.tasks_refused:
+            # The program decided to fail when a fork or a thread was refused: say why.
+            reason = f"{self._process_limit_reason()}; {reason}"
+        elif stop is None and status == statuses.CRASH and (full := self._output_at_quota()):
             # A write refused at the file-size limit (RLIMIT_FSIZE) ends the program first.
             reason = f"{full}; {reason}"
         elif (stop is None and status == statuses.CRASH and self.data_limit is not None
@@ -661,9 +672,15 @@ class _Supervision:
             return over
         members = None
         if limits.max_processes is not None:
+            self._note_refused_tasks()
+        if limits.max_processes is not None and not self.cgroup.pids.get("enforced"):
+            # A backstop where no pids cgroup holds the limit. RLIMIT_NPROC inside the
+            # sandbox's namespace refuses a fork there at the limit, as pids.max would, and
+            # the program decides what to do about it; the tree counted here also holds
+            # the sandbox's own processes outside it, which must not tip a run over.
             members = alive(self.tree.discover())
             tasks = sum(max(stat.num_threads, 1) for stat in members.values())
-            if tasks >= limits.max_processes:
+            if tasks > limits.max_processes + SANDBOX_OWN_TASKS:
                 self.event("limit", limit="max_processes", tasks=tasks)
                 return (
                     f"process limit reached: {tasks} processes and threads "
@@ -684,6 +701,22 @@ class _Supervision:
                     f"sandbox's /tmp and /dev/shm; summed RSS)"
                 )
         return None
+
+    def _note_refused_tasks(self) -> None:
+        """Record, once, that the kernel refused a fork or a thread at pids.max; the count
+        goes on into result.json's limits."""
+        refused = self.cgroup.pids_refused()
+        if not refused or refused <= self.tasks_refused:
+            return
+        if not self.tasks_refused:
+            self.event("limit", limit="max_processes", refused=refused)
+        self.tasks_refused = refused
+
+    def _process_limit_reason(self) -> str:
+        return (
+            f"process limit reached: the kernel refused {self.tasks_refused} new processes "
+            f"or threads (limits.max_processes = {self.limits.max_processes})"
+        )
 
     def _exit_verdict(self) -> tuple[str, bool, str]:
         code = self.proc.returncode if self.proc else None

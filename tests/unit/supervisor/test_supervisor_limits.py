@@ -64,25 +64,55 @@ def test_output_over_its_quota_ends_the_execution_with_that_reason(tmp_path):
     assert outcome.wall_s < 15
 
 
-def test_forking_past_the_process_limit_ends_the_execution(tmp_path):
-    outcome = run(
-        tmp_path,
-        """
-        import subprocess, time
-        children = []
-        for _ in range(60):
-            try:
-                children.append(subprocess.Popen(["sleep", "30"]))
-            except OSError:
-                break
-        time.sleep(30)
-        """,
-        max_processes=20,
-    )
+FORK_UNTIL_REFUSED = """
+import subprocess, sys, time
+children = []
+for _ in range(60):
+    try:
+        children.append(subprocess.Popen(["sleep", "30"]))
+    except OSError:
+        break
+"""
+
+
+def test_forking_past_the_process_limit_without_a_pids_cgroup_ends_the_execution(
+    tmp_path, monkeypatch
+):
+    # No pids cgroup and no sandbox here: the supervisor's count is all that holds it.
+    monkeypatch.setenv(DISABLE_ENV, "1")
+    outcome = run(tmp_path, FORK_UNTIL_REFUSED + "time.sleep(30)\n", max_processes=20)
     assert outcome.status == statuses.CRASH
     assert "process limit reached" in outcome.reason and "max_processes" in outcome.reason
     assert outcome.reap_left == []
     assert outcome.limits["max_processes"]["value"] == 20
+    assert not outcome.limits["max_processes"]["enforced"]
+    assert outcome.wall_s < 15
+
+
+def pids_cgroup_run(tmp_path, code: str):
+    outcome = run(tmp_path, FORK_UNTIL_REFUSED + code, max_processes=20)
+    if not outcome.limits["max_processes"]["enforced"]:
+        pytest.skip("no pids cgroup here: " + outcome.limits["max_processes"].get("reason", ""))
+    return outcome
+
+
+def test_a_fork_refused_by_the_pids_cgroup_is_the_programs_to_handle(tmp_path):
+    # The kernel refuses the fork at the limit; the program carries on and succeeds, and
+    # every run of it ends so, whenever the supervisor happens to count.
+    outcome = pids_cgroup_run(tmp_path, "print(len(children))\n")
+    assert outcome.status == statuses.OK, outcome.reason
+    assert outcome.limits["max_processes"]["refused"] >= 1
+    noted = [e for e in outcome.events if e.get("limit") == "max_processes"]
+    assert len(noted) == 1 and noted[0]["refused"] >= 1
+    assert int((tmp_path / "stdout.log").read_text()) < 20
+
+
+def test_a_program_that_fails_on_a_refused_fork_says_the_process_limit(tmp_path):
+    outcome = pids_cgroup_run(tmp_path, "sys.exit(3)\n")
+    assert outcome.status == statuses.CRASH
+    assert outcome.reason.startswith("process limit reached: the kernel refused ")
+    assert "(limits.max_processes = 20); exited with code 3" in outcome.reason
+    assert outcome.limits["max_processes"]["refused"] >= 1
 
 
 def supervise_without_cgroup(tmp_path, monkeypatch, code: str, memory_gb: float, **kw):
