@@ -780,25 +780,32 @@ def improvement(ring, layout, chosen: str | None, base: str | None, alpha: float
     return record
 
 
-def winners_curse(chosen: str | None, rows: list[dict], baseline: dict | None, verdicts) -> dict:
+def winners_curse(
+    chosen: str | None, rows: list[dict], baseline: dict | None, verdicts, direction: str
+) -> dict:
     """The chosen finalist's change from its promotion mean to its guard mean, minus the
     baseline's own change from its search mean to its guard mean (the curse, net of how
-    much harder the guard view is); the top guarded finalist's when the baseline stays."""
+    much harder the guard view is); the top guarded finalist's when the baseline stays.
+
+    All three are signed in the task's direction, as the guard's differences are: negative
+    is worse, so a negative `curse` is the winner's curse under either direction."""
     row = next((r for r in rows if r["node"] == chosen and r["guard_mean"] is not None), None)
     row = row or next((r for r in rows if r["guard_mean"] is not None), None)
     if row is None or baseline is None or baseline.get("guard_mean") is None:
         return {"node": None, "curse": None, "interval": None}
     verdict = next((v for v in verdicts if v["node"] == row["node"]), {})
-    base_change = baseline["guard_mean"] - baseline["search_mean"]
-    curse = row["shrinkage"] - base_change
+    sign = -1.0 if direction == "minimize" else 1.0
+    base_change = sign * (baseline["guard_mean"] - baseline["search_mean"])
+    change = sign * row["shrinkage"]
+    # The guard's paired-difference interval (already in the task's direction) less the
+    # (fixed) search difference.
     interval = ((verdict.get("guard") or {}).get("bootstrap") or {}).get("interval")
-    search_gap = row["promotion_mean"] - baseline["search_mean"]
+    search_gap = sign * (row["promotion_mean"] - baseline["search_mean"])
     return {
         "node": row["node"],
-        "change": row["shrinkage"],
+        "change": change,
         "baseline_change": base_change,
-        "curse": curse,
-        # The guard's paired difference interval less the (fixed) search difference.
+        "curse": change - base_change,
         "interval": None if interval is None else [v - search_gap for v in interval],
     }
 
@@ -919,7 +926,7 @@ def decide(ring_dir) -> dict:
         "improvement_over_reference": improvement(
             ring, layout, chosen, ref, ring.config.guard.alpha
         ),
-        "winners_curse": winners_curse(chosen, rows, baseline, verdicts),
+        "winners_curse": winners_curse(chosen, rows, baseline, verdicts, ring.task.direction),
         "guard_judged": guard_covered(ring),
         # The smallest advantage the guard could detect, estimated before it ran from the
         # baseline's probe runs (docs/guard.md#power).

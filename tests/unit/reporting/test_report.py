@@ -652,7 +652,10 @@ def test_first_screen_leads_with_the_decision(tmp_path):
     assert "[0.0120, ∞)" in text and "alpha' 0.0250" in text
     assert "smallest advantage this guard could detect 0.0190" in text
     # On the final view, signed so that positive is better (maximize).
-    assert "chosen − baseline 0.0500 (0.8000 vs 0.7500)" in text
+    assert (
+        "the chosen node's advantage over the baseline (positive is better) "
+        "0.0500 (0.8000 vs 0.7500)"
+    ) in text
     assert "n002-other (finalist #2): review failed: outputs change on disguised copies" in text
     assert "Time to first valid result: 30s" in text
     # The command as it can be typed where the page was written.

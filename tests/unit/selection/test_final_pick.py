@@ -24,6 +24,7 @@ from ringflow.selection.final import (
     guarded_before,
     guarded_before_reason,
     side_problem,
+    winners_curse,
 )
 from ringflow.selection.promote import promote, rank
 from ringflow.verify import verify_ring
@@ -231,3 +232,23 @@ def test_a_decision_without_a_winner_shows_the_guard_of_the_finalist_closest_to_
     tied = {"node": "n8", "guard": {"lcb": None, "mean": 0.0, "complete": True}}
     worse = verdict("n9", -4.79)
     assert closest_to_passing([tied, worse]) is tied
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_the_winners_curse_is_signed_in_the_tasks_direction_with_an_interval_around_it(direction):
+    # The finalist looked 2.0 better than the baseline on the search views and 1.5 better
+    # on the guard; the baseline itself scored 0.25 worse on the guard than on search.
+    worse = -1.0 if direction == "maximize" else 1.0
+    better = -worse
+    base = {"search_mean": 10.0, "guard_mean": 10.0 + 0.25 * worse}
+    promotion = 10.0 + 2.0 * better
+    guard_mean = base["guard_mean"] + 1.5 * better
+    rows = [{"node": "n001-a", "promotion_mean": promotion, "guard_mean": guard_mean,
+             "shrinkage": guard_mean - promotion}]  # fmt: skip
+    verdicts = [{"node": "n001-a", "guard": {"bootstrap": {"interval": [1.25, 1.75]}}}]
+    curse = winners_curse("n001-a", rows, base, verdicts, direction)
+    assert curse["curse"] == pytest.approx(-0.5)  # 1.5 on the guard against 2.0 on search
+    assert curse["change"] == pytest.approx(-0.75) and curse["baseline_change"] == -0.25
+    low, high = curse["interval"]
+    assert low == pytest.approx(-0.75) and high == pytest.approx(-0.25)
+    assert low <= curse["curse"] <= high
