@@ -107,7 +107,10 @@ def _decision_lines(ctx: dict) -> list[str]:
     decision = ctx["decision"]
     if decision is None:
         if ctx["final"] is not None:
-            return [f"final decision: pending (baseline {ctx['final'].get('chosen')} seated)"]
+            seated = ctx["final"]
+            # The chain's incumbent where the ring continues one, else the baseline.
+            role = seated.get("decision") if seated.get("decision") == "incumbent" else "baseline"
+            return [f"final decision: pending ({role} {seated.get('chosen')} seated)"]
         return ["final decision: not made yet"]
     chosen = decision.get("chosen")
     lines = [f"final decision: {decision.get('decision')}" + (f" -> {chosen}" if chosen else "")]
@@ -148,7 +151,7 @@ def render_status(ring_dir: str | Path, now: float | None = None) -> str:
         f"ring {ring.ring_id}  task {task.name} ({task.direction})  at {format_time(now)}",
         *(_clock_lines(ctx["clock"], now, _finished_at(ctx)) if stopped is None else [
             f"  stopped  {stopped}",
-            "           (nothing runs; `ringflow summary` prints the way on)",
+            "           (nothing runs; run the ring's Snakemake command again for the way on)",
         ]),
         *(_driver_lines(ctx["root"]) if stopped is None and _finished_at(ctx) is None else []),
         "",

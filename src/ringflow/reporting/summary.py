@@ -341,13 +341,21 @@ def guarded_against_lines(ring: Ring, decision: dict) -> list[str]:
 
 def stop_lines(layout: RingLayout) -> list[str]:
     """Why the ring stopped early, if it did (the way on: docs/recovery.md)."""
-    from ..core.recovery import stop_cause
+    from ..core.recovery import existing_continuation, stop_cause
     from ..core.stop import stopped_reason
 
     reason = stopped_reason(layout.root)
     if reason is None:
         return []
-    return [f"the ring stopped ({stop_cause(layout.root)} failure, not a candidate's): {reason}"]
+    lines = [f"the ring stopped ({stop_cause(layout.root)} failure, not a candidate's): {reason}"]
+    if (later := existing_continuation(layout.root)) is not None:
+        lines.append(f"  the ring {later[0]} continues this one: {layout.root.parent / later[0]}")
+    else:
+        lines.append(
+            "  the way on: run this ring's Snakemake command again; it changes nothing and "
+            "prints the command that continues the work (docs/recovery.md)"
+        )
+    return lines
 
 
 def chain_lines(ring: Ring) -> list[str]:

@@ -30,10 +30,15 @@ def allocation_failed(stderr_log: str | os.PathLike) -> bool:
     """Whether the end of a program's stderr says an allocation failed: where no memory
     cgroup could be had, RLIMIT_DATA refuses the allocation past the limit, and the
     program's crash is then the limit's doing."""
+    return stderr_says(stderr_log, ALLOCATION_FAILED)
+
+
+def stderr_says(stderr_log: str | os.PathLike, words: re.Pattern[bytes]) -> bool:
+    """Whether the last STDERR_TAIL bytes of a program's stderr match `words`."""
     try:
         with open(stderr_log, "rb") as handle:
             handle.seek(max(0, handle.seek(0, os.SEEK_END) - STDERR_TAIL))
-            return ALLOCATION_FAILED.search(handle.read()) is not None
+            return words.search(handle.read()) is not None
     except OSError:
         return False
 

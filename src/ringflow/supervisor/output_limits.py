@@ -10,9 +10,22 @@ the size it claims, which is what a copy of it would take).
 from __future__ import annotations
 
 import os
+import re
+import signal
 from collections.abc import Sequence
 
 from ..core.safetree import usage
+from .oom import stderr_says
+
+# How a refused write past RLIMIT_FSIZE shows: strerror(EFBIG) where the program ignores
+# SIGXFSZ (Python does), else the signal's own default, which ends the process.
+FILE_TOO_LARGE = re.compile(rb"File too large|[Ff]ile size limit exceeded")
+XFSZ_CODES = (-signal.SIGXFSZ, 128 + signal.SIGXFSZ)
+
+
+def file_too_large(stderr_log: str | os.PathLike, exit_code: int | None) -> bool:
+    """Whether a crash was a write past the largest file a program may write."""
+    return exit_code in XFSZ_CODES or stderr_says(stderr_log, FILE_TOO_LARGE)
 
 
 def over_limits(

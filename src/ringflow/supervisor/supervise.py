@@ -32,7 +32,7 @@ from .health_log import HealthLog
 from .logsink import LogSink
 from .memory import private_tmpfs_bytes, tree_memory_bytes
 from .oom import KILLED_CODES, MemoryWatch, allocation_failed
-from .output_limits import over_limits
+from .output_limits import file_too_large, over_limits
 from .proctree import (
     SIGNAL_NAMES,
     TOKEN_ENV,
@@ -589,6 +589,13 @@ class _Supervision:
         elif stop is None and status == statuses.CRASH and (full := self._output_at_quota()):
             # A write refused at the file-size limit (RLIMIT_FSIZE) ends the program first.
             reason = f"{full}; {reason}"
+        elif (stop is None and status == statuses.CRASH and self.limits.output_gb is not None
+              and file_too_large(self.stderr_path, code)):  # fmt: skip
+            # A write that would pass the limit in one go (or a sparse file's far offset)
+            # is refused without filling the output: say which limit refused it.
+            reason = (f"a write past the largest file a program may write was refused "
+                      f"({self.limits.output_names[0]} = {self.limits.output_gb:g}, "
+                      f"RLIMIT_FSIZE); {reason}")  # fmt: skip
         elif (stop is None and status == statuses.CRASH and self.data_limit is not None
               and allocation_failed(self.stderr_path)):  # fmt: skip
             # Only where the program says an allocation failed: on any other crash the

@@ -195,3 +195,12 @@ def test_an_unfinished_ring_says_whether_a_driver_runs_it(tmp_path):
     record["pid"] = 2**22 + 12345  # no such process (above the kernel's pid_max)
     (ring / ".locks" / "driver.lease").write_text(json.dumps(record))
     assert "driver   none" in render_status(ring, now=START + 165)
+
+
+def test_a_seated_incumbent_is_called_the_incumbent_and_a_seated_baseline_the_baseline(tmp_path):
+    ring = _ring_in_progress(tmp_path)
+    seated = {"decision": "incumbent", "chosen": "n001-good", "baseline": "n000-base"}
+    write(ring / "final" / "FINAL.json", seated)
+    assert "final decision: pending (incumbent n001-good seated)" in render_status(ring, now=START)
+    write(ring / "final" / "FINAL.json", seated | {"decision": "baseline", "chosen": "n000-base"})
+    assert "final decision: pending (baseline n000-base seated)" in render_status(ring, now=START)

@@ -206,6 +206,14 @@ def test_a_stopped_ring_says_why_near_the_top(tmp_path):
         "the ring stopped (task failure, not a candidate's): the task's scorer failed on the "
         "baseline's output"
     )
+    # The command that goes on is the one the ring's own command prints, run again.
+    assert lines[3].startswith("  the way on: run this ring's Snakemake command again;")
+    # Once a ring continues it, that ring is the way on.
+    later = ring.parent / "later"
+    write(later / "RING.json", {"chain": {"parent_dir": str(ring.resolve())},
+                                "config": {"task": "task-fixed"}, "created_at": 1})  # fmt: skip
+    lines = render_summary(ring).splitlines()
+    assert lines[3] == f"  the ring later continues this one: {ring.parent / 'later'}"
 
 
 def test_a_failing_scorer_is_the_tasks_fault_in_the_digest_and_the_row(tmp_path):

@@ -225,3 +225,29 @@ def test_a_sparse_file_counts_at_its_apparent_size(tmp_path):
     """
     outcome = run(tmp_path, code, output_gb=10 / 1024)
     assert outcome.status == statuses.CRASH and "output limit exceeded" in outcome.reason
+
+
+@pytest.mark.parametrize("signal_default", [False, True])
+def test_a_write_refused_past_the_largest_file_names_the_output_limit(tmp_path, signal_default):
+    # The sandbox sets RLIMIT_FSIZE from limits.output_gb; this program sets it itself. A
+    # sparse write far past it fills nothing, so only the refusal tells why it crashed:
+    # EFBIG where SIGXFSZ is ignored (Python's default), the signal itself otherwise.
+    outcome = run(
+        tmp_path,
+        f"""
+        import os, resource, signal
+        if {signal_default}:
+            signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+        os.makedirs("output", exist_ok=True)
+        with open("output/big.bin", "wb") as handle:
+            handle.seek(100 << 20)
+            handle.write(b"x")
+        """,
+        output_gb=0.01,
+    )
+    assert outcome.status == statuses.CRASH
+    assert outcome.reason.startswith(
+        "a write past the largest file a program may write was refused "
+        "(limits.output_gb = 0.01, RLIMIT_FSIZE); "
+    ), outcome.reason
