@@ -352,7 +352,7 @@ def cmd_verify(args) -> int:
         for problem in problems:
             print(f"- {problem}")
         return 1
-    print(f"{args.ring_dir}: ledger, registered objects and ancestors verify")
+    print(f"{args.ring_dir}: ledger, registered objects, inputs and ancestors' ledgers verify")
     return 0
 
 
