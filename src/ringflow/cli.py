@@ -438,13 +438,31 @@ def cmd_ledger_repair(args) -> int:
     return 0
 
 
+FINAL_ROLES = {
+    "candidate": "the chosen candidate",
+    "baseline": "the baseline, kept",
+    "incumbent": "the chain's incumbent, kept",
+}
+
+
+def final_role(ring_dir) -> str:
+    """What final/ holds, in the words the summary uses: a candidate chosen in this ring,
+    the baseline kept, or the chain's incumbent kept."""
+    from .core.jsonio import read_json
+    from .core.layout import RingLayout
+
+    decision = read_json(RingLayout(Path(ring_dir)).final_dir / "FINAL.json").get("decision")
+    return FINAL_ROLES.get(decision, str(decision))
+
+
 def cmd_export(args) -> int:
     from .core.clock import load_ring
     from .reporting.summary import run_command
     from .selection.deploy import export
 
     manifest = export(args.ring_dir, args.dest)
-    print(f"{args.dest}: {manifest['node']} ({manifest['role']}), weights and MANIFEST.json")
+    held = final_role(args.ring_dir)
+    print(f"{args.dest}: {manifest['node']} ({held}), weights and MANIFEST.json")
     print(f"run it: {run_command(load_ring(args.ring_dir), manifest, args.dest)}")
     return 0
 
@@ -452,8 +470,12 @@ def cmd_export(args) -> int:
 def cmd_package(args) -> int:
     from .carryover.package import package
 
-    manifest = package(args.ring_dir, args.out)
-    print(f"packaged {manifest['ring_id']}: {manifest['chosen']} ({manifest['decision']}) "
+    if args.dest and args.out and args.dest != args.out:
+        raise SystemExit(f"ringflow package: error: two folders given ({args.dest}, --out "
+                         f"{args.out}): give one")  # fmt: skip
+    manifest = package(args.ring_dir, args.dest or args.out)
+    held = final_role(args.ring_dir)
+    print(f"packaged {manifest['ring_id']}: {manifest['chosen']} ({held}) "
           f"with {len(manifest['lineage_segments'])} lineage segment(s)")  # fmt: skip
     for segment in manifest["lineage_segments"]:
         print(f"  {segment['path']}: {segment['identity']} sealed {segment['seal_sha256'][:12]}")
@@ -615,7 +637,11 @@ def build_parser() -> argparse.ArgumentParser:
         "package",
         cmd_package,
         "package the chosen result (final/) with the snapshots of its resumed lineage",
-        (("--out",), {"help": "a folder that does not exist yet (default RING_DIR/package)"}),
+        (
+            ("dest",),
+            {"nargs": "?", "help": "a folder that does not exist yet (default RING_DIR/package)"},
+        ),
+        (("--out",), {"help": "the same as DEST"}),
     )
     add(
         "taint",

@@ -89,3 +89,25 @@ def test_a_process_that_forks_steps_builds_their_parsers_once_beforehand():
     first, again = cli.parse(argv), cli.parse([*argv[:5], "s1", *argv[6:]])
     assert cli.step_parser.cache_info().currsize == built.currsize  # nothing built anew
     assert (first.variant, again.variant, again.gpus) == ("s0", "s1", 0)
+
+
+def test_package_takes_its_folder_as_export_does():
+    args = cli.parse(["package", "runs/r2", "r2-pkg"])
+    assert (args.func, args.ring_dir, args.dest, args.out) == (cli.cmd_package, "runs/r2",
+                                                              "r2-pkg", None)  # fmt: skip
+    assert cli.parse(["package", "runs/r2", "--out", "r2-pkg"]).out == "r2-pkg"
+    assert cli.parse(["export", "runs/r2", "r2-model"]).dest == "r2-model"
+
+
+@pytest.mark.parametrize(
+    "decision, said",
+    [
+        ("candidate", "the chosen candidate"),
+        ("baseline", "the baseline, kept"),
+        ("incumbent", "the chain's incumbent, kept"),
+    ],
+)
+def test_export_and_package_say_what_final_holds_in_the_summarys_words(tmp_path, decision, said):
+    (tmp_path / "final").mkdir()
+    (tmp_path / "final" / "FINAL.json").write_text(f'{{"decision": "{decision}"}}')
+    assert cli.final_role(tmp_path) == said
