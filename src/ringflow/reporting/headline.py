@@ -38,6 +38,7 @@ def history_line(row: dict) -> str:
             if row["interval"]:
                 low, high = row["interval"]
                 gain += f" [{figure(low, sign=True)}, {figure(high, sign=True)}]"
+            gain += " (positive is better)"
         return f"{ring}: {holds} replaced the {row['against']} {row['reference']}{gain}"
     if row["decision"] == INCUMBENT:
         return f"{ring}: kept the incumbent {holds} ({chosen_in_words(row)})"

@@ -18,3 +18,11 @@ def figure(value, digits: int = 4, sign: bool = False) -> str:
     if value != 0 and abs(value) < SMALLEST_FIXED * 10 ** (4 - digits):
         return f"{value:{plus}.4g}"
     return f"{value:{plus}.{digits}f}"
+
+
+def advantage(value: float, maximize: bool) -> str:
+    """An advantage signed so that positive is better, as an amount and which way it goes
+    in the task's scores: "0.0310 better", "2.1031 lower (better)", "0.0361 higher (worse)"."""
+    if value >= 0:
+        return f"{figure(value)} {'better' if maximize else 'lower (better)'}"
+    return f"{figure(-value)} {'worse' if maximize else 'higher (worse)'}"

@@ -22,7 +22,7 @@ from ..selection.incumbent import chosen_as
 from ..selection.scores import node_mean
 from .digest import digest_lines, failure_digest
 from .headline import guarded_candidate
-from .numbers import figure
+from .numbers import advantage, figure
 
 
 def write_search_summary(ring_dir) -> dict:
@@ -287,14 +287,11 @@ def decision_lines(ring: Ring, layout: RingLayout) -> list[str]:
         confidence = 100 * (1 - float(guard["alpha"]))
         maximize = ring.task.direction == "maximize"
         lcb = float(guard["lcb"])
-        # A bound below zero reads as how much worse it may be, not as "-0.03 better".
-        if lcb >= 0:
-            better = "better" if maximize else "lower (better)"
-            bound = f"at least {figure(lcb, sign=True)} {better}"
-        else:
-            bound = f"at worst {figure(-lcb)} {'worse' if maximize else 'higher (worse)'}"
+        # In words, both in the task's direction: a bound below zero reads as how much
+        # worse it may be, not as "-0.03 better", and a mean as which way it went.
+        bound = f"{'at least' if lcb >= 0 else 'at worst'} {advantage(lcb, maximize)}"
         mean = guard.get("mean")
-        mean = f"{figure(mean, sign=True)} on average, " if mean is not None else ""
+        mean = f"{advantage(mean, maximize)} on average, " if mean is not None else ""
         if kind == "candidate":
             what = "how much better"
         else:  # nothing replaced what final/ holds: the guard shown is the closest finalist's

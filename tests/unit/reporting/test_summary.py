@@ -41,7 +41,7 @@ def test_the_decision_comes_first_with_its_interval_and_the_deploy_command(tmp_p
         "final decision: candidate -> n001-good: final/ holds it; it beat the baseline n000-base"
     )
     assert lines[2].startswith(
-        "  how much better: +0.2000 on average, at least +0.1000 better with 95.0% confidence "
+        "  how much better: 0.2000 better on average, at least 0.1000 better with 95.0% confidence "
         "(guard: 3 fresh seeds on view(s) g"
     )
     assert lines[3] == "  on the final view final: n001-good 0.7100, baseline 0.5200"
@@ -70,7 +70,7 @@ def test_a_kept_baseline_names_the_finalist_whose_guard_it_shows(tmp_path):
     })  # fmt: skip
     lines = render_summary(ring).splitlines()
     assert lines[3].startswith(
-        "  closest finalist, n002-close, against the baseline n000-base: +0.0200 on average, "
+        "  closest finalist, n002-close, against the baseline n000-base: 0.0200 better on average, "
         "at worst 0.0100 worse with 95.0% confidence (guard: 2 fresh seeds on view(s) g"
     ), lines[3]
     assert not any("how much better" in line for line in lines)
@@ -112,8 +112,8 @@ def test_the_guards_bound_reads_in_the_tasks_direction(tmp_path):
     # lower scores are better, "better" is lower and "worse" higher.
     for lcb, direction, expected in (
         (-0.01, "minimize", "at worst 0.0100 higher (worse) with"),
-        (0.1, "minimize", "at least +0.1000 lower (better) with"),
-        (0.1, "maximize", "at least +0.1000 better with"),
+        (0.1, "minimize", "at least 0.1000 lower (better) with"),
+        (0.1, "maximize", "at least 0.1000 better with"),
     ):
         ring = hand_ring(tmp_path / f"{direction}{lcb}")
         _lock(ring, task={"name": "toy", "direction": direction})
@@ -123,7 +123,10 @@ def test_the_guards_bound_reads_in_the_tasks_direction(tmp_path):
             "guard": {"lcb": lcb, "mean": 0.2, "alpha": 0.05, "margin": 0.0, "seeds": [3, 4],
                       "views": ["g"]},
         })  # fmt: skip
-        assert expected in render_summary(ring).splitlines()[3]
+        line = render_summary(ring).splitlines()[3]
+        assert expected in line
+        better = "better" if direction == "maximize" else "lower (better)"
+        assert f": 0.2000 {better} on average, " in line
 
 
 def test_a_guard_between_near_copies_keeps_its_significant_digits(tmp_path):
@@ -138,7 +141,7 @@ def test_a_guard_between_near_copies_keeps_its_significant_digits(tmp_path):
                   "seeds": [3, 4], "views": ["g"]},
     })  # fmt: skip
     line = render_summary(ring).splitlines()[3]
-    assert "+3.1e-08 on average, at worst 8.249e-08 worse with" in line
+    assert "3.1e-08 better on average, at worst 8.249e-08 worse with" in line
     assert figure(0.25) == "0.2500" and figure(-0.032, sign=True) == "-0.0320"
     assert figure(0) == "0.0000" and figure(None) == "-"
 

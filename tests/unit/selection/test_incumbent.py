@@ -117,7 +117,8 @@ def test_history_reads_every_ring_first_to_last(chain, tmp_path):
     rows = history(tmp_path / "r2")
     assert [r["ring"] for r in rows] == ["r1", "r2"]
     assert history_line(rows[0]) == (
-        "r1: n001-good replaced the baseline n000-base by +0.2000 on final [+0.1000, +0.3000]"
+        "r1: n001-good replaced the baseline n000-base by +0.2000 on final [+0.1000, +0.3000] "
+        "(positive is better)"
     )
     assert history_line(rows[1]) == "r2: kept the incumbent n001-good (chosen in r1)"
 
