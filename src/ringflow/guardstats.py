@@ -76,6 +76,9 @@ def alpha_prime(alpha: float, final_top_k: int) -> float:
 # arithmetic noise of the mean itself. Judged against the difference, never the scores'
 # scale: at scores near 1e7 a consistent advantage of 5 with real spread still has a bound.
 NO_SPREAD_REL = 1e-9
+# Two scores this close are the same score: a scorer that sums the same rows in another
+# order differs in the last bits (about rows x 2.2e-16 of the score), never by more.
+SAME_SCORE_REL = 1e-12
 
 
 def min_bootstrap(final_top_k: int, alpha: float) -> int:
@@ -168,9 +171,11 @@ def paired_bootstrap_lcb(
         "detectable": None,
         "reason": None,
     }
-    if all(d == 0 for row in diff for d in row):
+    pairs = (pair for rows in zip(cand, base, strict=True) for pair in zip(*rows, strict=True))
+    if all(math.isclose(c, b, rel_tol=SAME_SCORE_REL, abs_tol=0.0) for c, b in pairs):
         # Not a seed-blind scorer: the two programs scored alike on every row resample of
-        # every run, as a program that makes the other's predictions does.
+        # every run, as a program that makes the other's predictions does (to the last
+        # bits, where the scorer summed the rows in another order).
         stats["reason"] = (
             f"the paired difference has no spread: both programs scored the same on every "
             f"guard run and every one of its {count} resamples, as programs that make the "

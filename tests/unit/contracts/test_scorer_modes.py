@@ -155,3 +155,17 @@ def test_check_estimates_the_guard_s_power_from_the_baseline(tmp_path):
     assert 0 < detectable < 0.2 and "5 guard seeds" in line
     done = ringflow_check(task, cand)
     assert "skipped: no baseline given (--baseline DIR)" in done.stdout
+
+
+def test_scores_that_differ_in_their_last_bits_are_the_same_predictions():
+    # A program that makes the baseline's predictions, scored by a scorer that sums the
+    # rows in another order: the same scores but for rounding, which bound nothing.
+    base = [3.05 + 0.01 * (b % 7) for b in range(200)]
+    rounded = [v + (2.2e-15 if b % 3 else -4.4e-16) for b, v in enumerate(base)]
+    stats = paired_bootstrap_lcb(table(rounded), table(base), alpha=0.05, direction="minimize")
+    assert stats["lcb"] is None
+    assert stats["reason"].startswith("the paired difference has no spread: both programs")
+    # A real difference in the seventh decimal still is one.
+    near = [v + 3e-7 * (1 + b % 5) for b, v in enumerate(base)]
+    stats = paired_bootstrap_lcb(table(near), table(base), alpha=0.05, direction="minimize")
+    assert stats["lcb"] is not None and stats["lcb"] < 0
