@@ -65,7 +65,8 @@ def report_power(report, ring: Ring, index: dict) -> None:
     from .core.errors import RingflowError
     from .selection.power import probe_baseline
 
-    report.head("power of the guard (the baseline on the guard view, probe seeds):")
+    views = "view" if len(ring.guard_views) == 1 else "views"
+    report.head(f"power of the guard (the baseline on the guard {views}, probe seeds):")
     base = index.get("baseline")
     ready = {n["id"] for n in index["nodes"] if n["status"] == statuses.READY}
     if base is None:

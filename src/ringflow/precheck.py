@@ -173,7 +173,7 @@ def _check_commands(report: Report, spec) -> None:
         report.ok("no validator (the scorer alone judges an output)")
 
 
-def _run_one(report: Report, ring: Ring, node: str) -> None:
+def _run_one(report: Report, ring: Ring, node: str, baseline: bool) -> None:
     """Run `node` once on the first search view and score its output with the task's
     validator and scorer: a real output, so a working validator and scorer pass."""
     from .core.layout import RingLayout
@@ -203,8 +203,13 @@ def _run_one(report: Report, ring: Ring, node: str) -> None:
     if score.get("scored") and score.get("valid"):
         report.ok(f"score {score['score']:.6g} (valid)")
     elif score.get("evaluator_failed"):
+        # The baseline's output failing the scorer stops a ring at once; candidates'
+        # outputs, once scorer_fail_stop programs' outputs did.
+        stops = ("at once" if baseline else
+                 f"once it fails on {ring.config.scorer_fail_stop} programs' outputs")  # fmt: skip
         report.fail(
-            f"the task's {first_line(score.get('reason'))} (a ring stops on this: fix the task)"
+            f"the task's {first_line(score.get('reason'))} (a ring stops on this {stops}: "
+            "fix the task)"
         )
     elif not score.get("scored") and not str(score.get("reason", "")).startswith("invalid"):
         report.fail(f"not scored: {first_line(score.get('reason'))}")
@@ -388,7 +393,7 @@ def check(
             report.warn("no candidate to run: the scorer and validator were not tried")
         else:
             for node in probes:
-                _run_one(report, ring, node)
+                _run_one(report, ring, node, baseline=base is not None and node == base["id"])
             check_resampling(report, ring, probes[0], ring.search_views[0])
         if run:
             report_power(report, ring, index)

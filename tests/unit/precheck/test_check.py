@@ -171,3 +171,10 @@ def test_every_missing_view_folder_is_a_problem_of_its_own(tmp_path):
     for missing in ("proxy/inputs", "proxy/labels", "final/labels"):
         assert f"FAIL  task {task}: views/{missing}/ not found" in text, text
     assert report.failed == 3 and text.rstrip().endswith("check: 3 problem(s)")
+
+
+def test_a_scorer_that_fails_on_a_candidates_output_says_when_a_ring_stops(tmp_path):
+    task = make_task(tmp_path)
+    (task / "scorer.py").write_text("raise SystemExit('the scorer cannot read this')\n")
+    text = check(task, [make_candidate(tmp_path / "cands" / "a", mean=0.6)]).text()
+    assert "(a ring stops on this once it fails on 3 programs' outputs: fix the task)" in text
