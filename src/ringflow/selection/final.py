@@ -507,6 +507,19 @@ def verdict(ring_dir, rank: int) -> dict:
     ranking = read_json(layout.ranking)
     node = ranking["finalists"][rank - 1]
     record: dict = {"rank": rank, "node": node}
+    before = guarded_before(ring, node)
+    if before is not None:
+        # Not guarded again, so not reviewed either: the review would decide nothing.
+        record.update(
+            review=None,
+            eligible=False,
+            replace=False,
+            guarded_before=before,
+            outcome="guarded_before",
+            reason=guarded_before_reason(before, node),
+        )
+        atomic_write_json(layout.verdict(rank), record)
+        return record
     rev = read_json(layout.review(node))
     record["review"] = rev
     reviewed = review_outcome(rev)
@@ -518,17 +531,6 @@ def verdict(ring_dir, rank: int) -> dict:
         else:
             record.update(eligible=False, replace=False, outcome="failed_review",
                           reason=f"review failed: {why}")  # fmt: skip
-        atomic_write_json(layout.verdict(rank), record)
-        return record
-    before = guarded_before(ring, node)
-    if before is not None:
-        record.update(
-            eligible=False,
-            replace=False,
-            guarded_before=before,
-            outcome="guarded_before",
-            reason=guarded_before_reason(before, node),
-        )
         atomic_write_json(layout.verdict(rank), record)
         return record
     guard = ring.config.guard
@@ -648,7 +650,8 @@ def finalists_story(ring, layout, ranking: dict, verdicts: list[dict], base: str
             "node": node,
             "promotion_mean": promo,
             "promotion_seeds": promoted.get(node, {}).get("seeds"),
-            "review_passed": None if item is None else item["review"]["passed"],
+            "review_passed": None if item is None or item["review"] is None
+            else item["review"]["passed"],
             "guarded": bool(guard),
             "guard_mean": guard_mean,
             "shrinkage": None if promo is None or guard_mean is None else guard_mean - promo,
@@ -905,7 +908,7 @@ def decide(ring_dir) -> dict:
         "guard_ran": bool(guarded) and ring.config.guard.enabled,
         "complete": bool(guard.get("complete")),
         "verdicts": verdicts,
-        "reviews": [v["review"] for v in verdicts],
+        "reviews": [v["review"] for v in verdicts if v["review"] is not None],
         "finalists": rows,
         "baseline_scores": configured_baseline,
         "reference_scores": baseline,

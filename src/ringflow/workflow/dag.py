@@ -215,7 +215,10 @@ class RingDag:
         verdicts = []
         last = len(finalists) if upto is None else min(upto, len(finalists))
         for rank in range(1, last + 1):
-            self.review(finalists[rank - 1])
+            # A program an earlier ring of the chain guarded on these rows is not guarded
+            # again, so its view-blind review would decide nothing.
+            if guarded_before(self.lock(), finalists[rank - 1]) is None:
+                self.review(finalists[rank - 1])
             if upto is not None and rank == upto:
                 break
             verdicts.append(read_json(self.checkpoints.output("verdict", rank=rank)))
@@ -486,10 +489,12 @@ class RingDag:
         rank = int(wildcards.rank)
         self.verdicts(upto=rank)
         node = self.finalists()[rank - 1]
+        lock = self.lock()
+        if guarded_before(lock, node) is not None:
+            return _paths([self.ring.seated, self.ring.ranking])
         review = self.review(node)
         inputs = _paths([self.ring.review(node)])
-        lock = self.lock()
-        if review["passed"] and guarded_before(lock, node) is None:
+        if review["passed"]:
             sides = [node, reference_node(self.seated())]  # the incumbent, or the baseline
             inputs += self.score_files(sides, self.guard_variants(), guard_views(lock))
         return inputs

@@ -26,6 +26,7 @@ from ringflow.selection.final import (
     side_problem,
     winners_curse,
 )
+from ringflow.selection.final import verdict as final_verdict
 from ringflow.selection.promote import promote, rank
 from ringflow.verify import verify_ring
 from ringtools import (
@@ -146,6 +147,12 @@ def test_a_program_guarded_in_an_earlier_ring_is_not_guarded_again(tmp_path, sto
     )
     # A new ring on other guard rows may guard it.
     assert guarded_before(first, "n001-a") is None
+    # Its verdict is written without a review, which would decide nothing.
+    ranking = tmp_path / "runs" / "second" / "selection" / "ranking.json"
+    atomic_write_json(ranking, {"finalists": ["n001-a"], "ranked": []})
+    record = final_verdict(second.ring_dir, 1)
+    assert record["outcome"] == "guarded_before" and record["review"] is None
+    assert not (tmp_path / "runs" / "second" / "selection" / "review-n001-a.json").exists()
 
 
 SEED_SCORER = (
