@@ -151,3 +151,9 @@ def test_guard_against_baseline_is_todays_behaviour_and_says_so(chain):
     assert lock["config"]["guard"]["against"] == "baseline"
     text = summary(chain["r2b"])
     assert "guard.against: baseline" in text
+    # `good`, guarded in r1 on the same rows, is neither guarded nor reviewed again.
+    selection = chain["r2b"] / "selection"
+    first = json.loads((selection / "verdict-1.json").read_text())
+    assert first["node"].endswith("-good") and first["outcome"] == "guarded_before"
+    assert first["review"] is None and not (selection / f"review-{first['node']}.json").exists()
+    assert (selection / f"review-{final['chosen']}.json").exists()
