@@ -105,6 +105,28 @@ def origin_label(layout: RingLayout, entry: dict) -> str:
     return kind
 
 
+def edited_folder_lines(layout: RingLayout, nodes: list[dict]) -> list[str]:
+    """A candidate folder that a continuation imported and that was edited since shows as
+    two nodes of one name: say which is which."""
+    origins = {}
+    for entry in nodes:
+        path = layout.node_json(entry["id"])
+        origins[entry["id"]] = (read_node(path).origin or {}) if path.exists() else {}
+    imported = {e.get("name"): e["id"] for e in nodes
+                if origins[e["id"]].get("kind") == "imported"}  # fmt: skip
+    lines = []
+    for entry in nodes:
+        old = imported.get(entry.get("name"))
+        if old is None or entry.get("role") == "baseline":
+            continue
+        if (origins[entry["id"]].get("kind") or "static") != "static":
+            continue
+        ring = origins[old].get("ring") or "an earlier ring"
+        lines.append(f"{entry['id']} is the folder {entry['name']} as it is now; {old} is the "
+                     f"program it held when ring {ring} ran it (edited since)")  # fmt: skip
+    return lines
+
+
 def carryover_lines(layout: RingLayout, nodes: list[dict]) -> list[str]:
     """What crossed the ring boundary: work this ring sealed for the next one, and sealed
     work it imported and resumed (docs/operations.md#carryover)."""
@@ -425,6 +447,7 @@ def render_summary(ring_dir) -> str:
     if unscored:
         said[statuses.OK] += f" ({unscored} of them without a valid score)"
     lines += [
+        *edited_folder_lines(layout, index["nodes"]),
         "",
         "runs: " + ", ".join(said.values()),
         "weights: " + "; ".join(f"{modes[k]} {WEIGHTS_WORDS.get(k, k)}" for k in order if modes[k]),

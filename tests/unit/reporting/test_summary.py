@@ -8,7 +8,7 @@ import json
 import shlex
 import sys
 
-from test_report import START, finished, hand_ring, write
+from test_report import START, add_node, finished, hand_ring, write
 
 from ringflow.core.hints import ringflow_command
 from ringflow.core.node_state import ExecutionResult
@@ -302,3 +302,19 @@ def test_the_runs_line_says_how_many_ok_runs_have_no_valid_score(tmp_path):
     runs = next(line for line in render_summary(ring).splitlines() if line.startswith("runs:"))
     # The baseline's run the scorer failed on, and the candidate's with a bad header.
     assert runs == "runs: 2 crashed, 1 interrupted, 3 ok (2 of them without a valid score)", runs
+
+
+def test_a_folder_edited_since_an_earlier_ring_names_its_two_nodes(tmp_path):
+    ring = hand_ring(tmp_path)
+    _lock(ring)
+    add_node(ring, "n002-feat", status="ready", origin={"kind": "imported", "ring": "r1-2"})
+    add_node(ring, "n004-feat", status="ready", origin={"kind": "static", "path": "c/feat"})
+    index_path = ring / "nodes" / "index.json"
+    index = json.loads(index_path.read_text())
+    for entry in index["nodes"]:
+        entry["name"] = entry["id"].split("-", 1)[1]
+    write(index_path, index)
+    assert (
+        "n004-feat is the folder feat as it is now; n002-feat is the program it held when ring "
+        "r1-2 ran it (edited since)"
+    ) in render_summary(ring).splitlines()
