@@ -129,6 +129,15 @@ elif kind == "ptrace":
     open(os.path.join(out, "ptrace.json"), "w").write(json.dumps(report))
     open(os.path.join(out, "score.json"), "w").write('{"value": 0.5}')
     time.sleep(1)
+elif kind == "daemon":
+    import time
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            time.sleep(60)
+        os._exit(0)
+    open(os.path.join(out, "score.json"), "w").write('{"value": 0.5}')
+    time.sleep(6)  # past the supervisor's first samples (exec_health.collect_s, 5 s)
 elif kind == "fork":
     import subprocess, sys, time
     kids = []
@@ -189,6 +198,7 @@ def arena(tmp_path_factory, module_listener):
     hostile(cands / "fifo", "fifo")
     hostile(cands / "filler", "fill")
     hostile(cands / "forker", "fork")
+    hostile(cands / "daemon", "daemon")
     hostile(cands / "badname", "badname")
     hostile(cands / "deepout", "deepout")
     hostile(cands / "manyfiles", "manyfiles", files=MAX_FILES + 1)
@@ -377,6 +387,15 @@ def test_a_fork_past_the_process_limit_is_refused_and_the_program_decides(arena)
     if held["enforced"]:  # a pids cgroup counts what it refused
         assert result["reason"].startswith("process limit reached: the kernel refused ")
         assert held["refused"] >= 1
+
+
+def test_a_daemon_is_stopped_with_its_run_and_recorded(arena):
+    # It would outlive the program deployed elsewhere: the record says it left its session.
+    folder = execute(arena, "daemon")
+    result = read(folder, "result.json")
+    assert result["status"] == "ok" and result["reap_left"] == []
+    (own,) = [e for e in result["events"] if e["event"] == "own_session"]
+    assert own["count"] >= 1 and len(own["processes"]) == min(own["count"], 10)
 
 
 def test_a_name_that_is_not_utf8_makes_the_output_invalid_with_the_name_escaped(arena):

@@ -122,6 +122,9 @@ def test_results_record_the_contract_fields(ring1):
         0.7, abs=0.05
     )
     assert json.loads((exec_dir / "output" / "score.json").read_text())
+    # None of these programs leaves its session: a daemon's record would be a false one.
+    assert not [r for r in results(ring).values()
+                if any(e["event"] == "own_session" for e in r.get("events") or [])]  # fmt: skip
 
 
 @pytest.mark.parametrize(

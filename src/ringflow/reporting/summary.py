@@ -105,6 +105,19 @@ def origin_label(layout: RingLayout, entry: dict) -> str:
     return kind
 
 
+def own_session_lines(runs: list) -> list[str]:
+    """Runs whose program started a process in a session of its own (a daemon): stopped
+    with the run here, it would outlive the program deployed elsewhere."""
+    found = [f"{node} ({view}/{variant})" for node, view, variant, result in runs
+             if any(e.get("event") == "own_session" for e in result.events)]  # fmt: skip
+    if not found:
+        return []
+    shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+    return [f"daemons: {len(found)} run(s) started a process in a session of its own, which "
+            f"ringflow stopped with the run but which would outlive the program elsewhere: "
+            f"{shown}"]  # fmt: skip
+
+
 def edited_folder_lines(layout: RingLayout, nodes: list[dict]) -> list[str]:
     """A candidate folder that a continuation imported and that was edited since shows as
     two nodes of one name: say which is which."""
@@ -451,6 +464,7 @@ def render_summary(ring_dir) -> str:
         "",
         "runs: " + ", ".join(said.values()),
         "weights: " + "; ".join(f"{modes[k]} {WEIGHTS_WORDS.get(k, k)}" for k in order if modes[k]),
+        *own_session_lines(runs),
         *resume_lines(layout),
         *progress_lines(ring_progress(ring, layout), frozenset(unranked)),
         *carryover_lines(layout, index["nodes"]),

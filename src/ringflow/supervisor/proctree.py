@@ -56,6 +56,7 @@ class ProcStat:
     num_threads: int
     starttime: int
     rss_bytes: int
+    session: int = 0  # its session's id (that of the process that called setsid)
 
     @property
     def cpu_s(self) -> float:
@@ -83,6 +84,7 @@ def parse_stat(pid: int, text: str) -> ProcStat:
         num_threads=int(rest[17]),
         starttime=int(rest[19]),
         rss_bytes=int(rest[21]) * PAGE_SIZE,
+        session=int(rest[3]),
     )
 
 

@@ -283,6 +283,7 @@ class _Supervision:
         self.memory_near = False
         self.near_limit_checks = 0
         self.tasks_refused = 0  # forks and threads pids.max refused (pids.events "max")
+        self.own_sessions_seen = False
         try:
             return self._run_started(token)
         finally:
@@ -524,6 +525,7 @@ class _Supervision:
                 if (sample.oom_kills or 0) > oom_seen:
                     self.event("oom_kill", count=sample.oom_kills - oom_seen)
                     oom_seen = sample.oom_kills or 0
+                self._note_own_sessions(self.sampler.last_members)
             else:
                 sample_failures += 1
                 if sample_failures <= 3 or sample_failures % 100 == 0:
@@ -708,6 +710,27 @@ class _Supervision:
                     f"sandbox's /tmp and /dev/shm; summed RSS)"
                 )
         return None
+
+    def _note_own_sessions(self, members: dict) -> None:
+        """Record, once, the processes the program put in a session of their own (setsid,
+        as a daemon does). The run's stop takes them too, but the same program deployed
+        outside ringflow would leave them running after it ends.
+
+        The supervisor starts its child in a session of its own. Under a sandbox, that
+        child's own child (bubblewrap's init) opens the session the program runs in; a
+        program's orphans are its children too, but keep the session they made."""
+        if self.own_sessions_seen or self.proc is None or not members:
+            return
+        expected = {self.proc.pid}
+        if self.wrappers:
+            expected |= {stat.session for stat in members.values()
+                         if stat.ppid == self.proc.pid and stat.session == stat.pid}  # fmt: skip
+        own = sorted((stat for stat in members.values() if stat.session not in expected),
+                     key=lambda stat: (stat.starttime, stat.pid))  # fmt: skip
+        if own:
+            self.own_sessions_seen = True
+            self.event("own_session", count=len(own),
+                       processes=[{"pid": s.pid, "name": s.name} for s in own[:10]])  # fmt: skip
 
     def _note_refused_tasks(self) -> None:
         """Record, once, that the kernel refused a fork or a thread at pids.max; the count

@@ -318,3 +318,16 @@ def test_a_folder_edited_since_an_earlier_ring_names_its_two_nodes(tmp_path):
         "n004-feat is the folder feat as it is now; n002-feat is the program it held when ring "
         "r1-2 ran it (edited since)"
     ) in render_summary(ring).splitlines()
+
+
+def test_a_run_that_left_a_daemon_is_named(tmp_path):
+    ring = hand_ring(tmp_path)
+    _lock(ring)
+    finished(ring, "n000-base", "a", "s0", 0.5, ended_at=START + 30)
+    daemon = [{"event": "own_session", "count": 1, "processes": [{"pid": 9, "name": "x"}]}]
+    finished(ring, "n001-good", "a", "s0", 0.7, ended_at=START + 40, events=daemon)
+    lines = [line for line in render_summary(ring).splitlines() if line.startswith("daemons:")]
+    assert lines == [
+        "daemons: 1 run(s) started a process in a session of its own, which ringflow stopped "
+        "with the run but which would outlive the program elsewhere: n001-good (a/s0)"
+    ]

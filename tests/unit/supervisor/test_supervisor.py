@@ -243,6 +243,20 @@ def test_deadline_kills_sigterm_ignoring_setsid_grandchild(tmp_path, monkeypatch
     assert reap_latency <= FAST.term_grace_s + 2, reap_latency
     assert outcome.limits["cgroup"]["owned"] is use_cgroup
     assert outcome.limits["cgroup"]["kill_used"] is use_cgroup
+    # The grandchild left the program's session: a daemon, recorded once.
+    (own,) = events(outcome, "own_session")
+    assert grandchild in [process["pid"] for process in own["processes"]]
+
+
+def test_a_program_that_stays_in_its_session_has_no_own_session_event(tmp_path):
+    code = """
+    import subprocess, sys, time
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)"])
+    time.sleep(1)
+    child.wait()
+    """
+    outcome = run(tmp_path, code)
+    assert outcome.status == statuses.OK and not events(outcome, "own_session")
 
 
 def test_checkpoint_written_on_sigterm_is_complete(tmp_path):
