@@ -105,6 +105,36 @@ def origin_label(layout: RingLayout, entry: dict) -> str:
     return kind
 
 
+# How an engineer session ended (its node.json's session.status), in words.
+SESSION_ENDS = {"ended": "finished", "cut": "cut at the hand-over point",
+                "crash": "crashed", "timeout": "timed out", "stalled": "stalled",
+                "interrupted": "interrupted", "not_started": "not started"}  # fmt: skip
+
+
+def session_lines(layout: RingLayout, nodes: list[dict]) -> list[str]:
+    """How the ring's engineer sessions ended; those that did not finish or stop at
+    the hand-over point by name, whatever became of their node."""
+    ends: Counter = Counter()
+    badly = []
+    for entry in nodes:
+        path = layout.node_json(entry["id"])
+        session = (read_node(path).session or {}) if path.exists() else {}
+        status = session.get("status")
+        if not status:
+            continue
+        ends[status] += 1
+        if status not in ("ended", "cut"):
+            badly.append(f"{entry['id']} {SESSION_ENDS.get(status, status)}")
+    if not ends:
+        return []
+    said = ", ".join(f"{count} {SESSION_ENDS.get(status, status)}"
+                     for status, count in sorted(ends.items()))  # fmt: skip
+    line = f"engineer sessions: {sum(ends.values())} ({said})"
+    if badly:
+        line += "; see their nodes' trajectory/stderr.log: " + ", ".join(badly)
+    return [line]
+
+
 def own_session_lines(runs: list) -> list[str]:
     """Runs whose program started a process in a session of its own (a daemon): stopped
     with the run here, it would outlive the program deployed elsewhere."""
@@ -465,6 +495,7 @@ def render_summary(ring_dir) -> str:
         "runs: " + ", ".join(said.values()),
         "weights: " + "; ".join(f"{modes[k]} {WEIGHTS_WORDS.get(k, k)}" for k in order if modes[k]),
         *own_session_lines(runs),
+        *session_lines(layout, index["nodes"]),
         *resume_lines(layout),
         *progress_lines(ring_progress(ring, layout), frozenset(unranked)),
         *carryover_lines(layout, index["nodes"]),

@@ -45,6 +45,7 @@ from ..core.jsonio import atomic_write_json, read_json
 from ..core.layout import RingLayout
 from ..core.ledger import Ledger, emit_event
 from ..core.node_state import Node, write_node
+from ..core.safetext import last_log_lines, printable
 from ..core.state import Ring
 from ..core.stop import refuse_if_stopped, stop_ring
 from ..nodes import READY, REJECTED, _assign_trainers, execution_spec, planned_variants
@@ -62,6 +63,12 @@ from . import best_so_far, instructions, public_validator
 from .index import add_keys, set_entry, update_index
 from .plan import ENGINEERING
 from .queries import QueryServer
+
+STDERR_TAIL = 64 * 1024  # of a session's stderr, read for its last line
+STDERR_LINE_CHARS = 200
+# How a session that did not end by itself ended, in words (its status: session_run).
+ENDED = {statuses.CRASH: "crashed", statuses.TIMEOUT: "timed out", "stalled": "stalled",
+         statuses.INTERRUPTED: "was interrupted"}  # fmt: skip
 
 CARRIED_OVER = "carried_over"
 SESSION_MARK = "SESSION.json"  # in the session's box, never shown to the engineer
@@ -438,12 +445,52 @@ def _session_limits(ring: Ring) -> ResourceLimits:
         {**config.limits.to_mapping(), "output_gb": gb, "output_files": workspace.max_files}
     )
     names = ("engineer.limits.workspace_gb", "engineer.limits.workspace_files")
-    return dataclasses.replace(limits, output_names=names)
+    largest = f"engineer.limits.file_mb = {config.engineer.limits.file_mb:g}"
+    return dataclasses.replace(limits, output_names=names, largest_file=largest)
 
 
 def _redact(trajectory: Path, names: list[str]) -> None:
     """Values of passed variables (API keys) never stay in the raw log (any file of it)."""
     carried.redact_tree(trajectory, names)
+
+
+def _unboxed(problem: str, workspace: Path) -> str:
+    """A problem without the session's sandbox folder, which is gone when it is read."""
+    return problem.replace(f"{workspace}: ", "").replace(f"{workspace}/", "")
+
+
+def _session_said(layout: RingLayout, node_id: str, record: dict) -> str:
+    """ "the engineer session " and, where it did not end well, how it ended and the last
+    line of its stderr: what a user needs to fix an engineer that fails."""
+    said = "the engineer session "
+    if record.get("status") in (None, "ended", "cut"):
+        return said
+    ended = ENDED.get(record["status"], f"ended {record['status']}")
+    said += f"{ended} ({record.get('reason') or 'no reason recorded'}"
+    try:
+        with open(layout.trajectory(node_id) / "stderr.log", "rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - STDERR_TAIL))
+            last = last_log_lines(handle.read(), 1)
+    except OSError:
+        last = []
+    if last:
+        said += f"; its stderr ends: {printable(last[0])[:STDERR_LINE_CHARS]}"
+    return said + ") and "
+
+
+def _same_program(layout: RingLayout, node: dict, tree: str) -> str | None:
+    """Where the session's program is one that runs already (its parent's, unchanged, or
+    another node's): the words that say so, else None."""
+    index = read_json(layout.nodes_index) if layout.nodes_index.exists() else {"nodes": []}
+    ready = [e["id"] for e in index["nodes"] if e["id"] != node["id"] and e["status"] == READY]
+    parent = node.get("parent")
+    for other in sorted(ready, key=lambda n: n != parent):  # the parent first
+        path = layout.node_json(other)
+        if path.exists() and read_json(path).get("tree_hash") == tree:
+            if other == parent:
+                return f"changed nothing: its program is its parent {other}'s"
+            return f"wrote the program of {other}, which runs already"
+    return None
 
 
 def _settle(ring, layout, node: Node, workspace: Path, record: dict) -> dict:
@@ -467,6 +514,7 @@ def _settle(ring, layout, node: Node, workspace: Path, record: dict) -> dict:
     node["session"] = {k: record.get(k) for k in ("status", "budget_cut", "exit_code",
                                                   "reason", "runnable", "network")}  # fmt: skip
     owners: dict = {}
+    copy_of = None
     if solution is not None:
         submission = layout.submission(node["id"])
         shutil.rmtree(submission, ignore_errors=True)
@@ -474,19 +522,29 @@ def _settle(ring, layout, node: Node, workspace: Path, record: dict) -> dict:
         make_readonly_tree(submission)
         tree, _ = solution_tree_hash(submission, set(solution.per_view_paths),
                                      ring.tree_ignore or [])  # fmt: skip
+        # A session cut at the hand-over point keeps what it holds, its parent's copy
+        # included: that copy is run and sealed as evidence (docs/contracts.md#engineer).
+        copy_of = None if record.get("budget_cut") else _same_program(layout, node, tree)
+    if solution is not None and copy_of is None:
         node.update(status=READY, tree_hash=tree, solution=solution.to_dict())
         node["executions"] = {
             view: {v: execution_spec(ring, solution, tree, view, v) for v in variants}
             for view, variants in planned_variants(ring).items()
         }
         owners = _assign_trainers([node], WeightsStore(ring.store))
+    elif solution is not None:
+        # Run again, it would only repeat what ran: the session found nothing new.
+        shutil.rmtree(layout.submission(node["id"]), ignore_errors=True)
+        node.update(status=REJECTED, tree_hash=tree,
+                    error=_session_said(layout, node["id"], record) + copy_of)  # fmt: skip
     elif record.get("budget_cut") and refused is None:
         carried.keep_workspace(layout, node["id"], workspace)  # the seal takes it
-        reason = problem.replace(f"{workspace}: ", "")  # the sandbox folder is gone
+        reason = _unboxed(problem, workspace)  # the sandbox folder is gone
         node.update(status=CARRIED_OVER, carryover={"kind": carried.KIND, "reason": reason})
     else:
         what = "a workspace that cannot be submitted" if refused else "no runnable program"
-        error = f"the engineer session left {what}: {problem}"
+        error = (f"{_session_said(layout, node['id'], record)}left {what}: "
+                 f"{_unboxed(problem, workspace)}")  # fmt: skip
         if record.get("slurm_state"):  # the driver settles a session SLURM ended
             error = f"{record['reason']}; {error}"
         node.update(status=REJECTED, error=error)

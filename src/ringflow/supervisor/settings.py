@@ -90,6 +90,9 @@ class ResourceLimits(Frozen):
     output_names: tuple[str, str] = dataclasses.field(
         default=("limits.output_gb", "limits.output_files"), metadata={"config": False}
     )
+    # The key and value the largest file a program may write (RLIMIT_FSIZE) came from,
+    # where not the output limit (an engineer session's is engineer.limits.file_mb).
+    largest_file: str | None = dataclasses.field(default=None, metadata={"config": False})
 
     @classmethod
     def from_config(cls, section: Limits) -> ResourceLimits:

@@ -591,13 +591,12 @@ class _Supervision:
         elif stop is None and status == statuses.CRASH and (full := self._output_at_quota()):
             # A write refused at the file-size limit (RLIMIT_FSIZE) ends the program first.
             reason = f"{full}; {reason}"
-        elif (stop is None and status == statuses.CRASH and self.limits.output_gb is not None
+        elif (stop is None and status == statuses.CRASH and (largest := self._largest_file())
               and file_too_large(self.stderr_path, code)):  # fmt: skip
             # A write that would pass the limit in one go (or a sparse file's far offset)
             # is refused without filling the output: say which limit refused it.
             reason = (f"a write past the largest file a program may write was refused "
-                      f"({self.limits.output_names[0]} = {self.limits.output_gb:g}, "
-                      f"RLIMIT_FSIZE); {reason}")  # fmt: skip
+                      f"({largest}, RLIMIT_FSIZE); {reason}")  # fmt: skip
         elif (stop is None and status == statuses.CRASH and self.data_limit is not None
               and allocation_failed(self.stderr_path)):  # fmt: skip
             # Only where the program says an allocation failed: on any other crash the
@@ -731,6 +730,13 @@ class _Supervision:
             self.own_sessions_seen = True
             self.event("own_session", count=len(own),
                        processes=[{"pid": s.pid, "name": s.name} for s in own[:10]])  # fmt: skip
+
+    def _largest_file(self) -> str | None:
+        """The key and value RLIMIT_FSIZE came from: the output limit, unless said."""
+        limits = self.limits
+        if limits.largest_file or limits.output_gb is None:
+            return limits.largest_file
+        return f"{limits.output_names[0]} = {limits.output_gb:g}"
 
     def _note_refused_tasks(self) -> None:
         """Record, once, that the kernel refused a fork or a thread at pids.max; the count

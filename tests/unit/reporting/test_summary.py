@@ -331,3 +331,17 @@ def test_a_run_that_left_a_daemon_is_named(tmp_path):
         "daemons: 1 run(s) started a process in a session of its own, which ringflow stopped "
         "with the run but which would outlive the program elsewhere: n001-good (a/s0)"
     ]
+
+
+def test_engineer_sessions_are_counted_by_how_they_ended_and_bad_ends_named(tmp_path):
+    ring = hand_ring(tmp_path)
+    _lock(ring)
+    for node, status in (("n003-a-g0", "ended"), ("n004-a-g1", "crash"), ("n005-a-g1", "cut"),
+                         ("n006-draft-g2", "ended")):  # fmt: skip
+        add_node(ring, node, status="ready", origin={"kind": "improve", "generation": 0},
+                 session={"status": status, "budget_cut": status == "cut"})  # fmt: skip
+    lines = [line for line in render_summary(ring).splitlines() if line.startswith("engineer")]
+    assert lines == [
+        "engineer sessions: 4 (1 crashed, 1 cut at the hand-over point, 2 finished); "
+        "see their nodes' trajectory/stderr.log: n004-a-g1 crashed"
+    ]

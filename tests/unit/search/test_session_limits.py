@@ -52,3 +52,23 @@ def test_a_live_session_past_its_workspace_limit_is_stopped_as_crash(tmp_path, l
     record = json.loads((folder / "node.json").read_text())
     assert record["status"] == "rejected" and "workspace" in record["error"], record
     assert not (folder / "solution").exists()
+
+
+def test_a_session_whose_write_passes_file_mb_is_told_so_by_that_key(tmp_path):
+    make_candidate(tmp_path / "cands" / "a", mean=0.5)
+    script = ("printf 'print(1)\\n' > run.py\n"
+              "python3 -c \"open('big.bin', 'wb').write(b'x' * (2 << 20))\"\n")  # fmt: skip
+    engineer = engineer_config(tmp_path / "tools", script, env_pass=[],
+                               limits={**LIMITS, "file_mb": 1, "workspace_gb": 1})  # fmt: skip
+    ring = locked_ring(tmp_path, tmp_path / "cands", "fs", engineer=engineer,
+                       search=search_config())  # fmt: skip
+    (node,) = plan_generation(ring, 0)["nodes"]
+    argv = [sys.executable, "-m", "ringflow", "step", "engineer", str(ring), node]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    session = json.loads((ring / "nodes" / node / "session.json").read_text())
+    assert session["status"] == "crash", session
+    assert session["reason"].startswith(
+        "a write past the largest file a program may write was refused "
+        "(engineer.limits.file_mb = 1, RLIMIT_FSIZE); exited with code 1"
+    ), session["reason"]
