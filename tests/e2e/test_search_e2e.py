@@ -4,14 +4,17 @@ generations up to the hand-over point, and slow sessions cut there."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 
 from ringflow.core.jsonio import read_json
-from ringtools import make_candidate, make_task, snakemake, write_config
+from ringtools import make_candidate, make_task, snakemake, start_snakemake, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -246,3 +249,53 @@ def test_sessions_query_the_scorer_only_in_native_mode_and_never_see_labels(tmp_
         assert record["queries_used"] == 0
         assert not (ring / "nodes" / node_id / "queries.jsonl").exists()
     assert record["status"] == "ready"
+
+
+SLOW_FIRST_SH = """\
+if [ -e {flag} ]; then echo thinking; sleep 120; fi
+printf '\\n# tuned by session %s\\n' "$RINGFLOW_NODE" >> run.py
+"""
+
+
+def test_a_ring_interrupted_in_a_session_runs_it_again_and_goes_on_searching(tmp_path):
+    # Resumed with a generation planned and its session stopped, the ring engineers that
+    # node again and settles it before its search may end: the loop is walked from the
+    # start, not taken as ended by its last plan.
+    make_task(tmp_path)
+    make_candidate(tmp_path / "cands" / "a", mean=0.5, sd=0.01)
+    tools = tmp_path / "tools"
+    flag = tools / "slow"  # the session sees engineer.mounts only
+    tools.mkdir()
+    (tools / "engineer.sh").write_text(SLOW_FIRST_SH.format(flag=flag))
+    flag.write_text("")
+    config = write_config(tmp_path, ring_id="si", task=str(tmp_path / "task"),
+                          candidates=str(tmp_path / "cands"), baseline=None,
+                          engineer=engineer(command=f"sh {tools}/engineer.sh",
+                                            mounts=[str(tools)]),
+                          search=search(max_nodes=3, max_concurrent_nodes=1),
+                          timeline=timeline(6, 2, 0.5))  # fmt: skip
+    ring = tmp_path / "runs" / "si"
+    driver = start_snakemake(tmp_path, config)
+    try:
+        end = time.monotonic() + 240
+        while not any("thinking" in log.read_text()
+                      for log in ring.glob("nodes/*-g0/trajectory/stdout.log")):  # fmt: skip
+            assert driver.poll() is None and time.monotonic() < end, "no session started"
+            time.sleep(0.2)
+        os.killpg(driver.pid, signal.SIGINT)  # as a terminal's Ctrl-C reaches every process
+        assert driver.wait(timeout=100) != 0
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+    (first,) = generations(ring)[0]["nodes"]
+    assert node(ring, first)["status"] == "engineering"
+    assert not (ring / "nodes" / first / "session.json").exists()
+
+    flag.unlink()
+    snakemake(tmp_path, config)
+    record = node(ring, first)
+    assert record["status"] == "ready", record
+    assert read_json(ring / "nodes" / first / "exec" / "proxy" / "s0" / "score.json")["scored"]
+    plans = generations(ring)
+    assert len(plans) >= 2 and plans[-1]["last"] and "max_nodes" in plans[-1]["reason"]
+    assert "engineering" not in (ring / "summary.txt").read_text()

@@ -39,7 +39,7 @@ from ..carryover import engineer as carried
 from ..cluster.jobs import record_job
 from ..core import statuses
 from ..core.clock import handover_at, load_node, load_ring
-from ..core.errors import CandidateError, SandboxError
+from ..core.errors import CandidateError, RingflowError, SandboxError
 from ..core.hashing import solution_tree_hash
 from ..core.jsonio import atomic_write_json, read_json
 from ..core.layout import RingLayout
@@ -69,6 +69,11 @@ STDERR_LINE_CHARS = 200
 # How a session that did not end by itself ended, in words (its status: session_run).
 ENDED = {statuses.CRASH: "crashed", statuses.TIMEOUT: "timed out", "stalled": "stalled",
          statuses.INTERRUPTED: "was interrupted"}  # fmt: skip
+
+
+class SessionStopped(RingflowError):
+    """A session stopped with its ring: its node stays unsettled, to be engineered again."""
+
 
 CARRIED_OVER = "carried_over"
 SESSION_MARK = "SESSION.json"  # in the session's box, never shown to the engineer
@@ -178,6 +183,14 @@ def _run_in_box(ring: Ring, layout: RingLayout, node: Node, box: Path) -> dict:
     else:
         record.update(_run_engineer(ring, layout, node, box, trajectory))
     _redact(trajectory, engineer.env_pass)
+    if record["status"] == statuses.INTERRUPTED and not record.get("budget_cut"):
+        # Stopped with its ring (a Ctrl-C, the driver's relay, the driver's loss), not by
+        # the ring's clock: the node is not settled, and its session runs again, from the
+        # start, when the ring does, as an interrupted execution does (docs/recovery.md).
+        raise SessionStopped(
+            f"the engineer session of {node.id} was stopped with its ring "
+            f"({record.get('reason')}): it runs again, from the start, when the ring does"
+        )
     if carried.is_resume(node):
         carried.write_transcript(ring, node, trajectory)
     record["ended_at"] = time.time()
