@@ -23,6 +23,7 @@ work began (the first segment's ring).
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import stat
 import time
@@ -325,7 +326,14 @@ def operator(ring: Ring) -> str | None:
     command = ring.config.engineer.command
     if not command:
         return None
-    return "builtin" if command.strip() == "builtin" else command.split()[0]
+    if command.strip() == "builtin":
+        return "builtin"
+    # The program the command runs, as a shell reads its first word (quotes and all).
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    return words[0] if words else None
 
 
 # ---- resume nodes -------------------------------------------------------------------------

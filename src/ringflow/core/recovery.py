@@ -230,12 +230,18 @@ def advice(
             f"    {continuation_command(root, ring_name, argv)}",
         ]
     if cause is None:
-        return [
+        lines = [
             f"ringflow: the ring {root} did not finish (interrupted, or a job failed). "
-            "To continue it with the same command (after a kill -9, `snakemake --unlock` "
-            "first), run:",
+            "To continue it with the same command, run:",
             f"    {same}",
         ]
+        if "snakemake" in os.path.basename(argv[0]):  # a launcher may take no --unlock
+            lines += [
+                "  After a kill -9, Snakemake's lock stays: first run the same command with "
+                "--unlock:",
+                f"    {shlex.join([*argv, '--unlock'])}",
+            ]
+        return lines
     reason = read_json(_stopped(root)).get("reason", "unknown")
     head = f"ringflow: the ring {root} stopped: {reason}"
     if cause == MACHINE:

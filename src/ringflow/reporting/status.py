@@ -63,7 +63,7 @@ def _clock_lines(clock: dict, now: float, finished: float | None = None) -> list
         ]
     moved = f", moved earlier {clock['moves']}x" if clock["moves"] else ""
     source = "live" if clock["live"] else "initial: cutoff.json not written"
-    reserve = "-" if clock["reserve_min"] is None else f"{clock['reserve_min']:g} min"
+    reserve = "-" if clock["reserve_min"] is None else format_duration(60 * clock["reserve_min"])
     if clock["estimate_s"] is not None:
         reserve += f" (measured estimate {format_duration(clock['estimate_s'])})"
     return [

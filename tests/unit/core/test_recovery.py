@@ -40,7 +40,8 @@ def test_each_cause_gets_its_command(tmp_path, monkeypatch):
     ring.mkdir(parents=True)
     argv = ["snakemake", "--profile", "profiles/local"]
     said = advice(ring, argv=argv)
-    assert said[-1] == "    snakemake --profile profiles/local"
+    assert said[1] == "    snakemake --profile profiles/local"
+    assert said[-1] == "    snakemake --profile profiles/local --unlock"  # after a kill -9
     for cause, command in (
         ("task", "    snakemake --profile profiles/local --config ring_id=r-2 "
                  "continue_from=runs/r"),

@@ -116,7 +116,8 @@ def test_a_log_without_ringflow_s_own_error_gives_nothing(tmp_path):
     assert key_error_line(tmp_path / "missing.log") == ""
 
 
-def test_the_error_is_the_first_thing_ringflow_says_after_a_failure(tmp_path, capsys):
+def test_the_error_is_the_first_thing_ringflow_says_after_a_failure(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("RINGFLOW_COMMAND", "snakemake --profile profiles/local")
     ring = tmp_path / "runs" / "ed"
     ring.mkdir(parents=True)
     (ring / "RING.json").write_text("{}")
@@ -125,6 +126,11 @@ def test_the_error_is_the_first_thing_ringflow_says_after_a_failure(tmp_path, ca
     said = capsys.readouterr().err.splitlines()
     assert said[0] == f"ringflow: the error: {SCORER_CAUSE}", said
     assert said[1].startswith(f"ringflow: the ring {ring} did not finish"), said
+    # After a kill -9 the same command with --unlock comes first: printed whole, to type.
+    assert said[3].startswith("  After a kill -9, Snakemake's lock stays") and said[4].endswith(
+        " --unlock"
+    ), said
+    assert said[4].strip().removesuffix(" --unlock") == said[2].strip()
     # The ring stopped: why it stopped is the error, said once.
     (ring / "STOPPED.json").write_text(json.dumps({"cause": "task", "reason": SCORER_CAUSE[18:]}))
     ring_end(ring, str(_log(tmp_path, SCORER_STOP)), completed=False)

@@ -79,8 +79,7 @@ def test_time_to_cutoff_follows_now(tmp_path):
     assert "in 50m00s" in _line(render_status(ring, now=START + 600), "stop_at")
     assert _line(render_status(ring, now=START), "reserve").split() == [
         "reserve",
-        "12.5",
-        "min",
+        "12m30s",
         "(measured",
         "estimate",
         "7m00s)",
@@ -95,7 +94,7 @@ def test_cutoff_file_moves_are_read_live(tmp_path):
     write(ring / "cutoff.json", state)
     text = render_status(ring, now=START + 600)
     assert "in 10m00s" in _line(text, "cutoff")
-    assert _line(text, "reserve").split()[:3] == ["reserve", "22", "min"]
+    assert _line(text, "reserve").split()[:2] == ["reserve", "22m00s"]
 
 
 def test_without_cutoff_file_the_initial_cutoff_is_shown(tmp_path):
@@ -204,3 +203,10 @@ def test_a_seated_incumbent_is_called_the_incumbent_and_a_seated_baseline_the_ba
     assert "final decision: pending (incumbent n001-good seated)" in render_status(ring, now=START)
     write(ring / "final" / "FINAL.json", seated | {"decision": "baseline", "chosen": "n000-base"})
     assert "final decision: pending (baseline n000-base seated)" in render_status(ring, now=START)
+
+
+def test_the_reserve_reads_as_a_duration(tmp_path):
+    ring = _ring_in_progress(tmp_path)
+    state = json.loads((ring / "cutoff.json").read_text())
+    write(ring / "cutoff.json", {**state, "reserve_min": 4.26908})
+    assert _line(render_status(ring, now=START), "reserve").split()[:2] == ["reserve", "4m16s"]

@@ -158,3 +158,16 @@ def test_passed_secrets_are_redacted_from_the_raw_log(tmp_path, monkeypatch):
         text = (tmp_path / name).read_text()
         assert "sk-very-secret-123" not in text and "[AGENT_API_KEY redacted]" in text
     assert sorted(p.name for p in tmp_path.iterdir()) == ["stderr.log", "stdout.log"]
+
+
+def test_the_operator_is_the_program_the_command_runs_unquoted():
+    from types import SimpleNamespace
+
+    from ringflow.carryover.engineer import operator
+
+    def ring(command):
+        return SimpleNamespace(config=SimpleNamespace(engineer=SimpleNamespace(command=command)))
+
+    assert operator(ring('"$RINGFLOW_PYTHON" /tools/agent.py --fast')) == "$RINGFLOW_PYTHON"
+    assert operator(ring("sh /tools/engineer.sh")) == "sh"
+    assert operator(ring("builtin")) == "builtin" and operator(ring(None)) is None
