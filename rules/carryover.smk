@@ -52,6 +52,12 @@ rule stop_manifest:
             )
         ),
         seals=path(RING.carryover_seals),
+        # Named here, where the DAG starts, and not first by the search: Snakemake re-reads
+        # a job's inputs as each checkpoint it waits for completes, but a job first named
+        # after a checkpoint it reads had completed (a ring resumed mid-loop, its generation
+        # planned by the run before) keeps the inputs it was named with, and the loop would
+        # end before its generation is settled.
+        loop=path(RING.search_loop),
     output:
         manifest=path(RING.stop_manifest),
     log:

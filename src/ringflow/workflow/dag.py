@@ -397,14 +397,7 @@ class RingDag:
 
     def search_inputs(self, wildcards) -> list[str]:
         """The search ends once the static candidates have seed 0 and the --ablate control,
-        the baseline and the rescores seed 0, and the search loop has ended.
-
-        The loop's checkpoints are walked here first, before the loop's own job is named:
-        Snakemake re-reads a job's inputs when a checkpoint it waits for completes, but a
-        job first named after that checkpoint completed (a ring resumed mid-loop, its
-        generation planned by the run before) would keep the inputs it was named with and
-        run before the generation is settled."""
-        self.generations()
+        the baseline and the rescores seed 0, and the search loop has ended."""
         baseline = [b for b in [self.baseline()] if b]
         static = self.score_files(self.ready_static("candidate"), ["s0", "s0-ablate"])
         static += self.score_files(baseline + self.rescore_nodes(), ["s0"])
