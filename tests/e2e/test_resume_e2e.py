@@ -122,12 +122,14 @@ def test_a_ring_killed_at_every_stage_reaches_the_uninterrupted_decision(tmp_pat
     ledger = [json.loads(line) for line in (ring / "ledger.jsonl").read_text().splitlines()]
     decided = [e for e in ledger if e["kind"] == "final_decided"]
     assert len(decided) == 1
-    # No execution ran to its end twice, but one that ended in the moment before a kill,
-    # before Snakemake recorded its job as done: Snakemake runs that job again.
+    # No execution ran to its end twice, but one that ended in the moments around a kill:
+    # before Snakemake recorded its job as done, or just after the kill, its step (in a
+    # session of its own, held by the driver's resident server) writing the records of a
+    # program that had ended. Snakemake runs that job again.
     events = [json.loads(line) for line in (ring / "events.jsonl").read_text().splitlines()]
     finished = [e for e in events if e["kind"] == "execution_finished" and e["status"] == "ok"]
     runs = [(e["node"], e["view"], e["variant"]) for e in finished]
     assert sorted(set(runs)) == expected["executions"]
     for again in {run for run in runs if runs.count(run) > 1}:
         first = next(e for e in finished if (e["node"], e["view"], e["variant"]) == again)
-        assert any(0 <= kill - first["ts"] <= RECORDING_S for kill in KILLS), (again, first)
+        assert any(abs(kill - first["ts"]) <= RECORDING_S for kill in KILLS), (again, first, KILLS)
