@@ -75,3 +75,24 @@ def ring_with_cut_session(work: Path, env: dict, ring_id: str = "a",
     (node,) = plan_generation(ring, 0)["nodes"]
     assert cut_session(ring, node, env) == 0
     return ring, node
+
+
+def planned_session(
+    tmp_path: Path, script: str, ring_id: str, **engineer
+) -> tuple[Path, str, list[str]]:
+    """(ring, node, the engineer step's argv) of a locked ring of candidate `a` whose
+    first generation plans one session of `script`; `engineer` overrides its keys."""
+    make_candidate(tmp_path / "cands" / "a", mean=0.5)
+    config = engineer_config(tmp_path / "tools", script, env_pass=[], **engineer)
+    ring = locked_ring(tmp_path, tmp_path / "cands", ring_id, engineer=config,
+                       search=search_config())  # fmt: skip
+    (node,) = plan_generation(ring, 0)["nodes"]
+    return ring, node, [sys.executable, "-m", "ringflow", "step", "engineer", str(ring), node]
+
+
+def run_session_step(tmp_path: Path, script: str, ring_id: str, **engineer) -> tuple[Path, str]:
+    """Run that session's step to its end (it must exit 0); (ring, node)."""
+    ring, node, argv = planned_session(tmp_path, script, ring_id, **engineer)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return ring, node

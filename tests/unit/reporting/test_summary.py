@@ -320,14 +320,16 @@ def test_a_folder_edited_since_an_earlier_ring_names_its_two_nodes(tmp_path):
     ) in render_summary(ring).splitlines()
 
 
+def _lines_starting(ring, prefix: str) -> list[str]:
+    return [line for line in render_summary(ring).splitlines() if line.startswith(prefix)]
+
+
 def test_a_run_that_left_a_daemon_is_named(tmp_path):
     ring = hand_ring(tmp_path)
     _lock(ring)
-    finished(ring, "n000-base", "a", "s0", 0.5, ended_at=START + 30)
     daemon = [{"event": "own_session", "count": 1, "processes": [{"pid": 9, "name": "x"}]}]
     finished(ring, "n001-good", "a", "s0", 0.7, ended_at=START + 40, events=daemon)
-    lines = [line for line in render_summary(ring).splitlines() if line.startswith("daemons:")]
-    assert lines == [
+    assert _lines_starting(ring, "daemons:") == [
         "daemons: 1 run(s) started a process in a session of its own, which ringflow stopped "
         "with the run but which would outlive the program elsewhere: n001-good (a/s0)"
     ]
@@ -340,8 +342,7 @@ def test_engineer_sessions_are_counted_by_how_they_ended_and_bad_ends_named(tmp_
                          ("n006-draft-g2", "ended")):  # fmt: skip
         add_node(ring, node, status="ready", origin={"kind": "improve", "generation": 0},
                  session={"status": status, "budget_cut": status == "cut"})  # fmt: skip
-    lines = [line for line in render_summary(ring).splitlines() if line.startswith("engineer")]
-    assert lines == [
+    assert _lines_starting(ring, "engineer") == [
         "engineer sessions: 4 (1 crashed, 1 cut at the hand-over point, 2 finished); "
         "see their nodes' trajectory/stderr.log: n004-a-g1 crashed"
     ]

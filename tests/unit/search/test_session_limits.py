@@ -5,14 +5,10 @@ output, every second, and the node that session leaves is refused."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from engtools import engineer_config, search_config
-from ringflow.search.plan import plan_generation
-from ringtools import locked_ring, make_candidate
+from engtools import run_session_step
 
 pytestmark = pytest.mark.sandbox
 
@@ -30,15 +26,8 @@ REASONS = {
 
 @pytest.mark.parametrize("limit", sorted(WRITES))
 def test_a_live_session_past_its_workspace_limit_is_stopped_as_crash(tmp_path, limit):
-    make_candidate(tmp_path / "cands" / "a", mean=0.5)
     script = f"printf 'print(1)\\n' > run.py\n{WRITES[limit]}echo written\nsleep {SLEEP_S}\n"
-    engineer = engineer_config(tmp_path / "tools", script, env_pass=[], limits=LIMITS)
-    ring = locked_ring(tmp_path, tmp_path / "cands", "ws", engineer=engineer,
-                       search=search_config())  # fmt: skip
-    (node,) = plan_generation(ring, 0)["nodes"]
-    argv = [sys.executable, "-m", "ringflow", "step", "engineer", str(ring), node]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr[-3000:]
+    ring, node = run_session_step(tmp_path, script, "ws", limits=LIMITS)
     folder = ring / "nodes" / node
     session = json.loads((folder / "session.json").read_text())
     assert "written" in (folder / "trajectory" / "stdout.log").read_text()
@@ -55,17 +44,10 @@ def test_a_live_session_past_its_workspace_limit_is_stopped_as_crash(tmp_path, l
 
 
 def test_a_session_whose_write_passes_file_mb_is_told_so_by_that_key(tmp_path):
-    make_candidate(tmp_path / "cands" / "a", mean=0.5)
     script = ("printf 'print(1)\\n' > run.py\n"
               "python3 -c \"open('big.bin', 'wb').write(b'x' * (2 << 20))\"\n")  # fmt: skip
-    engineer = engineer_config(tmp_path / "tools", script, env_pass=[],
-                               limits={**LIMITS, "file_mb": 1, "workspace_gb": 1})  # fmt: skip
-    ring = locked_ring(tmp_path, tmp_path / "cands", "fs", engineer=engineer,
-                       search=search_config())  # fmt: skip
-    (node,) = plan_generation(ring, 0)["nodes"]
-    argv = [sys.executable, "-m", "ringflow", "step", "engineer", str(ring), node]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr[-3000:]
+    limits = {**LIMITS, "file_mb": 1, "workspace_gb": 1}
+    ring, node = run_session_step(tmp_path, script, "fs", limits=limits)
     session = json.loads((ring / "nodes" / node / "session.json").read_text())
     assert session["status"] == "crash", session
     assert session["reason"].startswith(

@@ -7,28 +7,18 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-from engtools import engineer_config, search_config
-from ringflow.search.plan import plan_generation
-from ringtools import locked_ring, make_candidate
+from engtools import planned_session, run_session_step
 
 pytestmark = pytest.mark.sandbox
 
 
 def settled(tmp_path, script: str) -> dict:
-    make_candidate(tmp_path / "cands" / "a", mean=0.5)
-    engineer = engineer_config(tmp_path / "tools", script, env_pass=[],
-                               template=str(tmp_path / "cands" / "a"))  # fmt: skip
-    ring = locked_ring(tmp_path, tmp_path / "cands", "st", engineer=engineer,
-                       search=search_config())  # fmt: skip
-    (node,) = plan_generation(ring, 0)["nodes"]
-    argv = [sys.executable, "-m", "ringflow", "step", "engineer", str(ring), node]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr[-3000:]
+    template = str(tmp_path / "cands" / "a")  # the workspace starts as candidate a's copy
+    ring, node = run_session_step(tmp_path, script, "st", template=template)
     return json.loads((ring / "nodes" / node / "node.json").read_text())
 
 
@@ -57,14 +47,9 @@ printf '\\n# tuned\\n' >> run.py
 
 def test_a_session_stopped_with_its_ring_leaves_its_node_to_run_again(tmp_path):
     flag = tmp_path / "tools" / "slow"
-    make_candidate(tmp_path / "cands" / "a", mean=0.5)
-    engineer = engineer_config(tmp_path / "tools", SLOW_THEN_WRITE.format(flag=flag),
-                               env_pass=[], template=str(tmp_path / "cands" / "a"))  # fmt: skip
+    ring, node, argv = planned_session(tmp_path, SLOW_THEN_WRITE.format(flag=flag), "si",
+                                       template=str(tmp_path / "cands" / "a"))  # fmt: skip
     flag.write_text("")
-    ring = locked_ring(tmp_path, tmp_path / "cands", "si", engineer=engineer,
-                       search=search_config())  # fmt: skip
-    (node,) = plan_generation(ring, 0)["nodes"]
-    argv = [sys.executable, "-m", "ringflow", "step", "engineer", str(ring), node]
     step = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = ring / "nodes" / node / "trajectory" / "stdout.log"
     end = time.monotonic() + 60
